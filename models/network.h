@@ -1,0 +1,63 @@
+// Network: a model that maps an NHWC image batch to logits and back-propagates into its
+// parameters. The ResNet family is built here from ops.
+//
+//   ModelConfig cfg;                  // resnet, 50 layers, 1000 classes, 3x224x224
+//   std::unique_ptr<Network> net;
+//   Status s = CreateNetwork(cfg, &net);
+//   Tensor logits = net->Forward(images, /*training=*/true);     // [N, num_classes]
+//   net->Backward(dlogits);            // fills every trainable Parameter's grad
+//
+// Parameters carry torchvision's state_dict names ("conv1.weight", "layer1.0.bn2.bias",
+// "fc.weight", "bn1.running_mean", ...) in state_dict order, so weights move to and from
+// PyTorch by name; convolution weights are stored [K, R, S, C] (PyTorch: [K, C, R, S]).
+// A Network is used by one thread at a time; Forward keeps what Backward needs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/tensor.h"
+
+namespace tally {
+
+struct Parameter {
+  std::string name;
+  Tensor value;           // fp32
+  Tensor grad;            // same shape; undefined for auxiliary states
+  bool trainable = true;  // false: batch-norm running mean and variance
+};
+
+struct ModelConfig {
+  std::string network = "resnet";   // the only family so far
+  int num_layers = 50;              // 18/34/50/101/152 ImageNet-style; 6n+2 (20, 56, ...) CIFAR-style
+  int num_classes = 1000;
+  Shape image_shape = {3, 224, 224};  // C, H, W as MXNet's --image-shape
+  bool zero_last_gamma = false;     // zero the last BN gamma of every residual block
+  bool bn_use_global_stats = false; // BN uses running statistics in training too (MXNet's flag)
+  float bn_eps = 1e-5f;
+  float bn_momentum = 0.9f;
+  std::string initializer = "xavier";  // "xavier" (gaussian, in, magnitude 2) or "msra"
+  uint64_t seed = 0;
+};
+
+class Network {
+ public:
+  virtual ~Network() = default;
+  // x: [N, H, W, C] fp32. training: batch statistics in BN (unless bn_use_global_stats).
+  virtual Tensor Forward(const Tensor& x, bool training) = 0;
+  // dlogits: [N, num_classes]. Overwrites the grad of every trainable parameter.
+  // REQUIRES: the last Forward had training = true.
+  virtual void Backward(const Tensor& dlogits) = 0;
+  // Every parameter and auxiliary state, in torchvision's state_dict order. The pointers
+  // stay valid for the Network's life.
+  virtual const std::vector<Parameter*>& Parameters() = 0;
+  virtual const ModelConfig& config() const = 0;
+};
+
+// Builds and initialises a network from cfg (deterministic for cfg.seed). Fails, naming
+// the flag, for an unknown network, an unsupported depth or a bad image shape.
+Status CreateNetwork(const ModelConfig& cfg, std::unique_ptr<Network>* out);
+
+}  // namespace tally

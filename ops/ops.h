@@ -1,0 +1,124 @@
+// The operators of the ResNet family, forward and backward, on fp32 NHWC tensors.
+//
+//   ConvParams p{/*stride_h=*/2, /*stride_w=*/2, /*pad_h=*/1, /*pad_w=*/1};
+//   Tensor y = Tensor::Empty(Conv2dOutputShape(x.shape(), w.shape(), p), DType::kF32);
+//   Conv2dForward(x, w, p, &y);
+//
+// Conventions, for every op here:
+// - Activations are NHWC [N, H, W, C]; convolution weights are [K, R, S, C]; fully connected
+//   weights are [out, in] and compute y = x * w^T + b.
+// - Outputs are preallocated by the caller with the right shape (the *OutputShape helpers
+//   say which); shapes are CHECKed, since a wrong shape here is a bug in the caller. User
+//   input is validated earlier, where a Status can name the flag.
+// - Backward ops overwrite their gradient outputs (they do not accumulate).
+// - Ops run on the calling thread plus the OpenMP pool (SetNumThreads).
+// Each op's CPU implementation is ops/cpu/<op>.cc; the CUDA one, ops/cuda/<op>.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/tensor.h"
+
+namespace tally {
+
+// Threads used by every op (OpenMP and oneDNN). 0 leaves the OpenMP default.
+void SetNumThreads(int n);
+int NumThreads();
+
+// ---- convolution (ops/cpu/conv2d.cc; oneDNN) ----
+struct ConvParams {
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+};
+Shape Conv2dOutputShape(const Shape& x, const Shape& w, const ConvParams& p);
+void Conv2dForward(const Tensor& x, const Tensor& w, const ConvParams& p, Tensor* y);
+void Conv2dBackwardData(const Tensor& dy, const Tensor& w, const ConvParams& p, Tensor* dx);
+void Conv2dBackwardFilter(const Tensor& x, const Tensor& dy, const ConvParams& p, Tensor* dw);
+
+// ---- batch normalisation over N, H, W per channel C (ops/cpu/batch_norm.cc) ----
+// Running statistics follow MXNet: running = momentum * running + (1 - momentum) * batch;
+// the running variance takes the unbiased batch variance (as PyTorch), the normalisation
+// the biased one.
+struct BatchNormParams {
+  float eps = 1e-5f;
+  float momentum = 0.9f;
+};
+// x, y: [N, H, W, C] (or [N, C]); gamma, beta, running_*, save_*: [C].
+// save_mean and save_inv_std keep what the backward pass needs.
+void BatchNormForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const BatchNormParams& p, Tensor* running_mean, Tensor* running_var,
+                              Tensor* y, Tensor* save_mean, Tensor* save_inv_std);
+void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var,
+                               const BatchNormParams& p, Tensor* y);
+void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                       const Tensor& save_mean, const Tensor& save_inv_std, Tensor* dx,
+                       Tensor* dgamma, Tensor* dbeta);
+// The backward pass of BatchNormForwardInference, statistics held constant (MXNet's
+// use_global_stats): dx = dy * gamma / sqrt(running_var + eps).
+void BatchNormBackwardInference(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                const BatchNormParams& p, Tensor* dx, Tensor* dgamma,
+                                Tensor* dbeta);
+
+// ---- elementwise (ops/cpu/elementwise.cc) ----
+void ReluForward(const Tensor& x, Tensor* y);                       // y may be x
+void ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx);   // from the output; dx may be dy
+void Add(const Tensor& a, const Tensor& b, Tensor* y);              // y may be a or b
+
+// ---- pooling, NHWC (ops/cpu/pooling.cc) ----
+struct PoolParams {
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+};
+Shape PoolOutputShape(const Shape& x, const PoolParams& p);
+// argmax: int32, the output's shape; the flat index h * W + w of each maximum in its image
+// and channel plane. Padding never wins.
+void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* argmax);
+void MaxPoolBackward(const Tensor& dy, const Tensor& argmax, Tensor* dx);
+// Average over the window's in-bounds elements (count_include_pad = false).
+void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor* y);
+void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor* dx);
+// x: [N, H, W, C] -> y: [N, C]
+void GlobalAvgPoolForward(const Tensor& x, Tensor* y);
+void GlobalAvgPoolBackward(const Tensor& dy, Tensor* dx);
+
+// ---- fully connected (ops/cpu/linear.cc) ----
+// x: [N, in], w: [out, in], b: [out] or nullptr, y: [N, out].
+void LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor* y);
+// dx and db may be nullptr when not wanted.
+void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
+                    Tensor* db);
+
+// ---- loss and metrics (ops/cpu/loss.cc) ----
+// logits: [N, K] fp32; labels: [N] int32 in [0, K). The target is (1 - s) * onehot + s / K
+// for label smoothing s. Returns the summed loss over the N rows (a double, so that
+// per-device sums add up exactly enough). When dlogits is given it receives
+// (softmax - target) * grad_scale; grad_scale = 1 / global batch makes the gradients of a
+// mean loss, whichever device a row was computed on.
+double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                           float grad_scale, Tensor* dlogits);
+// How many rows have their label among the k largest logits (ties count against).
+int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k);
+
+// ---- optimizers (ops/cpu/optimizer.cc), MXNet's update rules ----
+// g = rescale_grad * grad, clipped to [-clip, clip] when clip_gradient > 0; then
+//   sgd: mom = momentum * mom - lr * (g + wd * w);  w += mom        (w -= lr*(g+wd*w) if no momentum)
+//   nag: g' = g + wd * w;  mom = momentum * mom + g';  w -= lr * (g' + momentum * mom)
+struct SgdParams {
+  float lr = 0.1f;
+  float momentum = 0.0f;
+  float wd = 0.0f;
+  float rescale_grad = 1.0f;
+  float clip_gradient = -1.0f;
+  bool nesterov = false;
+};
+// weight, grad, mom: fp32 of equal size; mom may be nullptr when momentum is 0.
+void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom);
+// Multi-precision: weight and grad are fp16 or bf16; master (fp32) is updated as above and
+// weight receives its rounded copy. mom is fp32.
+void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight,
+                             Tensor* master, Tensor* mom);
+
+}  // namespace tally

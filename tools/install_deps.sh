@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what Tally needs to build and test, from Debian's packages only.
+# Idempotent: packages already present are left as they are.
+#
+#   tools/install_deps.sh          build and test dependencies
+#   tools/install_deps.sh --bench  also Debian's PyTorch, the peer `tally bench` measures against
+#
+# The CUDA toolkit is not installed here: CMake uses /usr/local/cuda when it exists and
+# builds a CPU-only Tally when it does not.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libzmq3-dev cppzmq-dev
+  libprotobuf-dev protobuf-compiler
+  libeigen3-dev libgoogle-glog-dev libgflags-dev libgtest-dev
+  libturbojpeg0-dev libdnnl-dev
+  python3 python3-numpy
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch python3-torchvision)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
