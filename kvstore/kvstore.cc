@@ -1,0 +1,31 @@
+#include "kvstore/kvstore.h"
+
+#include "kvstore/local_kvstore.h"
+
+namespace tally {
+
+Status KVStore::Create(const std::string& type, int num_devices, std::unique_ptr<KVStore>* out) {
+  if (num_devices < 1) return Status::InvalidArgument("a kvstore needs at least one device");
+  if (type == "local") {
+    out->reset(new LocalKVStore(num_devices, /*update_on_devices=*/false));
+    return Status::Ok();
+  }
+  if (type == "device") {
+    out->reset(new LocalKVStore(num_devices, /*update_on_devices=*/true));
+    return Status::Ok();
+  }
+  if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async") {
+    return Status::InvalidArgument("--kv-store " + type +
+                                   " needs the parameter server, which this build does not have yet");
+  }
+  return Status::InvalidArgument("unknown --kv-store '" + type +
+                                 "' (local, device, dist_sync, dist_device_sync or dist_async)");
+}
+
+Status KVStore::PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
+                         int priority) {
+  TALLY_RETURN_IF_ERROR(Push(key, vals, priority));
+  return Pull(key, outs, priority);
+}
+
+}  // namespace tally

@@ -1,0 +1,74 @@
+// KVStore: the one interface through which training code exchanges gradients and weights.
+// The training loop does not change when the type does; the user picks it with --kv-store.
+//
+//   std::unique_ptr<KVStore> kv;
+//   TALLY_RETURN_IF_ERROR(KVStore::Create("device", /*num_devices=*/2, &kv));
+//   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));
+//   TALLY_RETURN_IF_ERROR(kv->Init(key, weight));              // once per key
+//   TALLY_RETURN_IF_ERROR(kv->PushPull(key, grads, weights));  // every step: one per device
+//
+// Types (DESIGN.md):
+//   local   gradients are summed on the CPU, the optimizer updates one stored copy of the
+//           weights, and every device pulls it.
+//   device  gradients are summed across the devices, and each device runs the optimizer on
+//           its own copy (CPU devices: in host memory). Same results as local.
+// The distributed types (dist_sync, dist_device_sync, dist_async) implement this interface
+// over the parameter server.
+//
+// Semantics (MXNet's): Push sums one value per device in device order (reproducible); with
+// an optimizer set, the sum is the gradient the optimizer applies, otherwise it replaces the
+// stored value. Pull copies the stored value into every output, converting the dtype.
+// Keys are small non-negative integers (a parameter's index). A KVStore is driven by one
+// thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+#include "ops/status.h"
+#include "ops/tensor.h"
+
+namespace tally {
+
+struct OptimizerConfig {
+  std::string type = "sgd";  // "sgd" or "nag"
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float wd = 1e-4f;
+  float rescale_grad = 1.0f;
+  float clip_gradient = -1.0f;  // <= 0: no clipping
+  bool multi_precision = true;  // keep fp32 master weights for fp16/bf16 values
+};
+Status ValidateOptimizerConfig(const OptimizerConfig& c);
+
+class KVStore {
+ public:
+  // type: "local" or "device" (the distributed types come with the parameter server).
+  // num_devices: how many values each Push gives and each Pull fills.
+  static Status Create(const std::string& type, int num_devices, std::unique_ptr<KVStore>* out);
+  virtual ~KVStore() = default;
+
+  virtual const std::string& type() const = 0;
+  virtual int rank() const { return 0; }
+  virtual int num_workers() const { return 1; }
+  virtual Status Barrier() { return Status::Ok(); }
+
+  // REQUIRES: called before Init.
+  virtual Status SetOptimizer(const OptimizerConfig& config) = 0;
+  // Changes the learning rate from the next update on (schedules call it every step).
+  virtual void SetLearningRate(float lr) = 0;
+
+  // Registers key with its initial value (copied). A key is registered once.
+  virtual Status Init(int key, const Tensor& value) = 0;
+  // vals: one tensor per device, shaped as the key's value. priority orders the
+  // communication of the distributed types (higher first); single-process types ignore it.
+  virtual Status Push(int key, const std::vector<Tensor>& vals, int priority = 0) = 0;
+  // outs: one tensor per device; their storage receives the value.
+  virtual Status Pull(int key, const std::vector<Tensor>& outs, int priority = 0) = 0;
+  virtual Status PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
+                          int priority = 0);
+};
+
+}  // namespace tally

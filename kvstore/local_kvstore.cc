@@ -1,0 +1,88 @@
+#include "kvstore/local_kvstore.h"
+
+namespace tally {
+
+LocalKVStore::LocalKVStore(int num_devices, bool update_on_devices)
+    : num_devices_(num_devices),
+      update_on_devices_(update_on_devices),
+      type_(update_on_devices ? "device" : "local") {}
+
+Status LocalKVStore::SetOptimizer(const OptimizerConfig& config) {
+  TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
+  if (!entries_.empty()) return Status::InvalidArgument("SetOptimizer must come before Init");
+  updaters_.clear();
+  int copies = update_on_devices_ ? num_devices_ : 1;
+  for (int i = 0; i < copies; ++i) updaters_.push_back(std::make_unique<Updater>(config));
+  return Status::Ok();
+}
+
+void LocalKVStore::SetLearningRate(float lr) {
+  for (auto& u : updaters_) u->set_learning_rate(lr);
+}
+
+Status LocalKVStore::Init(int key, const Tensor& value) {
+  if (key < 0) return Status::InvalidArgument("kvstore key " + std::to_string(key) + " is negative");
+  if (entries_.count(key)) return Status::InvalidArgument("kvstore key " + std::to_string(key) + " initialised twice");
+  Entry& e = entries_[key];
+  int copies = update_on_devices_ ? num_devices_ : 1;
+  for (int i = 0; i < copies; ++i) e.copies.push_back(value.Clone());
+  e.merged = Tensor::Empty(value.shape(), DType::kF32, value.device());
+  return Status::Ok();
+}
+
+Status LocalKVStore::Find(int key, const std::vector<Tensor>& tensors, const char* what,
+                          Entry** entry) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + " before Init");
+  }
+  if (static_cast<int>(tensors.size()) != num_devices_) {
+    return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + " with " +
+                                   std::to_string(tensors.size()) + " values for " +
+                                   std::to_string(num_devices_) + " devices");
+  }
+  for (const Tensor& t : tensors) {
+    if (t.numel() != it->second.merged.numel()) {
+      return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + ": " +
+                                     t.ToString() + " does not match " + it->second.merged.ToString());
+    }
+  }
+  *entry = &it->second;
+  return Status::Ok();
+}
+
+// Adds src into the fp32 accumulator acc (n values).
+static void Accumulate(const Tensor& src, float* acc, int64_t n) {
+  Tensor f = src.dtype() == DType::kF32 ? src : src.To(DType::kF32);
+  const float* s = f.data<float>();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) acc[i] += s[i];
+}
+
+Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priority*/) {
+  Entry* e = nullptr;
+  TALLY_RETURN_IF_ERROR(Find(key, vals, "push", &e));
+  // Summed in device order, never in completion order, so results are reproducible.
+  e->merged.CopyFrom(vals[0]);
+  for (size_t d = 1; d < vals.size(); ++d) Accumulate(vals[d], e->merged.data<float>(), e->merged.numel());
+  for (size_t c = 0; c < e->copies.size(); ++c) {
+    if (updaters_.empty()) {
+      e->copies[c].CopyFrom(e->merged);
+    } else {
+      updaters_[c]->Update(key, e->merged, &e->copies[c]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status LocalKVStore::Pull(int key, const std::vector<Tensor>& outs, int /*priority*/) {
+  Entry* e = nullptr;
+  TALLY_RETURN_IF_ERROR(Find(key, outs, "pull", &e));
+  for (size_t d = 0; d < outs.size(); ++d) {
+    Tensor out = outs[d];
+    out.CopyFrom(e->copies[update_on_devices_ ? d : 0]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tally

@@ -1,0 +1,42 @@
+// LocalKVStore: the single-process kvstore types `local` and `device` (see kvstore.h).
+// Internal to kvstore/; users create it through KVStore::Create.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstore/kvstore.h"
+#include "kvstore/updater.h"
+
+namespace tally {
+
+class LocalKVStore : public KVStore {
+ public:
+  // update_on_devices: false gives `local` (one stored copy, updated once); true gives
+  // `device` (one copy per device, each updated with the same summed gradient).
+  LocalKVStore(int num_devices, bool update_on_devices);
+
+  const std::string& type() const override { return type_; }
+  Status SetOptimizer(const OptimizerConfig& config) override;
+  void SetLearningRate(float lr) override;
+  Status Init(int key, const Tensor& value) override;
+  Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
+  Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
+
+ private:
+  struct Entry {
+    std::vector<Tensor> copies;  // 1 (local) or num_devices_ (device)
+    Tensor merged;               // fp32 sum of the last push
+  };
+  Status Find(int key, const std::vector<Tensor>& tensors, const char* what, Entry** entry);
+
+  const int num_devices_;
+  const bool update_on_devices_;
+  const std::string type_;
+  std::vector<std::unique_ptr<Updater>> updaters_;  // one per copy; empty: no optimizer
+  std::map<int, Entry> entries_;
+};
+
+}  // namespace tally

@@ -1,0 +1,53 @@
+#include "kvstore/updater.h"
+
+namespace tally {
+
+Status ValidateOptimizerConfig(const OptimizerConfig& c) {
+  if (c.type != "sgd" && c.type != "nag") {
+    return Status::InvalidArgument("--optimizer '" + c.type + "' is not supported (sgd or nag)");
+  }
+  if (!(c.lr >= 0)) return Status::InvalidArgument("--lr must be >= 0");
+  if (!(c.momentum >= 0 && c.momentum < 1)) return Status::InvalidArgument("--mom must be in [0, 1)");
+  if (!(c.wd >= 0)) return Status::InvalidArgument("--wd must be >= 0");
+  return Status::Ok();
+}
+
+Updater::Updater(const OptimizerConfig& config) : config_(config) {}
+
+Updater::State& Updater::StateFor(int key, const Tensor& weight) {
+  auto it = states_.find(key);
+  if (it != states_.end()) return it->second;
+  State& s = states_[key];
+  if (config_.momentum > 0) s.mom = Tensor::Zeros(weight.shape(), DType::kF32, weight.device());
+  if (weight.dtype() != DType::kF32) s.master = weight.To(DType::kF32);
+  return s;
+}
+
+void Updater::Update(int key, const Tensor& grad, Tensor* weight) {
+  CHECK_EQ(grad.numel(), weight->numel()) << "update of key " << key;
+  SgdParams p;
+  p.lr = config_.lr;
+  p.momentum = config_.momentum;
+  p.wd = config_.wd;
+  p.rescale_grad = config_.rescale_grad;
+  p.clip_gradient = config_.clip_gradient;
+  p.nesterov = config_.type == "nag";
+
+  State& s = StateFor(key, *weight);
+  Tensor* mom = s.mom.defined() ? &s.mom : nullptr;
+  if (weight->dtype() == DType::kF32) {
+    SgdUpdate(p, grad.dtype() == DType::kF32 ? grad : grad.To(DType::kF32), weight, mom);
+    return;
+  }
+  if (config_.multi_precision) {
+    const Tensor g = grad.dtype() == weight->dtype() ? grad : grad.To(weight->dtype());
+    SgdMultiPrecisionUpdate(p, g, weight, &s.master, mom);
+    return;
+  }
+  // A 16-bit weight without a master copy: update in fp32 and round back every step.
+  Tensor w32 = weight->To(DType::kF32);
+  SgdUpdate(p, grad.To(DType::kF32), &w32, mom);
+  weight->CopyFrom(w32);
+}
+
+}  // namespace tally

@@ -1,0 +1,35 @@
+// Updater: applies an optimizer to the weights of many keys and owns their state
+// (momentum, and fp32 master weights for fp16/bf16 weights when multi_precision is on).
+// Used by the kvstore types wherever updates run: in the store (local), on each device
+// (device) and, later, on the servers. Not thread-safe: one Updater per updating thread.
+#pragma once
+
+#include <map>
+
+#include "kvstore/kvstore.h"
+
+namespace tally {
+
+class Updater {
+ public:
+  explicit Updater(const OptimizerConfig& config);
+
+  void set_learning_rate(float lr) { config_.lr = lr; }
+  const OptimizerConfig& config() const { return config_; }
+
+  // Applies one step of the optimizer for key: weight <- update(weight, grad).
+  // REQUIRES: grad and weight have equal element counts; grad is fp32, or the weight's dtype.
+  void Update(int key, const Tensor& grad, Tensor* weight);
+
+ private:
+  struct State {
+    Tensor mom;     // fp32; undefined when momentum is 0
+    Tensor master;  // fp32 copy of a 16-bit weight under multi_precision
+  };
+  State& StateFor(int key, const Tensor& weight);
+
+  OptimizerConfig config_;
+  std::map<int, State> states_;
+};
+
+}  // namespace tally

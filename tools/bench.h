@@ -1,0 +1,29 @@
+// The harness of `tally bench <case>`: each case measures Tally and, in the same run, its
+// peer or the physical limit, and reports through Report (a readable table, or with
+// --json one JSON object per line and measurement, as DESIGN.md describes).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tally {
+
+struct BenchRow {
+  std::string bench;      // "compute"
+  std::string name;       // "resnet50-b32-224-fp32"
+  double value = 0;       // Tally's figure
+  std::string unit;       // "img/s"
+  double peer = -1;       // the peer's figure in the same run; < 0: not measured
+  std::string peer_name;  // "pytorch-1.13.1 channels_last"
+  std::string note;       // anything else worth a column
+};
+
+// Prints rows as a table (to stdout) or as JSON lines. ratio = value / peer (higher is better).
+void Report(const std::vector<BenchRow>& rows, bool json);
+
+// Runs a shell command and returns its standard output; *ok is false when it failed.
+std::string RunCapture(const std::string& command, bool* ok);
+
+int BenchCompute(int argc, char** argv);
+
+}  // namespace tally

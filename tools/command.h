@@ -1,0 +1,23 @@
+// The subcommands of the `tally` executable. Each is a function taking the arguments after
+// its name (argv[0] is "tally <name>") and returning the process exit code.
+#pragma once
+
+#include <string>
+
+#include "ops/status.h"
+#include "ops/tensor.h"
+
+namespace tally {
+
+int TrainCommand(int argc, char** argv);
+int BenchCommand(int argc, char** argv);
+
+// gflags wants underscores; MXNet's users type dashes (--num-layers). Rewrites every
+// "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; gflags exits
+// with a message naming any unknown flag.
+void ParseFlags(const std::string& usage, int* argc, char*** argv);
+
+// Parses MXNet's --image-shape "C,H,W"; the error names the flag.
+Status ParseImageShape(const std::string& text, Shape* chw);
+
+}  // namespace tally

@@ -1,0 +1,47 @@
+#include <cstdlib>
+#include <sstream>
+
+#include <gflags/gflags.h>
+
+#include "tools/command.h"
+
+namespace tally {
+
+void ParseFlags(const std::string& usage, int* argc, char*** argv) {
+  for (int i = 1; i < *argc; ++i) {
+    char* a = (*argv)[i];
+    if (a[0] != '-' || a[1] != '-') continue;
+    for (char* p = a + 2; *p && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+  gflags::SetUsageMessage(usage);
+  gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
+  if (*argc > 1) {
+    std::fprintf(stderr, "%s: unexpected argument '%s' (flags are --name=value)\n", (*argv)[0],
+                 (*argv)[1]);
+    std::exit(2);
+  }
+}
+
+Status ParseImageShape(const std::string& text, Shape* chw) {
+  std::stringstream ss(text);
+  std::string part;
+  Shape s;
+  while (std::getline(ss, part, ',')) {
+    char* end = nullptr;
+    long v = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || v <= 0 || v > 65536) {
+      return Status::InvalidArgument("--image-shape '" + text + "': '" + part +
+                                     "' is not a positive integer (expected C,H,W such as 3,224,224)");
+    }
+    s.push_back(v);
+  }
+  if (s.size() != 3) {
+    return Status::InvalidArgument("--image-shape '" + text + "' must have 3 values C,H,W (such as 3,224,224)");
+  }
+  *chw = s;
+  return Status::Ok();
+}
+
+}  // namespace tally

@@ -1,0 +1,49 @@
+// tally: the one executable. `tally <command> [flags]`; `tally <command> --help` lists flags.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <glog/logging.h>
+
+#include "tools/command.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"train", tally::TrainCommand, "train a ResNet (MXNet image-classification flags)"},
+    {"bench", tally::BenchCommand, "measure Tally against its peer: `tally bench compute`"},
+};
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out, "usage: tally <command> [flags]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n`tally <command> --help` lists a command's flags.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) {
+      std::string name = std::string("tally ") + c.name;
+      argv[1] = name.data();
+      return c.run(argc - 1, argv + 1);
+    }
+  }
+  std::fprintf(stderr, "tally: unknown command '%s'\n\n", argv[1]);
+  PrintUsage(stderr);
+  return 2;
+}

@@ -1,0 +1,168 @@
+// `tally train`: MXNet image-classification's flags and log lines, over the Trainer.
+// Without --data-train it trains on synthetic, learnable images (worker/synthetic_data.h).
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <gflags/gflags.h>
+
+#include "ops/ops.h"
+#include "tools/command.h"
+#include "worker/synthetic_data.h"
+#include "worker/trainer.h"
+
+DEFINE_string(network, "resnet", "the network family");
+DEFINE_int32(num_layers, 20, "depth: 18/34/50/101/152 (ImageNet style) or 6n+2 such as 20, 56 (CIFAR style)");
+DEFINE_int32(num_classes, 10, "number of classes");
+DEFINE_string(image_shape, "3,32,32", "input image shape C,H,W");
+DEFINE_int32(batch_size, 128, "batch size of this worker, split across its devices");
+DEFINE_int32(num_epochs, 3, "epochs to train");
+DEFINE_int32(num_examples, 5120, "training examples per epoch");
+DEFINE_string(kv_store, "device", "kvstore type: local or device (dist_* with the parameter server)");
+DEFINE_string(gpus, "", "GPUs to use, such as 0,1; empty: CPU");
+DEFINE_int32(cpu_devices, 1, "CPU devices this process drives when --gpus is empty");
+DEFINE_double(lr, 0.1, "learning rate");
+DEFINE_double(mom, 0.9, "momentum");
+DEFINE_double(wd, 1e-4, "weight decay");
+DEFINE_string(optimizer, "sgd", "sgd or nag");
+DEFINE_string(dtype, "float32", "precision: float32 (CPU); float16 and bfloat16 need --gpus");
+DEFINE_int32(disp_batches, 20, "show progress every this many batches");
+DEFINE_int32(top_k, 0, "report top-k accuracy too when > 0");
+DEFINE_double(label_smoothing, 0.0, "label smoothing of the cross-entropy target");
+DEFINE_bool(last_gamma, false, "zero the last BN gamma of every residual block");
+DEFINE_int32(benchmark, 0, "1: train on one synthetic batch reused every step (compute only)");
+DEFINE_string(data_train, "", "training RecordIO file; empty: synthetic data");
+DEFINE_int32(num_val_examples, 1024, "synthetic validation examples evaluated after each epoch");
+DEFINE_uint64(seed, 0, "seed of initialisation and synthetic data");
+DEFINE_int32(num_threads, 0, "CPU threads for the ops; 0: one per core");
+
+namespace tally {
+namespace {
+
+Status BuildConfig(TrainerConfig* cfg) {
+  if (!FLAGS_gpus.empty()) {
+    return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": this Tally has no GPU ops yet; leave --gpus empty to train on the CPU");
+  }
+  DType dtype;
+  TALLY_RETURN_IF_ERROR(ParseDType(FLAGS_dtype, &dtype));
+  if (dtype != DType::kF32) {
+    return Status::InvalidArgument("--dtype " + FLAGS_dtype + " needs --gpus; CPU workers compute in float32");
+  }
+  if (!FLAGS_data_train.empty()) {
+    return Status::InvalidArgument("--data-train: RecordIO input is not available in this build yet; leave it empty for synthetic data");
+  }
+  if (FLAGS_cpu_devices < 1 || FLAGS_cpu_devices > 64) return Status::InvalidArgument("--cpu-devices must be in 1..64");
+  if (FLAGS_num_epochs < 1) return Status::InvalidArgument("--num-epochs must be positive");
+  if (FLAGS_disp_batches < 1) return Status::InvalidArgument("--disp-batches must be positive");
+  if (FLAGS_num_classes < 2) return Status::InvalidArgument("--num-classes must be at least 2");
+  if (FLAGS_top_k < 0 || FLAGS_top_k > FLAGS_num_classes) return Status::InvalidArgument("--top-k must be in 0..--num-classes");
+  if (FLAGS_label_smoothing < 0 || FLAGS_label_smoothing >= 1) return Status::InvalidArgument("--label-smoothing must be in [0, 1)");
+  TALLY_RETURN_IF_ERROR(CheckBatchSplit(FLAGS_batch_size, FLAGS_cpu_devices));
+  if (FLAGS_num_examples < FLAGS_batch_size) return Status::InvalidArgument("--num-examples must be at least --batch-size");
+
+  cfg->model.network = FLAGS_network;
+  cfg->model.num_layers = FLAGS_num_layers;
+  cfg->model.num_classes = FLAGS_num_classes;
+  TALLY_RETURN_IF_ERROR(ParseImageShape(FLAGS_image_shape, &cfg->model.image_shape));
+  cfg->model.zero_last_gamma = FLAGS_last_gamma;
+  cfg->model.seed = FLAGS_seed;
+  cfg->num_devices = FLAGS_cpu_devices;
+  cfg->kv_store = FLAGS_kv_store;
+  cfg->optimizer.type = FLAGS_optimizer;
+  cfg->optimizer.lr = static_cast<float>(FLAGS_lr);
+  cfg->optimizer.momentum = static_cast<float>(FLAGS_mom);
+  cfg->optimizer.wd = static_cast<float>(FLAGS_wd);
+  cfg->label_smoothing = static_cast<float>(FLAGS_label_smoothing);
+  cfg->top_k = FLAGS_top_k;
+  return Status::Ok();
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// MXNet's metric text: "\taccuracy=0.500000[\ttop_k_accuracy_5=...]\tcross-entropy=...".
+std::string Metrics(const StepStats& s, int top_k) {
+  char buf[160];
+  double n = s.samples > 0 ? static_cast<double>(s.samples) : 1.0;
+  int len = std::snprintf(buf, sizeof buf, "accuracy=%f", s.correct / n);
+  if (top_k > 1) len += std::snprintf(buf + len, sizeof buf - len, "\ttop_k_accuracy_%d=%f", top_k, s.topk_correct / n);
+  std::snprintf(buf + len, sizeof buf - len, "\tcross-entropy=%f", s.loss_sum / n);
+  return buf;
+}
+
+std::string Prefixed(const char* prefix, const StepStats& s, int top_k) {
+  std::string m = Metrics(s, top_k), out;
+  size_t start = 0;
+  while (start <= m.size()) {
+    size_t tab = m.find('\t', start);
+    out += (out.empty() ? "" : "\t") + std::string(prefix) + m.substr(start, tab - start);
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int TrainCommand(int argc, char** argv) {
+  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv);
+  TrainerConfig cfg;
+  Status s = BuildConfig(&cfg);
+  std::unique_ptr<Trainer> trainer;
+  if (s.ok()) {
+    SetNumThreads(FLAGS_num_threads);
+    s = Trainer::Create(cfg, &trainer);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %d cpu device(s), kvstore %s, %d threads\n",
+              FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
+              FLAGS_batch_size, FLAGS_cpu_devices, FLAGS_kv_store.c_str(), NumThreads());
+  std::fflush(stdout);
+
+  SyntheticData train_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed);
+  SyntheticData val_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed, /*stream=*/1);
+  Tensor images, labels;
+  if (FLAGS_benchmark) train_data.NextBatch(FLAGS_batch_size, &images, &labels);
+  const int batches = FLAGS_num_examples / FLAGS_batch_size;
+  for (int epoch = 0; epoch < FLAGS_num_epochs; ++epoch) {
+    StepStats epoch_stats, window;
+    double epoch_start = Now(), tic = epoch_start;
+    for (int b = 0; b < batches; ++b) {
+      if (!FLAGS_benchmark) train_data.NextBatch(FLAGS_batch_size, &images, &labels);
+      StepStats step;
+      s = trainer->Step(images, labels, &step);
+      if (!s.ok()) {
+        std::fprintf(stderr, "tally train: epoch %d batch %d: %s\n", epoch, b, s.ToString().c_str());
+        return 1;
+      }
+      epoch_stats.Add(step);
+      window.Add(step);
+      if ((b + 1) % FLAGS_disp_batches == 0) {
+        double now = Now();
+        std::printf("Epoch[%d] Batch [%d-%d]\tSpeed: %.2f samples/sec\t%s\n", epoch, b + 1 - FLAGS_disp_batches,
+                    b + 1, window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str());
+        std::fflush(stdout);
+        window = StepStats();
+        tic = now;
+      }
+    }
+    std::printf("Epoch[%d] %s\n", epoch, Prefixed("Train-", epoch_stats, FLAGS_top_k).c_str());
+    std::printf("Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start);
+    StepStats val;
+    Tensor val_images, val_labels;
+    for (int done = 0; done < FLAGS_num_val_examples; done += FLAGS_batch_size) {
+      int n = std::min(FLAGS_batch_size, FLAGS_num_val_examples - done);
+      val_data.NextBatch(n, &val_images, &val_labels);
+      trainer->Evaluate(val_images, val_labels, &val);
+    }
+    if (val.samples > 0) std::printf("Epoch[%d] %s\n", epoch, Prefixed("Validation-", val, FLAGS_top_k).c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace tally

@@ -1,0 +1,79 @@
+#include "worker/trainer.h"
+
+#include "ops/ops.h"
+
+namespace tally {
+
+Status CheckBatchSplit(int batch_size, int num_devices) {
+  if (batch_size <= 0) return Status::InvalidArgument("--batch-size must be positive");
+  if (batch_size % num_devices != 0) {
+    return Status::InvalidArgument("--batch-size " + std::to_string(batch_size) +
+                                   " does not divide across " + std::to_string(num_devices) +
+                                   " devices");
+  }
+  return Status::Ok();
+}
+
+Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out) {
+  if (config.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->config_ = config;
+  for (int d = 0; d < config.num_devices; ++d) {
+    std::unique_ptr<Network> net;
+    TALLY_RETURN_IF_ERROR(CreateNetwork(config.model, &net));  // same seed: identical replicas
+    t->replicas_.push_back(std::move(net));
+  }
+  TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
+  TALLY_RETURN_IF_ERROR(t->kv_->SetOptimizer(config.optimizer));
+  const std::vector<Parameter*>& params = t->replicas_[0]->Parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i]->trainable) continue;
+    t->trainable_.push_back(static_cast<int>(i));
+    TALLY_RETURN_IF_ERROR(t->kv_->Init(static_cast<int>(i), params[i]->value));
+  }
+  *out = std::move(t);
+  return Status::Ok();
+}
+
+void Trainer::Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const {
+  stats->correct += TopKCorrect(logits, labels, 1);
+  if (config_.top_k > 1) stats->topk_correct += TopKCorrect(logits, labels, config_.top_k);
+  stats->samples += logits.dim(0);
+}
+
+Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stats) {
+  const int batch = static_cast<int>(images.dim(0));
+  const int devices = num_devices();
+  TALLY_RETURN_IF_ERROR(CheckBatchSplit(batch, devices));
+  const int per_device = batch / devices;
+  const float grad_scale = 1.0f / static_cast<float>(batch);
+  for (int d = 0; d < devices; ++d) {
+    Tensor x = images.Slice(d * per_device, (d + 1) * per_device);
+    Tensor y = labels.Slice(d * per_device, (d + 1) * per_device);
+    Tensor logits = replicas_[d]->Forward(x, /*training=*/true);
+    Tensor dlogits = Tensor::Empty(logits.shape(), DType::kF32);
+    stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing, grad_scale, &dlogits);
+    Count(logits, y, stats);
+    replicas_[d]->Backward(dlogits);
+  }
+  std::vector<Tensor> grads(devices), weights(devices);
+  for (int key : trainable_) {
+    for (int d = 0; d < devices; ++d) {
+      Parameter* p = replicas_[d]->Parameters()[key];
+      grads[d] = p->grad;
+      weights[d] = p->value;
+    }
+    // Keys of the first layers go first: the next forward pass needs them first.
+    TALLY_RETURN_IF_ERROR(kv_->PushPull(key, grads, weights, /*priority=*/-key));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats) {
+  Tensor logits = replicas_[0]->Forward(images, /*training=*/false);
+  stats->loss_sum += SoftmaxCrossEntropy(logits, labels, 0.0f, 1.0f, nullptr);
+  Count(logits, labels, stats);
+  return Status::Ok();
+}
+
+}  // namespace tally

@@ -1,0 +1,74 @@
+// Trainer: one process's data-parallel training step over its devices, through a KVStore.
+//
+//   TrainerConfig cfg;                       // model, devices, kvstore type, optimizer
+//   std::unique_ptr<Trainer> trainer;
+//   TALLY_RETURN_IF_ERROR(Trainer::Create(cfg, &trainer));
+//   StepStats stats;
+//   TALLY_RETURN_IF_ERROR(trainer->Step(images, labels, &stats));
+//
+// A step splits the batch evenly across the devices (one model replica each), runs forward
+// and backward on each, and push-pulls every gradient through the kvstore, which sums them
+// and updates the weights. The loss is the mean over the whole batch, so the gradients do
+// not depend on how the batch was split. Batch-norm running statistics stay per replica,
+// as in MXNet. Driven by one thread.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kvstore/kvstore.h"
+#include "models/network.h"
+
+namespace tally {
+
+struct TrainerConfig {
+  ModelConfig model;
+  int num_devices = 1;  // cpu:0 .. cpu:num_devices-1
+  std::string kv_store = "device";
+  OptimizerConfig optimizer;
+  float label_smoothing = 0.0f;
+  int top_k = 5;  // also counts top-k accuracy when > 1
+};
+
+struct StepStats {
+  double loss_sum = 0;
+  int64_t correct = 0;       // top-1
+  int64_t topk_correct = 0;  // top-k, when TrainerConfig::top_k > 1
+  int64_t samples = 0;
+  void Add(const StepStats& o) {
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    topk_correct += o.topk_correct;
+    samples += o.samples;
+  }
+};
+
+class Trainer {
+ public:
+  static Status Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out);
+
+  // images: [B, H, W, C] fp32; labels: [B] int32. Fails naming --batch-size when B does not
+  // divide across the devices.
+  Status Step(const Tensor& images, const Tensor& labels, StepStats* stats);
+  // Inference on replica 0: adds the batch's loss and accuracy counts to stats.
+  Status Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats);
+
+  void SetLearningRate(float lr) { kv_->SetLearningRate(lr); }
+  Network& replica(int d) { return *replicas_[d]; }
+  int num_devices() const { return static_cast<int>(replicas_.size()); }
+  KVStore& kvstore() { return *kv_; }
+
+ private:
+  Trainer() = default;
+  void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
+
+  TrainerConfig config_;
+  std::vector<std::unique_ptr<Network>> replicas_;
+  std::unique_ptr<KVStore> kv_;
+  std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
+};
+
+// Checks that a global batch divides across the devices; the message names --batch-size.
+Status CheckBatchSplit(int batch_size, int num_devices);
+
+}  // namespace tally
