@@ -1,0 +1,86 @@
+// Softmax cross-entropy and top-k accuracy over rows of logits. Each row's log-softmax is
+// taken about its maximum so that exp never overflows; the loss is summed in double.
+#include <cmath>
+
+#include "ops/cpu/parallel.h"
+#include "ops/ops.h"
+
+namespace tally {
+namespace {
+
+void CheckLogits(const char* op, const Tensor& logits, const Tensor& labels) {
+  CHECK(logits.dtype() == DType::kF32 && logits.ndim() == 2)
+      << op << ": logits " << logits.ToString() << " must be float32 [N,K]";
+  CHECK(labels.dtype() == DType::kI32 && labels.shape() == Shape({logits.dim(0)}))
+      << op << ": labels " << labels.ToString() << " must be int32 [" << logits.dim(0) << "]";
+}
+
+int32_t LabelAt(const char* op, const Tensor& labels, int64_t row, int64_t classes) {
+  const int32_t y = labels.data<int32_t>()[row];
+  CHECK(y >= 0 && y < classes) << op << ": label " << y << " of row " << row
+                               << " is outside [0, " << classes << ")";
+  return y;
+}
+
+}  // namespace
+
+double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                           float grad_scale, Tensor* dlogits) {
+  const char* op = "SoftmaxCrossEntropy";
+  CheckLogits(op, logits, labels);
+  if (dlogits != nullptr) {
+    CHECK(dlogits->dtype() == DType::kF32 && dlogits->shape() == logits.shape())
+        << op << ": dlogits " << dlogits->ToString() << " must match logits "
+        << logits.ToString();
+  }
+  const int64_t n = logits.dim(0), k = logits.dim(1);
+  for (int64_t r = 0; r < n; ++r) LabelAt(op, labels, r, k);
+  const float* lp = logits.data<float>();
+  const int32_t* yp = labels.data<int32_t>();
+  float* dp = dlogits != nullptr ? dlogits->data<float>() : nullptr;
+  const double s = label_smoothing;
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static) \
+    num_threads(cpu::ApplyNumThreads())
+  for (int64_t r = 0; r < n; ++r) {
+    const float* x = lp + r * k;
+    float mx = x[0];
+    for (int64_t j = 1; j < k; ++j) mx = std::max(mx, x[j]);
+    double sum_exp = 0.0, sum_x = 0.0;
+    for (int64_t j = 0; j < k; ++j) {
+      sum_exp += std::exp(static_cast<double>(x[j] - mx));
+      sum_x += x[j];
+    }
+    const double lse = mx + std::log(sum_exp);
+    // -sum_j t_j * (x_j - lse), with t = (1 - s) * onehot + s / K
+    total += lse - (1.0 - s) * x[yp[r]] - s / static_cast<double>(k) * sum_x;
+    if (dp != nullptr) {
+      float* d = dp + r * k;
+      const double uniform = s / static_cast<double>(k);
+      for (int64_t j = 0; j < k; ++j) {
+        const double target = uniform + (j == yp[r] ? 1.0 - s : 0.0);
+        d[j] = static_cast<float>((std::exp(static_cast<double>(x[j]) - lse) - target) * grad_scale);
+      }
+    }
+  }
+  return total;
+}
+
+int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
+  const char* op = "TopKCorrect";
+  CheckLogits(op, logits, labels);
+  CHECK_GT(k, 0) << op << ": k must be positive";
+  const int64_t n = logits.dim(0), classes = logits.dim(1);
+  int64_t correct = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t y = LabelAt(op, labels, r, classes);
+    const float* x = logits.data<float>() + r * classes;
+    // Classes that beat or tie the label rank ahead of it.
+    int64_t ahead = 0;
+    for (int64_t j = 0; j < classes; ++j) ahead += (j != y && x[j] >= x[y]) ? 1 : 0;
+    correct += ahead < k ? 1 : 0;
+  }
+  return correct;
+}
+
+}  // namespace tally
