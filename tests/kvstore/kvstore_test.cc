@@ -1,0 +1,117 @@
+#include "kvstore/kvstore.h"
+
+#include <gtest/gtest.h>
+
+#include "kvstore/updater.h"
+
+namespace tally {
+namespace {
+
+Tensor Full(const Shape& s, float v, DType t = DType::kF32) {
+  Tensor x = Tensor::Empty(s, t);
+  x.Fill(v);
+  return x;
+}
+
+std::unique_ptr<KVStore> Make(const std::string& type, int devices) {
+  std::unique_ptr<KVStore> kv;
+  Status s = KVStore::Create(type, devices, &kv);
+  EXPECT_TRUE(s.ok()) << s;
+  return kv;
+}
+
+TEST(KVStore, PushWithoutOptimizerStoresTheSumInDeviceOrder) {
+  for (const char* type : {"local", "device"}) {
+    auto kv = Make(type, 3);
+    ASSERT_TRUE(kv->Init(7, Full({5}, 0.f)).ok());
+    ASSERT_TRUE(kv->Push(7, {Full({5}, 1.5f), Full({5}, 2.25f), Full({5}, -0.5f, DType::kF16)}).ok());
+    std::vector<Tensor> outs = {Full({5}, 9.f), Full({5}, 9.f), Full({5}, 9.f, DType::kF16)};
+    ASSERT_TRUE(kv->Pull(7, outs).ok());
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(outs[0].data<float>()[i], 3.25f) << type;
+      EXPECT_EQ(outs[1].data<float>()[i], 3.25f) << type;
+      EXPECT_EQ(HalfToFloat(outs[2].data<uint16_t>()[i]), 3.25f) << type;
+    }
+  }
+}
+
+TEST(KVStore, SgdMomentumMatchesHandComputedSteps) {
+  for (const char* type : {"local", "device"}) {
+    auto kv = Make(type, 2);
+    OptimizerConfig opt;
+    opt.lr = 0.1f;
+    opt.momentum = 0.9f;
+    opt.wd = 0.0f;
+    ASSERT_TRUE(kv->SetOptimizer(opt).ok());
+    ASSERT_TRUE(kv->Init(0, Full({3}, 1.f)).ok());
+    std::vector<Tensor> w = {Full({3}, 0.f), Full({3}, 0.f)};
+    // Gradient sum 0.5: mom = -0.05, w = 0.95; then mom = 0.9 * -0.05 - 0.05 = -0.095, w = 0.855.
+    ASSERT_TRUE(kv->PushPull(0, {Full({3}, 0.2f), Full({3}, 0.3f)}, w).ok());
+    EXPECT_NEAR(w[1].data<float>()[2], 0.95f, 1e-7) << type;
+    ASSERT_TRUE(kv->PushPull(0, {Full({3}, 0.2f), Full({3}, 0.3f)}, w).ok());
+    EXPECT_NEAR(w[0].data<float>()[0], 0.855f, 1e-6) << type;
+    EXPECT_EQ(w[0].data<float>()[1], w[1].data<float>()[1]) << type;
+  }
+}
+
+TEST(KVStore, LearningRateChangeAppliesToTheNextUpdate) {
+  auto kv = Make("local", 1);
+  OptimizerConfig opt;
+  opt.momentum = 0.0f;
+  opt.wd = 0.0f;
+  opt.lr = 1.0f;
+  ASSERT_TRUE(kv->SetOptimizer(opt).ok());
+  ASSERT_TRUE(kv->Init(0, Full({1}, 1.f)).ok());
+  kv->SetLearningRate(0.25f);
+  std::vector<Tensor> w = {Full({1}, 0.f)};
+  ASSERT_TRUE(kv->PushPull(0, {Full({1}, 2.f)}, w).ok());
+  EXPECT_FLOAT_EQ(w[0].data<float>()[0], 0.5f);
+}
+
+TEST(KVStore, RefusesMisuseWithClearMessages) {
+  std::unique_ptr<KVStore> kv;
+  Status s = KVStore::Create("banana", 1, &kv);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--kv-store"), std::string::npos) << s;
+  s = KVStore::Create("dist_sync", 1, &kv);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("parameter server"), std::string::npos) << s;
+
+  kv = Make("device", 2);
+  OptimizerConfig bad;
+  bad.type = "adam";
+  s = kv->SetOptimizer(bad);
+  EXPECT_NE(s.message().find("--optimizer"), std::string::npos) << s;
+  s = kv->Push(3, {Full({2}, 1.f), Full({2}, 1.f)});
+  EXPECT_NE(s.message().find("before Init"), std::string::npos) << s;
+  ASSERT_TRUE(kv->Init(3, Full({2}, 0.f)).ok());
+  EXPECT_FALSE(kv->Init(3, Full({2}, 0.f)).ok());
+  s = kv->Push(3, {Full({2}, 1.f)});
+  EXPECT_NE(s.message().find("1 values for 2 devices"), std::string::npos) << s;
+  s = kv->Push(3, {Full({2}, 1.f), Full({4}, 1.f)});
+  EXPECT_NE(s.message().find("does not match"), std::string::npos) << s;
+}
+
+TEST(Updater, MultiPrecisionKeepsUpdatesFp16WouldLose) {
+  OptimizerConfig opt;
+  opt.lr = 1.0f;
+  opt.momentum = 0.0f;
+  opt.wd = 0.0f;
+  opt.multi_precision = true;
+  Updater mp(opt);
+  opt.multi_precision = false;
+  Updater plain(opt);
+  Tensor w_mp = Full({4}, 1.f, DType::kF16), w_plain = Full({4}, 1.f, DType::kF16);
+  Tensor g = Full({4}, 1e-4f, DType::kF16);
+  // Below 1 fp16 steps by 2^-11 (4.9e-4): a 1e-4 step rounds back to 1 without a master copy.
+  for (int i = 0; i < 10; ++i) {
+    mp.Update(0, g, &w_mp);
+    plain.Update(0, g, &w_plain);
+  }
+  EXPECT_EQ(HalfToFloat(w_plain.data<uint16_t>()[0]), 1.0f);
+  EXPECT_NEAR(HalfToFloat(w_mp.data<uint16_t>()[0]), 0.999f, 3e-4);
+  EXPECT_LT(HalfToFloat(w_mp.data<uint16_t>()[0]), 1.0f);
+}
+
+}  // namespace
+}  // namespace tally

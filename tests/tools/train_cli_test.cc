@@ -1,0 +1,80 @@
+// `tally train` as a user runs it: MXNet's log lines, and refusals that name the flag.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+struct Run {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Run Tally(const std::string& args) {
+  std::string cmd = std::string(TALLY_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Run r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const char* kSmall =
+    "train --num-layers 8 --image-shape 3,12,12 --num-classes 4 --batch-size 16 "
+    "--num-examples 128 --disp-batches 4 --num-epochs 2 --num-val-examples 32 --top-k 2";
+
+TEST(TrainCli, PrintsMxnetSpeedometerLines) {
+  Run r = Tally(kSmall);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  std::regex batch(R"(Epoch\[(\d+)\] Batch \[(\d+)-(\d+)\]\tSpeed: ([\d.]+) samples/sec\taccuracy=([\d.]+)\ttop_k_accuracy_2=([\d.]+))");
+  ASSERT_TRUE(std::regex_search(r.output, m, batch)) << r.output;
+  EXPECT_EQ(m[2], "0");
+  EXPECT_EQ(m[3], "4");
+  EXPECT_GT(std::stod(m[4]), 0.0);
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[1\] Batch \[4-8\]\tSpeed: )"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[(\d+)\] Train-accuracy=([\d.]+))"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[(\d+)\] Time cost=([\d.]+))"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[1\] Validation-accuracy=([\d.]+))"))) << r.output;
+}
+
+TEST(TrainCli, RefusesBadInputNamingTheFlag) {
+  struct Case {
+    const char* args;
+    const char* expect;
+  } cases[] = {
+      {"--dtype float99", "--dtype"},
+      {"--dtype float16", "--dtype"},
+      {"--network vgg", "--network"},
+      {"--num-layers 7", "--num-layers"},
+      {"--image-shape 3,x,32", "--image-shape"},
+      {"--image-shape 3,32", "--image-shape"},
+      {"--batch-size 3 --cpu-devices 2", "--batch-size"},
+      {"--kv-store banana", "--kv-store"},
+      {"--optimizer adam", "--optimizer"},
+      {"--gpus 0", "--gpus"},
+      {"--no-such-flag 1", "no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    Run r = Tally(std::string("train ") + c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << " said:\n" << r.output;
+    EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << c.args << " crashed:\n" << r.output;
+  }
+}
+
+TEST(TrainCli, UnknownCommandIsRefused) {
+  Run r = Tally("trian");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown command 'trian'"), std::string::npos) << r.output;
+}
+
+}  // namespace
