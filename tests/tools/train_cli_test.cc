@@ -9,15 +9,15 @@
 
 namespace {
 
-struct Run {
+struct CliRun {
   int exit_code;
   std::string output;  // stdout and stderr
 };
 
-Run Tally(const std::string& args) {
+CliRun Tally(const std::string& args) {
   std::string cmd = std::string(TALLY_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
-  Run r{-1, ""};
+  CliRun r{-1, ""};
   if (!p) return r;
   char buf[4096];
   size_t n;
@@ -32,7 +32,7 @@ const char* kSmall =
     "--num-examples 128 --disp-batches 4 --num-epochs 2 --num-val-examples 32 --top-k 2";
 
 TEST(TrainCli, PrintsMxnetSpeedometerLines) {
-  Run r = Tally(kSmall);
+  CliRun r = Tally(kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   std::regex batch(R"(Epoch\[(\d+)\] Batch \[(\d+)-(\d+)\]\tSpeed: ([\d.]+) samples/sec\taccuracy=([\d.]+)\ttop_k_accuracy_2=([\d.]+))");
@@ -64,7 +64,7 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--no-such-flag 1", "no-such-flag"},
   };
   for (const Case& c : cases) {
-    Run r = Tally(std::string("train ") + c.args);
+    CliRun r = Tally(std::string("train ") + c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << " said:\n" << r.output;
     EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << c.args << " crashed:\n" << r.output;
@@ -72,7 +72,7 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
 }
 
 TEST(TrainCli, UnknownCommandIsRefused) {
-  Run r = Tally("trian");
+  CliRun r = Tally("trian");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown command 'trian'"), std::string::npos) << r.output;
 }
