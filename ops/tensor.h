@@ -45,7 +45,8 @@ struct Device {
 // build without the GPU ops.
 Status ParseDevice(const std::string& text, Device* out);
 
-// Raw bytes owned by a deleter. Allocated 64-byte aligned on the CPU.
+// Raw bytes owned by a deleter. Host allocations are 64-byte aligned; blocks of 256 KiB and
+// more are page-aligned and kept in a process-wide cache for reuse when released.
 class Storage {
  public:
   Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter);

@@ -60,6 +60,19 @@ TEST(Tensor, NchwNhwcPermutationsAreInverse) {
   for (int i = 0; i < x.numel(); ++i) ASSERT_EQ(z.data<float>()[i], x.data<float>()[i]);
 }
 
+TEST(Tensor, BigHostBlocksAreReusedNotReallocated) {
+  void* first;
+  {
+    Tensor a = Tensor::Empty({1 << 20}, DType::kF32);  // 4 MiB
+    first = a.raw_data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 4096, 0u);
+  }
+  Tensor b = Tensor::Empty({1 << 20}, DType::kF32);
+  EXPECT_EQ(b.raw_data(), first);
+  Tensor c = Tensor::Empty({1 << 20}, DType::kF32);  // b is still alive: a new block
+  EXPECT_NE(c.raw_data(), first);
+}
+
 TEST(Device, ParsesAndRefusesClearly) {
   Device d;
   ASSERT_TRUE(ParseDevice("cpu:3", &d).ok());
