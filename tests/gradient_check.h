@@ -43,8 +43,8 @@ inline Tensor Filled(const Shape& shape, float value) {
   return t;
 }
 
-// Distinct values (a shuffled ramp scaled into [-1, 1]), for ops where ties change the
-// result, such as max pooling under finite differences.
+// Distinct values, none zero (a shuffled ramp of midpoints in (-1, 1), spaced 2 / numel),
+// for ops where ties or kinks change the result under finite differences (max pooling, ReLU).
 inline Tensor DistinctTensor(const Shape& shape, Rng* rng) {
   Tensor t = Tensor::Empty(shape, DType::kF32);
   const int64_t n = t.numel();
@@ -52,7 +52,7 @@ inline Tensor DistinctTensor(const Shape& shape, Rng* rng) {
   for (int64_t i = 0; i < n; ++i) order[i] = i;
   for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng->Below(static_cast<uint32_t>(i + 1))]);
   float* p = t.data<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = -1.0f + 2.0f * static_cast<float>(order[i]) / static_cast<float>(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = -1.0f + (2.0f * static_cast<float>(order[i]) + 1.0f) / static_cast<float>(n);
   return t;
 }
 

@@ -47,7 +47,7 @@ int64_t PaddedChannels(int64_t c) { return (c + 7) / 8 * 8; }
 void ChannelSums(const float* a, const float* b, const float* shift_a, const float* shift_b,
                  Dims d, double* sum_a, double* sum_ab) {
   const int64_t cp = PaddedChannels(d.channels);
-  int nt = cpu::ApplyNumThreads();
+  const int nt = cpu::ThreadsFor(d.rows * d.channels);
   std::vector<double> partial(static_cast<size_t>(2 * cp * nt), 0.0);
 #pragma omp parallel num_threads(nt)
   {
@@ -81,7 +81,7 @@ void ChannelSums(const float* a, const float* b, const float* shift_a, const flo
 // y[r, c] = x[r, c] * scale[c] + bias[c]
 void ScaleShift(const float* x, const float* scale, const float* bias, Dims d, float* y) {
   const int64_t C = d.channels;
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(d.rows * C))
   for (int64_t r = 0; r < d.rows; ++r) {
     const float* xr = x + r * C;
     float* yr = y + r * C;
@@ -94,7 +94,7 @@ void ScaleShift(const float* x, const float* scale, const float* bias, Dims d, f
 void BackwardData(const float* x, const float* dy, const float* mean, const float* a,
                   const float* b, const float* k, Dims d, float* dx) {
   const int64_t C = d.channels;
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(d.rows * C))
   for (int64_t r = 0; r < d.rows; ++r) {
     const float* xr = x + r * C;
     const float* dyr = dy + r * C;

@@ -20,7 +20,7 @@ void ReluForward(const Tensor& x, Tensor* y) {
   const float* xp = x.data<float>();
   float* yp = y->data<float>();
   const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for simd schedule(static) num_threads(cpu::ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] > 0.0f ? xp[i] : 0.0f;
 }
 
@@ -31,7 +31,7 @@ void ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx) {
   const float* dyp = dy.data<float>();
   float* dxp = dx->data<float>();
   const int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for simd schedule(static) num_threads(cpu::ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) dxp[i] = yp[i] > 0.0f ? dyp[i] : 0.0f;
 }
 
@@ -42,7 +42,7 @@ void Add(const Tensor& a, const Tensor& b, Tensor* y) {
   const float* bp = b.data<float>();
   float* yp = y->data<float>();
   const int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for simd schedule(static) num_threads(cpu::ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
 }
 

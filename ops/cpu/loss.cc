@@ -41,7 +41,7 @@ double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float lab
   const double s = label_smoothing;
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) schedule(static) \
-    num_threads(cpu::ApplyNumThreads())
+    num_threads(cpu::ThreadsFor(n * k))
   for (int64_t r = 0; r < n; ++r) {
     const float* x = lp + r * k;
     float mx = x[0];

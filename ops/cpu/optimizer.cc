@@ -60,7 +60,7 @@ void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* m
   float* m = CheckedMomentum(op, p, mom, n);
   const float* g = grad.data<float>();
   float* w = weight->data<float>();
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads()) if (n > 4096)
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) UpdateOne(p, g[i], w + i, m != nullptr ? m + i : nullptr);
 }
 
@@ -85,7 +85,7 @@ void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* wei
   const bool grad_f32 = grad.dtype() == DType::kF32;
   const float* g32 = grad_f32 ? grad.data<float>() : nullptr;
   const uint16_t* g16 = grad_f32 ? nullptr : grad.data<uint16_t>();
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads()) if (n > 4096)
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad_f32 ? g32[i] : ToFloat(t, g16[i]);
     UpdateOne(p, g, ms + i, m != nullptr ? m + i : nullptr);

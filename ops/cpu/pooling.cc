@@ -63,7 +63,7 @@ void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* arg
   float* yp = y->data<float>();
   int32_t* ap = argmax->data<int32_t>();
   const int64_t C = d.c;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for collapse(2) schedule(static) num_threads(cpu::ThreadsFor(x.numel()))
   for (int64_t n = 0; n < d.n; ++n) {
     for (int64_t i = 0; i < d.oh; ++i) {
       for (int64_t j = 0; j < d.ow; ++j) {
@@ -104,7 +104,7 @@ void MaxPoolBackward(const Tensor& dy, const Tensor& argmax, Tensor* dx) {
   const float* dyp = dy.data<float>();
   const int32_t* ap = argmax.data<int32_t>();
   float* dxp = dx->data<float>();
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(dx->numel()))
   for (int64_t n = 0; n < N; ++n) {
     float* dxn = dxp + n * plane * C;
     std::fill(dxn, dxn + plane * C, 0.0f);
@@ -124,7 +124,7 @@ void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor* y) {
   const float* xp = x.data<float>();
   float* yp = y->data<float>();
   const int64_t C = d.c;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for collapse(2) schedule(static) num_threads(cpu::ThreadsFor(x.numel()))
   for (int64_t n = 0; n < d.n; ++n) {
     for (int64_t i = 0; i < d.oh; ++i) {
       for (int64_t j = 0; j < d.ow; ++j) {
@@ -151,7 +151,7 @@ void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor* dx) {
   const float* dyp = dy.data<float>();
   float* dxp = dx->data<float>();
   const int64_t C = d.c;
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(dx->numel()))
   for (int64_t n = 0; n < d.n; ++n) {
     float* dxn = dxp + n * d.h * d.w * C;
     std::fill(dxn, dxn + d.h * d.w * C, 0.0f);
@@ -181,7 +181,7 @@ void GlobalAvgPoolForward(const Tensor& x, Tensor* y) {
   const float* xp = x.data<float>();
   float* yp = y->data<float>();
   const float inv = 1.0f / static_cast<float>(hw);
-#pragma omp parallel for schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(x.numel()))
   for (int64_t n = 0; n < N; ++n) {
     float* yr = yp + n * C;
     std::fill(yr, yr + C, 0.0f);
@@ -204,7 +204,7 @@ void GlobalAvgPoolBackward(const Tensor& dy, Tensor* dx) {
   const float* dyp = dy.data<float>();
   float* dxp = dx->data<float>();
   const float inv = 1.0f / static_cast<float>(hw);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(cpu::ApplyNumThreads())
+#pragma omp parallel for collapse(2) schedule(static) num_threads(cpu::ThreadsFor(dx->numel()))
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t s = 0; s < hw; ++s) {
       const float* g = dyp + n * C;

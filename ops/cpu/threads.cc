@@ -30,6 +30,12 @@ int ApplyNumThreads() {
   if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
   return n > 0 ? n : omp_get_max_threads();
 }
+
+int ThreadsFor(int64_t elements) {
+  constexpr int64_t kSerialBelow = 1 << 15;
+  const int n = ApplyNumThreads();
+  return elements < kSerialBelow ? 1 : n;
+}
 }  // namespace cpu
 
 }  // namespace tally
