@@ -1,0 +1,430 @@
+#include "models/safetensors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tally {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
+
+// A strict reader for the subset of JSON a safetensors header uses: objects, arrays,
+// strings and non-negative integers; other values are parsed only to be skipped.
+class JsonReader {
+ public:
+  explicit JsonReader(const std::string& text) : s_(text) {}
+
+  bool Consume(char c) {
+    SkipSpace();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  bool AtEnd() {
+    SkipSpace();
+    return pos_ == s_.size();
+  }
+  size_t pos() const { return pos_; }
+
+  bool String(std::string* out) {
+    if (!Consume('"')) return false;
+    out->clear();
+    while (pos_ < s_.size()) {
+      unsigned char c = s_[pos_++];
+      if (c == '"') return true;
+      if (c < 0x20) return false;
+      if (c != '\\') {
+        out->push_back(static_cast<char>(c));
+        continue;
+      }
+      if (pos_ >= s_.size()) return false;
+      char e = s_[pos_++];
+      switch (e) {
+        case '"': case '\\': case '/': out->push_back(e); break;
+        case 'b': out->push_back('\b'); break;
+        case 'f': out->push_back('\f'); break;
+        case 'n': out->push_back('\n'); break;
+        case 'r': out->push_back('\r'); break;
+        case 't': out->push_back('\t'); break;
+        case 'u': {
+          uint32_t cp;
+          if (!Hex4(&cp)) return false;
+          if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
+            uint32_t lo;
+            if (pos_ + 2 > s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u') return false;
+            pos_ += 2;
+            if (!Hex4(&lo) || lo < 0xDC00 || lo >= 0xE000) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp < 0xE000) {
+            return false;
+          }
+          AppendUtf8(cp, out);
+          break;
+        }
+        default: return false;
+      }
+    }
+    return false;
+  }
+
+  bool Uint(uint64_t* out) {
+    SkipSpace();
+    size_t start = pos_;
+    uint64_t v = 0;
+    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
+      uint64_t digit = s_[pos_++] - '0';
+      if (v > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
+      v = v * 10 + digit;
+    }
+    *out = v;
+    return pos_ > start;
+  }
+
+  // An array of non-negative integers.
+  bool UintArray(std::vector<uint64_t>* out) {
+    out->clear();
+    if (!Consume('[')) return false;
+    if (Consume(']')) return true;
+    do {
+      uint64_t v;
+      if (!Uint(&v)) return false;
+      out->push_back(v);
+    } while (Consume(','));
+    return Consume(']');
+  }
+
+  bool SkipValue(int depth = 0) {
+    if (depth > 32) return false;
+    SkipSpace();
+    if (pos_ >= s_.size()) return false;
+    std::string unused;
+    char c = s_[pos_];
+    if (c == '"') return String(&unused);
+    if (c == '{' || c == '[') {
+      char close = c == '{' ? '}' : ']';
+      ++pos_;
+      if (Consume(close)) return true;
+      do {
+        if (c == '{' && !(String(&unused) && Consume(':'))) return false;
+        if (!SkipValue(depth + 1)) return false;
+      } while (Consume(','));
+      return Consume(close);
+    }
+    size_t start = pos_;
+    while (pos_ < s_.size() && std::strchr("+-.0123456789eEtruefalsn", s_[pos_])) ++pos_;
+    return pos_ > start;
+  }
+
+ private:
+  void SkipSpace() {
+    while (pos_ < s_.size() && std::strchr(" \t\r\n", s_[pos_]) && s_[pos_] != '\0') ++pos_;
+  }
+  bool Hex4(uint32_t* out) {
+    if (pos_ + 4 > s_.size()) return false;
+    *out = 0;
+    for (int i = 0; i < 4; ++i) {
+      char h = s_[pos_++];
+      int v = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+            : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+      if (v < 0) return false;
+      *out = *out * 16 + v;
+    }
+    return true;
+  }
+  static void AppendUtf8(uint32_t cp, std::string* out) {
+    if (cp < 0x80) {
+      out->push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// Parses one tensor's {"dtype": ..., "shape": [...], "data_offsets": [b, e]}.
+Status ParseEntry(JsonReader* r, const std::string& where, Entry* e) {
+  bool have_dtype = false, have_shape = false, have_offsets = false;
+  if (!r->Consume('{')) return Status::InvalidArgument(where + ": expected an object");
+  if (!r->Consume('}')) {
+    do {
+      std::string key;
+      if (!r->String(&key) || !r->Consume(':')) {
+        return Status::InvalidArgument(where + ": malformed JSON");
+      }
+      if (key == "dtype") {
+        std::string name;
+        if (!r->String(&name)) return Status::InvalidArgument(where + ": dtype is not a string");
+        if (!ParseSafetensorsDType(name, &e->dtype)) {
+          return Status::InvalidArgument(where + ": unsupported dtype '" + name +
+                                         "' (Tally reads F32, F16, BF16, I32, U8)");
+        }
+        have_dtype = true;
+      } else if (key == "shape" || key == "data_offsets") {
+        std::vector<uint64_t> v;
+        if (!r->UintArray(&v)) {
+          return Status::InvalidArgument(where + ": " + key + " is not a list of integers");
+        }
+        if (key == "shape") {
+          for (uint64_t d : v) {
+            if (d > (1ull << 40)) return Status::InvalidArgument(where + ": dimension too large");
+            e->shape.push_back(static_cast<int64_t>(d));
+          }
+          have_shape = true;
+        } else {
+          if (v.size() != 2 || v[0] > v[1]) {
+            return Status::InvalidArgument(where + ": data_offsets must be [begin, end]");
+          }
+          e->begin = v[0];
+          e->end = v[1];
+          have_offsets = true;
+        }
+      } else if (!r->SkipValue()) {
+        return Status::InvalidArgument(where + ": malformed JSON");
+      }
+    } while (r->Consume(','));
+    if (!r->Consume('}')) return Status::InvalidArgument(where + ": malformed JSON");
+  }
+  if (!have_dtype || !have_shape || !have_offsets) {
+    return Status::InvalidArgument(where + ": needs dtype, shape and data_offsets");
+  }
+  return Status::Ok();
+}
+
+Status ParseHeader(const std::string& path, const std::string& header, std::vector<Entry>* entries,
+                   std::map<std::string, std::string>* metadata) {
+  JsonReader r(header);
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(path + ": bad safetensors header at byte " +
+                                   std::to_string(8 + r.pos()) + ": " + what);
+  };
+  if (!r.Consume('{')) return bad("expected a JSON object");
+  std::set<std::string> seen;
+  if (!r.Consume('}')) {
+    do {
+      std::string name;
+      if (!r.String(&name) || !r.Consume(':')) return bad("malformed JSON");
+      if (!seen.insert(name).second) return bad("duplicate key '" + name + "'");
+      if (name == kSafetensorsMetadataKey) {
+        if (!r.Consume('{')) return bad("__metadata__ is not an object");
+        if (!r.Consume('}')) {
+          do {
+            std::string k, v;
+            if (!r.String(&k) || !r.Consume(':') || !r.String(&v)) {
+              return bad("__metadata__ must map strings to strings");
+            }
+            (*metadata)[k] = v;
+          } while (r.Consume(','));
+          if (!r.Consume('}')) return bad("malformed __metadata__");
+        }
+        continue;
+      }
+      Entry e;
+      e.name = name;
+      Status s = ParseEntry(&r, path + ": tensor '" + name + "'", &e);
+      if (!s.ok()) return s;
+      entries->push_back(std::move(e));
+    } while (r.Consume(','));
+    if (!r.Consume('}')) return bad("malformed JSON");
+  }
+  if (!r.AtEnd()) return bad("trailing bytes after the JSON object");
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* SafetensorsDTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI32: return "I32";
+    case DType::kU8: return "U8";
+  }
+  return "?";
+}
+
+bool ParseSafetensorsDType(const std::string& name, DType* out) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8}) {
+    if (name == SafetensorsDTypeName(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+const Tensor* SafetensorsFile::Find(const std::string& name) const {
+  for (const NamedTensor& t : tensors) {
+    if (t.name == name) return &t.tensor;
+  }
+  return nullptr;
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  std::ostringstream h;
+  h << '{';
+  bool first = true;
+  if (!metadata.empty()) {
+    h << JsonQuote(kSafetensorsMetadataKey) << ":{";
+    for (const auto& [k, v] : metadata) {
+      h << (first ? "" : ",") << JsonQuote(k) << ':' << JsonQuote(v);
+      first = false;
+    }
+    h << '}';
+    first = false;
+  }
+  uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const NamedTensor& t : tensors) {
+    CHECK(t.tensor.defined() && t.tensor.device().is_cpu()) << t.name << ": not a CPU tensor";
+    CHECK(t.name != kSafetensorsMetadataKey && names.insert(t.name).second)
+        << "tensor name '" << t.name << "' is reserved or repeated";
+    h << (first ? "" : ",") << JsonQuote(t.name) << ":{\"dtype\":\""
+      << SafetensorsDTypeName(t.tensor.dtype()) << "\",\"shape\":[";
+    for (int i = 0; i < t.tensor.ndim(); ++i) h << (i ? "," : "") << t.tensor.dim(i);
+    h << "],\"data_offsets\":[" << offset << ',' << offset + t.tensor.nbytes() << "]}";
+    offset += t.tensor.nbytes();
+    first = false;
+  }
+  h << '}';
+  std::string header = h.str();
+  header.append((kSafetensorsHeaderAlign - header.size() % kSafetensorsHeaderAlign) %
+                    kSafetensorsHeaderAlign, ' ');
+  if (header.size() > kSafetensorsMaxHeaderBytes) {
+    return Status::InvalidArgument(path + ": safetensors header would exceed the size cap");
+  }
+
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return Status::IoError(tmp + ": cannot open for writing");
+    uint64_t n = header.size();
+    f.write(reinterpret_cast<const char*>(&n), sizeof(n));
+    f.write(header.data(), header.size());
+    for (const NamedTensor& t : tensors) {
+      f.write(static_cast<const char*>(t.tensor.raw_data()), t.tensor.nbytes());
+    }
+    f.flush();
+    if (!f) return Status::IoError(tmp + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::IoError(path + ": cannot rename " + tmp + " into place");
+  }
+  return Status::Ok();
+}
+
+Status ReadSafetensors(const std::string& path, SafetensorsFile* out) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return Status::NotFound(path + ": cannot open");
+  uint64_t file_size = static_cast<uint64_t>(f.tellg());
+  f.seekg(0);
+  uint64_t header_len = 0;
+  if (file_size < 8 || !f.read(reinterpret_cast<char*>(&header_len), 8)) {
+    return Status::InvalidArgument(path + ": truncated: shorter than the 8-byte header length");
+  }
+  if (header_len > kSafetensorsMaxHeaderBytes) {
+    return Status::InvalidArgument(path + ": header length " + std::to_string(header_len) +
+                                   " exceeds the cap of " +
+                                   std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
+  }
+  if (header_len > file_size - 8) {
+    return Status::InvalidArgument(path + ": truncated: header length " +
+                                   std::to_string(header_len) + " but only " +
+                                   std::to_string(file_size - 8) + " bytes follow");
+  }
+  std::string header(header_len, '\0');
+  if (!f.read(header.data(), header_len)) return Status::IoError(path + ": read failed");
+
+  std::vector<Entry> entries;
+  SafetensorsFile result;
+  TALLY_RETURN_IF_ERROR(ParseHeader(path, header, &entries, &result.metadata));
+
+  // The data must be covered exactly, tensor after tensor, with no gap or overlap.
+  uint64_t data_size = file_size - 8 - header_len;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const Entry& e : entries) {
+    std::string where = path + ": tensor '" + e.name + "'";
+    if (e.end > data_size) {
+      return Status::InvalidArgument(where + ": data_offsets [" + std::to_string(e.begin) + ", " +
+                                     std::to_string(e.end) + "] out of range of the " +
+                                     std::to_string(data_size) + " data bytes (truncated?)");
+    }
+    if (e.begin != expected) {
+      return Status::InvalidArgument(where + ": data_offsets leave a gap or overlap at byte " +
+                                     std::to_string(expected));
+    }
+    uint64_t bytes = DTypeSize(e.dtype);
+    bool overflow = false;
+    for (int64_t d : e.shape) {
+      overflow |= __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
+    }
+    if (overflow || bytes != e.end - e.begin) {
+      return Status::InvalidArgument(where + ": shape " + ShapeString(e.shape) + " of " +
+                                     SafetensorsDTypeName(e.dtype) + " does not match its " +
+                                     std::to_string(e.end - e.begin) + " data bytes");
+    }
+    expected = e.end;
+  }
+  if (expected != data_size) {
+    return Status::InvalidArgument(path + ": " + std::to_string(data_size - expected) +
+                                   " bytes after the last tensor");
+  }
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::Empty(e.shape, e.dtype);
+    if (!f.read(static_cast<char*>(t.raw_data()), e.end - e.begin)) {
+      return Status::IoError(path + ": read failed in tensor '" + e.name + "'");
+    }
+    result.tensors.push_back({e.name, t});
+  }
+  *out = std::move(result);
+  return Status::Ok();
+}
+
+}  // namespace tally

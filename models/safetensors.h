@@ -1,0 +1,61 @@
+// Reading and writing tensors in the safetensors format (Hugging Face's), used for test
+// fixtures and for `tally export`. The byte layout is in docs/safetensors.md:
+//
+//   [8 bytes: header length N, little-endian u64][N bytes: JSON header][raw tensor data]
+//
+//   std::vector<NamedTensor> ts = {{"fc.weight", w}, {"fc.bias", b}};
+//   Status s = WriteSafetensors("/tmp/model.safetensors", ts, {{"epoch", "3"}});
+//   SafetensorsFile f;
+//   s = ReadSafetensors("/tmp/model.safetensors", &f);
+//   const Tensor* w2 = f.Find("fc.weight");   // nullptr when absent
+//
+// Supported dtypes: F32, F16, BF16, I32, U8 (Tally's). Tensors read are CPU tensors owned
+// by the SafetensorsFile's copies of them. Every failure of the outside world (missing,
+// truncated or malformed file, an oversized header, offsets out of range, an unsupported
+// dtype) is a Status naming the file. The functions are thread-compatible: concurrent
+// calls on different files are fine. Assumes a little-endian host, as the data is stored
+// little-endian and copied as is.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/tensor.h"
+
+namespace tally {
+
+// The header may be at most this long; a larger length field means a corrupt or hostile
+// file, refused before anything is allocated (the same cap as the reference implementation).
+constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+// The header is padded with spaces to a multiple of this, so the data is aligned.
+constexpr uint64_t kSafetensorsHeaderAlign = 8;
+// The key of the optional string-to-string metadata object in the header.
+constexpr char kSafetensorsMetadataKey[] = "__metadata__";
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+struct SafetensorsFile {
+  std::vector<NamedTensor> tensors;  // in the order of their data in the file
+  std::map<std::string, std::string> metadata;
+
+  const Tensor* Find(const std::string& name) const;
+};
+
+// Writes the tensors (CPU, contiguous; names unique and not "__metadata__") in the given
+// order. The file is written beside `path` and renamed into place, so a reader never sees
+// half a file.
+Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata = {});
+
+Status ReadSafetensors(const std::string& path, SafetensorsFile* out);
+
+// "F32" etc. for Tally's dtypes; false for a name Tally does not support.
+const char* SafetensorsDTypeName(DType t);
+bool ParseSafetensorsDType(const std::string& name, DType* out);
+
+}  // namespace tally
