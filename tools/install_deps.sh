@@ -14,7 +14,8 @@ packages=(
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libeigen3-dev libgoogle-glog-dev libgflags-dev libgtest-dev
-  libturbojpeg0-dev libdnnl-dev
+  # oneDNN's CMake package asks for OpenCL headers even for CPU use.
+  libturbojpeg0-dev libdnnl-dev ocl-icd-opencl-dev
   python3 python3-numpy
 )
 if [[ "${1:-}" == "--bench" ]]; then
