@@ -38,7 +38,8 @@ struct ModelConfig {
   bool bn_use_global_stats = false; // BN uses running statistics in training too (MXNet's flag)
   float bn_eps = 1e-5f;
   float bn_momentum = 0.9f;
-  std::string initializer = "xavier";  // "xavier" (gaussian, in, magnitude 2) or "msra"
+  std::string initializer = "xavier";  // "xavier" (gaussian, in, magnitude 2) or "msra";
+                                       // models/init.h has the exact rules
   uint64_t seed = 0;
 };
 
