@@ -1,4 +1,6 @@
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include <gflags/gflags.h>
@@ -7,12 +9,25 @@
 
 namespace tally {
 
+// True when gflags knows `name` (underscored), or it is "no" + a boolean flag's name.
+static bool KnownFlag(const std::string& name) {
+  gflags::CommandLineFlagInfo info;
+  if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) return true;
+  return name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.c_str() + 2, &info) &&
+         info.type == "bool";
+}
+
 void ParseFlags(const std::string& usage, int* argc, char*** argv) {
   for (int i = 1; i < *argc; ++i) {
     char* a = (*argv)[i];
-    if (a[0] != '-' || a[1] != '-') continue;
+    if (a[0] != '-' || a[1] != '-' || a[2] == '\0') continue;
+    std::string typed(a, std::strcspn(a, "="));
     for (char* p = a + 2; *p && *p != '='; ++p) {
       if (*p == '-') *p = '_';
+    }
+    if (!KnownFlag(std::string(a + 2, std::strcspn(a + 2, "=")))) {
+      std::fprintf(stderr, "%s: unknown flag %s (see %s --help)\n", (*argv)[0], typed.c_str(), (*argv)[0]);
+      std::exit(2);
     }
   }
   gflags::SetUsageMessage(usage);

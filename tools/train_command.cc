@@ -44,7 +44,8 @@ Status BuildConfig(TrainerConfig* cfg) {
     return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": this Tally has no GPU ops yet; leave --gpus empty to train on the CPU");
   }
   DType dtype;
-  TALLY_RETURN_IF_ERROR(ParseDType(FLAGS_dtype, &dtype));
+  Status parsed = ParseDType(FLAGS_dtype, &dtype);
+  if (!parsed.ok()) return Status::InvalidArgument("--dtype: " + parsed.message());
   if (dtype != DType::kF32) {
     return Status::InvalidArgument("--dtype " + FLAGS_dtype + " needs --gpus; CPU workers compute in float32");
   }
