@@ -2,7 +2,8 @@
 
 namespace tally {
 
-SyntheticData::SyntheticData(const Shape& chw, int num_classes, uint64_t seed, uint64_t stream)
+SyntheticData::SyntheticData(const Shape& chw, int num_classes, uint64_t seed, uint64_t stream,
+                             float signal)
     : channels_(static_cast<int>(chw[0])),
       height_(static_cast<int>(chw[1])),
       width_(static_cast<int>(chw[2])),
@@ -10,7 +11,7 @@ SyntheticData::SyntheticData(const Shape& chw, int num_classes, uint64_t seed, u
       templates_(static_cast<size_t>(num_classes) * kGrid * kGrid * chw[0]),
       rng_(Mix64(Mix64(seed) ^ stream)) {  // far-apart states: streams never overlap
   Rng t(Mix64(seed ^ 0x7e3a9u));
-  for (float& v : templates_) v = t.Normal();
+  for (float& v : templates_) v = signal * t.Normal();
 }
 
 void SyntheticData::NextBatch(int batch_size, Tensor* images, Tensor* labels) {

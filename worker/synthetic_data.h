@@ -21,7 +21,10 @@ class SyntheticData {
  public:
   // Streams of one seed share the class templates and differ in their images (stream 0 for
   // training, 1 for validation).
-  SyntheticData(const Shape& image_shape_chw, int num_classes, uint64_t seed, uint64_t stream = 0);
+  // signal: the templates' standard deviation under unit noise. The default is faint, so a
+  // class takes a ResNet a few epochs to see.
+  SyntheticData(const Shape& image_shape_chw, int num_classes, uint64_t seed, uint64_t stream = 0,
+                float signal = 0.15f);
   void NextBatch(int batch_size, Tensor* images, Tensor* labels);
 
  private:
