@@ -1,12 +1,10 @@
 // Deterministic random numbers and the weight initialisers of the ResNet family.
 //
-//   SplitMix64 rng(seed);
-//   double z = rng.Normal();                       // N(0, 1), the same on every platform
 //   Status s = InitializeParameters("xavier", seed, net->Parameters());
 //
-// The generator is splitmix64 with Box-Muller normals, written out here rather than taken
-// from <random>, whose distributions are implementation-defined: a seed must give the same
-// weights with every compiler and standard library.
+// Draws come from ops/random.h (splitmix64, Box-Muller), not <random>, whose distributions
+// are implementation-defined: a seed must give the same weights with every compiler and
+// standard library.
 //
 // Initialisers, by parameter (recognised by name and rank):
 //   conv weight [K, R, S, C]: fan_in = R*S*C, fan_out = K*R*S; fc weight [out, in]: fan_in =
@@ -19,10 +17,9 @@
 //   running_mean 0; running_var 1.
 // Each parameter draws from its own stream, seeded from (seed, its position in the list), so
 // a tensor's values do not depend on the sizes of those before it.
-// Thread-safety: SplitMix64 is a value; InitializeParameters writes the tensors it is given.
+// Thread-safety: InitializeParameters writes the tensors it is given.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,24 +27,6 @@
 #include "ops/status.h"
 
 namespace tally {
-
-// splitmix64's finaliser: a bijective 64-bit mix of x + 0x9E3779B97F4A7C15.
-uint64_t SplitMix64Hash(uint64_t x);
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next();
-  // Uniform in [0, 1) with 53 random bits.
-  double Uniform();
-  // Standard normal by Box-Muller; values come in pairs, the second is kept for the next call.
-  double Normal();
-
- private:
-  uint64_t state_;
-  bool has_spare_ = false;
-  double spare_ = 0.0;
-};
 
 // Fills every parameter of `params` by the rules above. Fails, naming --initializer, for an
 // unknown initializer name.

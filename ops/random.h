@@ -1,11 +1,12 @@
 // Deterministic random numbers that are the same on every platform and compiler (the
 // standard library's distributions are implementation-defined, so they are not used).
 //
-//   Rng rng(seed);
+//   Rng rng(seed);               // splitmix64
 //   float u = rng.Uniform();     // [0, 1)
-//   float g = rng.Normal();      // N(0, 1), Box-Muller
+//   float g = rng.Normal();      // N(0, 1), Box-Muller computed in double
+//   uint64_t h = SplitMix64Hash(key);   // a stateless hash, for values indexed by position
 //
-// Not thread-safe; give each thread its own Rng (e.g. seeded from Mix(seed, thread)).
+// Not thread-safe; give each thread its own Rng (e.g. seeded from SplitMix64Hash(seed ^ t)).
 #pragma once
 
 #include <cmath>
@@ -13,8 +14,8 @@
 
 namespace tally {
 
-// splitmix64's finaliser: a bijective mix of 64 bits.
-inline uint64_t Mix64(uint64_t x) {
+// splitmix64's output function applied to x + 0x9E3779B97F4A7C15: a bijective mix of 64 bits.
+inline uint64_t SplitMix64Hash(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -24,7 +25,12 @@ inline uint64_t Mix64(uint64_t x) {
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() { return Mix64(state_++ * 0x9e3779b97f4a7c15ull); }
+  // splitmix64: the hash of a Weyl sequence.
+  uint64_t Next() {
+    uint64_t out = SplitMix64Hash(state_);
+    state_ += 0x9e3779b97f4a7c15ull;
+    return out;
+  }
   // 24 random bits, so the value is exact in a float.
   float Uniform() { return static_cast<float>(Next() >> 40) * (1.0f / 16777216.0f); }
   float Normal() {

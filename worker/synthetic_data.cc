@@ -9,8 +9,8 @@ SyntheticData::SyntheticData(const Shape& chw, int num_classes, uint64_t seed, u
       width_(static_cast<int>(chw[2])),
       num_classes_(num_classes),
       templates_(static_cast<size_t>(num_classes) * kGrid * kGrid * chw[0]),
-      rng_(Mix64(Mix64(seed) ^ stream)) {  // far-apart states: streams never overlap
-  Rng t(Mix64(seed ^ 0x7e3a9u));
+      rng_(SplitMix64Hash(SplitMix64Hash(seed) ^ stream)) {  // far-apart states: streams never overlap
+  Rng t(SplitMix64Hash(seed ^ 0x7e3a9u));
   for (float& v : templates_) v = signal * t.Normal();
 }
 

@@ -24,7 +24,7 @@
 
 #include <gtest/gtest.h>
 
-#include "models/init.h"
+#include "ops/random.h"
 #include "models/network.h"
 #include "models/safetensors.h"
 #include "ops/ops.h"
