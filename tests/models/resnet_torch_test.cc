@@ -104,6 +104,9 @@ struct Case {
   bool zero_gamma;
 };
 
+// Names the case in gtest's and ctest's listings instead of dumping its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 // The tolerance for `key`: `base`, widened for a float64 reference by the error PyTorch
 // float32 makes there.
 double Tolerance(const SafetensorsFile& fx, const std::string& key, double base) {
