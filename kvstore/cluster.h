@@ -1,0 +1,102 @@
+// Cluster: a server's or worker's membership in a job: registration with the scheduler,
+// the node table, barriers, heartbeats, and the end of the job (ps-lite's Postoffice).
+//
+//   ClusterConfig cfg;
+//   TALLY_RETURN_IF_ERROR(ClusterConfigFromEnv(&cfg));        // DMLC_* variables
+//   std::unique_ptr<Cluster> cluster;
+//   TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, NewZmqTransport(), &cluster));
+//   cluster->SetDataHandler([&](Message&& m) { ... });        // PUSH, PULL, RESPONSE, ...
+//   TALLY_RETURN_IF_ERROR(cluster->Barrier(kGroupWorkers, timeout));
+//   ...
+//   cluster->Finish();        // a worker: done; a server: cluster->WaitForShutdown()
+//
+// Node ids: 0 is the scheduler, 1..M the servers (rank = id - 1), M+1..M+N the workers.
+//
+// Failure: the scheduler tells every node when a node stops answering (NODE_DEAD), and each
+// node declares the scheduler dead when it has heard nothing from it for dead_timeout_ms.
+// Either way the node logs which node died (role, rank, host, pid), every wait of this
+// class and of the kvstore fails at once with that reason, and, if the process is still
+// alive exit_grace_ms later (a long computation that never waits), a watchdog ends it with
+// exit status 1. No wait here is without a timeout.
+//
+// Thread-safety: all methods may be called from any thread. The data handler runs on the
+// receive thread, one message at a time; it must not block for long (heartbeats and
+// failure notices wait behind it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstore/transport.h"
+
+namespace tally {
+
+constexpr uint32_t kGroupScheduler = 1;
+constexpr uint32_t kGroupServers = 2;
+constexpr uint32_t kGroupWorkers = 4;
+constexpr uint32_t kGroupAll = 7;
+
+struct ClusterConfig {
+  wire::Role role = wire::WORKER;
+  std::string scheduler_host = "127.0.0.1";  // DMLC_PS_ROOT_URI
+  int scheduler_port = 9091;                 // DMLC_PS_ROOT_PORT
+  int num_workers = 1;                       // DMLC_NUM_WORKER
+  int num_servers = 1;                       // DMLC_NUM_SERVER
+  std::string host = "127.0.0.1";            // DMLC_NODE_HOST: where peers reach this node
+  int port = 0;                              // TALLY_PORT: 0 picks a free port
+  int heartbeat_interval_ms = 300;           // TALLY_HEARTBEAT_MS
+  int dead_timeout_ms = 2000;                // TALLY_DEAD_TIMEOUT_MS
+  int register_timeout_ms = 60000;           // TALLY_REGISTER_TIMEOUT_MS: the whole job must gather
+  int exit_grace_ms = 1000;                  // after a failure, before the watchdog exits
+};
+
+// Reads the DMLC_* and TALLY_* variables above. Fails naming the variable that is missing
+// or malformed. DMLC_ROLE is one of scheduler, server, worker.
+Status ClusterConfigFromEnv(ClusterConfig* cfg);
+
+// "worker 1 (10.0.0.3:40123, pid 4242)"
+std::string DescribeNode(const wire::Node& node);
+
+class Cluster {
+ public:
+  // Binds, registers with the scheduler, waits for the node table and connects to every
+  // node. Fails when the scheduler does not answer within register_timeout_ms.
+  static Status Join(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
+                     std::unique_ptr<Cluster>* out);
+  ~Cluster();
+
+  const wire::Node& me() const;
+  int num_workers() const;
+  int num_servers() const;
+  int ServerId(int server_rank) const { return 1 + server_rank; }
+  int WorkerId(int worker_rank) const { return 1 + num_servers() + worker_rank; }
+  const wire::Node& node(int id) const;
+
+  // Data messages (everything but membership) are handed to `handler` on the receive
+  // thread. Messages that arrive before a handler is set wait for it.
+  void SetDataHandler(std::function<void(Message&&)> handler);
+  // Sends to node `id`; meta.sender_id is filled in.
+  Status Send(int id, Message msg);
+
+  // Waits until every node of `group` has called Barrier with the same group.
+  Status Barrier(uint32_t group, int timeout_ms);
+  // A worker's end: tells the scheduler and waits for the job's SHUTDOWN.
+  Status Finish(int timeout_ms);
+  // A server's life: returns when the scheduler ends the job (Ok) or a node died.
+  Status WaitForShutdown();
+
+  // Ok while the job is healthy; afterwards, why it is not. Waiters elsewhere (the
+  // kvstore) poll this, or register with OnFailure to be woken.
+  Status failure() const;
+  void OnFailure(std::function<void(const Status&)> callback);
+
+ private:
+  class Impl;
+  explicit Cluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tally

@@ -1,0 +1,54 @@
+#include "kvstore/placement.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <glog/logging.h>
+
+namespace tally {
+
+Placement Placement::Compute(const std::vector<int64_t>& key_sizes, int num_servers) {
+  CHECK_GE(num_servers, 1);
+  Placement p;
+  p.num_servers_ = num_servers;
+  p.slices_.resize(key_sizes.size());
+  const int64_t total = std::accumulate(key_sizes.begin(), key_sizes.end(), int64_t{0});
+  const auto allowed = static_cast<int64_t>(kMaxImbalance * static_cast<double>(total) / num_servers);
+  p.slice_bound_ = std::min(kSliceAbove, std::max(kMinSliceBound, allowed));
+
+  std::vector<int64_t> load(num_servers, 0);
+  std::vector<int> whole;
+  for (size_t k = 0; k < key_sizes.size(); ++k) {
+    const int64_t n = key_sizes[k];
+    CHECK_GE(n, 0) << "key " << k;
+    if (n <= p.slice_bound_ || num_servers == 1) {
+      whole.push_back(static_cast<int>(k));
+      continue;
+    }
+    int64_t offset = 0;
+    for (int s = 0; s < num_servers; ++s) {
+      const int64_t len = n / num_servers + (s < n % num_servers ? 1 : 0);
+      p.slices_[k].push_back({s, offset, len});
+      load[s] += len;
+      offset += len;
+    }
+  }
+  std::stable_sort(whole.begin(), whole.end(),
+                   [&](int a, int b) { return key_sizes[a] > key_sizes[b]; });
+  for (int k : whole) {
+    const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    p.slices_[k].push_back({s, 0, key_sizes[k]});
+    load[s] += key_sizes[k];
+  }
+  return p;
+}
+
+std::vector<int64_t> Placement::ServerLoads() const {
+  std::vector<int64_t> load(num_servers_, 0);
+  for (const auto& key : slices_) {
+    for (const Slice& s : key) load[s.server] += s.length;
+  }
+  return load;
+}
+
+}  // namespace tally
