@@ -22,6 +22,15 @@ Status KVStore::Create(const std::string& type, int num_devices, std::unique_ptr
                                  "' (local, device, dist_sync, dist_device_sync or dist_async)");
 }
 
+Status KVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  if (keys.size() != values.size()) {
+    return Status::InvalidArgument("kvstore Init with " + std::to_string(keys.size()) + " keys and " +
+                                   std::to_string(values.size()) + " values");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) TALLY_RETURN_IF_ERROR(Init(keys[i], values[i]));
+  return Status::Ok();
+}
+
 Status KVStore::PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                          int priority) {
   TALLY_RETURN_IF_ERROR(Push(key, vals, priority));

@@ -62,6 +62,9 @@ class KVStore {
 
   // Registers key with its initial value (copied). A key is registered once.
   virtual Status Init(int key, const Tensor& value) = 0;
+  // Registers many keys at once. The distributed types need every key in one call (their
+  // placement of keys on servers depends on all the sizes) and fail otherwise.
+  virtual Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values);
   // vals: one tensor per device, shaped as the key's value. priority orders the
   // communication of the distributed types (higher first); single-process types ignore it.
   virtual Status Push(int key, const std::vector<Tensor>& vals, int priority = 0) = 0;
@@ -69,6 +72,10 @@ class KVStore {
   virtual Status Pull(int key, const std::vector<Tensor>& outs, int priority = 0) = 0;
   virtual Status PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                           int priority = 0);
+  // The distributed types may return from Push, Pull and PushPull before the data has
+  // moved: a pushed tensor must not be written, and a pulled one not read, until WaitAll
+  // returns. The single-process types finish every call before returning.
+  virtual Status WaitAll() { return Status::Ok(); }
 };
 
 }  // namespace tally

@@ -21,6 +21,7 @@ class LocalKVStore : public KVStore {
   const std::string& type() const override { return type_; }
   Status SetOptimizer(const OptimizerConfig& config) override;
   void SetLearningRate(float lr) override;
+  using KVStore::Init;
   Status Init(int key, const Tensor& value) override;
   Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;

@@ -26,11 +26,13 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
   TALLY_RETURN_IF_ERROR(t->kv_->SetOptimizer(config.optimizer));
   const std::vector<Parameter*>& params = t->replicas_[0]->Parameters();
+  std::vector<Tensor> values;
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i]->trainable) continue;
     t->trainable_.push_back(static_cast<int>(i));
-    TALLY_RETURN_IF_ERROR(t->kv_->Init(static_cast<int>(i), params[i]->value));
+    values.push_back(params[i]->value);
   }
+  TALLY_RETURN_IF_ERROR(t->kv_->Init(t->trainable_, values));
   *out = std::move(t);
   return Status::Ok();
 }
@@ -66,7 +68,7 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
     // Keys of the first layers go first: the next forward pass needs them first.
     TALLY_RETURN_IF_ERROR(kv_->PushPull(key, grads, weights, /*priority=*/-key));
   }
-  return Status::Ok();
+  return kv_->WaitAll();
 }
 
 Status Trainer::Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats) {
