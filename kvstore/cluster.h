@@ -47,10 +47,11 @@ struct ClusterConfig {
   int num_servers = 1;                       // DMLC_NUM_SERVER
   std::string host = "127.0.0.1";            // DMLC_NODE_HOST: where peers reach this node
   int port = 0;                              // TALLY_PORT: 0 picks a free port
+  int rank = -1;                             // TALLY_RANK: the rank wanted; -1: any
   int heartbeat_interval_ms = 300;           // TALLY_HEARTBEAT_MS
   int dead_timeout_ms = 2000;                // TALLY_DEAD_TIMEOUT_MS
   int register_timeout_ms = 60000;           // TALLY_REGISTER_TIMEOUT_MS: the whole job must gather
-  int exit_grace_ms = 1000;                  // after a failure, before the watchdog exits
+  int exit_grace_ms = 1000;                  // after a failure, before the watchdog exits; < 0: never (tests)
 };
 
 // Reads the DMLC_* and TALLY_* variables above. Fails naming the variable that is missing

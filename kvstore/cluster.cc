@@ -1,0 +1,306 @@
+// Cluster membership of a server or worker. Three threads: the caller's, a receive thread
+// that handles membership messages and hands data messages to the handler, and a heartbeat
+// thread that beats to the scheduler and watches that the scheduler still beats back.
+#include "kvstore/cluster.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace tally {
+
+using Clock = std::chrono::steady_clock;
+
+class Cluster::Impl {
+ public:
+  Impl(const ClusterConfig& cfg, std::unique_ptr<Transport> transport)
+      : cfg_(cfg), transport_(std::move(transport)) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    if (receiver_.joinable()) receiver_.join();
+    transport_->Close();
+  }
+
+  Status Join() {
+    int port = 0;
+    TALLY_RETURN_IF_ERROR(transport_->Bind(cfg_.host, cfg_.port, &port));
+    TALLY_RETURN_IF_ERROR(transport_->Connect(0, cfg_.scheduler_host, cfg_.scheduler_port));
+    Message reg;
+    reg.meta.set_command(wire::REGISTER);
+    wire::Node* n = reg.meta.add_nodes();
+    n->set_role(cfg_.role);
+    n->set_rank(cfg_.rank);
+    n->set_host(cfg_.host);
+    n->set_port(port);
+    n->set_pid(static_cast<int>(getpid()));
+    TALLY_RETURN_IF_ERROR(transport_->Send(0, reg));
+    last_heard_ = Clock::now();
+    receiver_ = std::thread([this] { ReceiveLoop(); });
+
+    std::unique_lock<std::mutex> lock(mu_);
+    bool ready = cv_.wait_for(lock, std::chrono::milliseconds(cfg_.register_timeout_ms),
+                              [&] { return !nodes_.empty() || !failure_.ok(); });
+    if (!failure_.ok()) return failure_;
+    if (!ready) {
+      return Status::Unavailable("the scheduler at " + cfg_.scheduler_host + ":" + std::to_string(cfg_.scheduler_port) +
+                                 " did not answer within " + std::to_string(cfg_.register_timeout_ms) +
+                                 " ms (TALLY_REGISTER_TIMEOUT_MS); is it running, and did every node start?");
+    }
+    for (const wire::Node& node : nodes_) {
+      if (node.id() == 0 || node.id() == me_.id()) continue;
+      TALLY_RETURN_IF_ERROR(transport_->Connect(node.id(), node.host(), node.port()));
+    }
+    lock.unlock();
+    heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+    LOG(INFO) << "joined the job as " << DescribeNode(me_) << ": " << cfg_.num_workers << " workers, "
+              << cfg_.num_servers << " servers";
+    return Status::Ok();
+  }
+
+  const wire::Node& me() const { return me_; }
+  const wire::Node& node(int id) const {
+    CHECK(id >= 0 && id < static_cast<int>(nodes_.size())) << "no node " << id;
+    return nodes_[id];
+  }
+  int num_workers() const { return cfg_.num_workers; }
+  int num_servers() const { return cfg_.num_servers; }
+
+  void SetDataHandler(std::function<void(Message&&)> handler) {
+    std::deque<Message> waiting;
+    {
+      std::lock_guard<std::mutex> lock(handler_mu_);
+      handler_ = std::move(handler);
+      waiting.swap(early_);
+      for (Message& m : waiting) handler_(std::move(m));
+    }
+  }
+
+  Status Send(int id, Message msg) {
+    msg.meta.set_sender_id(me_.id());
+    msg.meta.set_receiver_id(id);
+    return transport_->Send(id, msg);
+  }
+
+  Status Barrier(uint32_t group, int timeout_ms) {
+    uint64_t generation;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      generation = barrier_done_[group];
+    }
+    Message m;
+    m.meta.set_command(wire::BARRIER);
+    m.meta.set_barrier_group(group);
+    TALLY_RETURN_IF_ERROR(Send(0, std::move(m)));
+    std::unique_lock<std::mutex> lock(mu_);
+    bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+      return barrier_done_[group] > generation || !failure_.ok();
+    });
+    if (!failure_.ok()) return failure_;
+    if (!done) return Status::Unavailable("barrier of group " + std::to_string(group) + " not reached within " + std::to_string(timeout_ms) + " ms");
+    return Status::Ok();
+  }
+
+  Status Finish(int timeout_ms) {
+    Message m;
+    m.meta.set_command(wire::WORKER_DONE);
+    TALLY_RETURN_IF_ERROR(Send(0, std::move(m)));
+    std::unique_lock<std::mutex> lock(mu_);
+    bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return shutdown_ || !failure_.ok(); });
+    if (!failure_.ok()) return failure_;
+    if (!done) return Status::Unavailable("no shutdown from the scheduler within " + std::to_string(timeout_ms) + " ms");
+    return Status::Ok();
+  }
+
+  Status WaitForShutdown() {
+    std::unique_lock<std::mutex> lock(mu_);
+    // No timeout needed: the heartbeat thread turns a silent scheduler into a failure.
+    cv_.wait(lock, [&] { return shutdown_ || !failure_.ok(); });
+    return failure_;
+  }
+
+  Status failure() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
+  }
+
+  void OnFailure(std::function<void(const Status&)> callback) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.ok()) {
+      Status f = failure_;
+      lock.unlock();
+      callback(f);
+      return;
+    }
+    failure_callbacks_.push_back(std::move(callback));
+  }
+
+ private:
+  // Records the first failure, wakes every waiter, and arms the watchdog.
+  void Fail(const Status& why) {
+    std::vector<std::function<void(const Status&)>> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failure_.ok() || shutdown_) return;
+      failure_ = why;
+      callbacks.swap(failure_callbacks_);
+    }
+    LOG(ERROR) << DescribeNode(me_) << ": " << why.message();
+    cv_.notify_all();
+    for (auto& cb : callbacks) cb(why);
+    const int grace = cfg_.exit_grace_ms;
+    if (grace < 0) return;
+    std::thread([grace, why] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(grace));
+      LOG(ERROR) << "exiting: " << why.message();
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }).detach();
+  }
+
+  void ReceiveLoop() {
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+      }
+      Message m;
+      if (!transport_->Recv(&m, 100).ok()) continue;
+      if (m.meta.sender_id() == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_heard_ = Clock::now();
+      }
+      switch (m.meta.command()) {
+        case wire::NODE_TABLE: HandleNodeTable(m); break;
+        case wire::BARRIER_DONE: {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++barrier_done_[m.meta.barrier_group()];
+          cv_.notify_all();
+          break;
+        }
+        case wire::HEARTBEAT: break;
+        case wire::SHUTDOWN:
+          if (!m.meta.error().empty()) {
+            Fail(Status::Unavailable("the scheduler ended the job: " + m.meta.error()));
+          } else {
+            std::lock_guard<std::mutex> lock(mu_);
+            shutdown_ = true;
+            cv_.notify_all();
+          }
+          break;
+        case wire::NODE_DEAD:
+          Fail(Status::Unavailable(
+              (m.meta.nodes_size() ? DescribeNode(m.meta.nodes(0)) : std::string("a node")) +
+              " stopped answering; the scheduler ended the job"));
+          break;
+        default: Deliver(std::move(m));
+      }
+    }
+  }
+
+  void HandleNodeTable(const Message& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!nodes_.empty()) return;
+    std::vector<wire::Node> nodes(m.meta.nodes_size());
+    for (const wire::Node& n : m.meta.nodes()) {
+      if (n.id() < 0 || n.id() >= m.meta.nodes_size()) {
+        LOG(WARNING) << "node table with a bad id " << n.id();
+        return;
+      }
+      nodes[n.id()] = n;
+    }
+    const int me = m.meta.receiver_id();
+    if (me <= 0 || me >= static_cast<int>(nodes.size())) {
+      LOG(WARNING) << "node table without this node";
+      return;
+    }
+    me_ = nodes[me];
+    nodes_ = std::move(nodes);
+    cv_.notify_all();
+  }
+
+  void Deliver(Message&& m) {
+    std::lock_guard<std::mutex> lock(handler_mu_);
+    if (handler_) {
+      handler_(std::move(m));
+    } else {
+      early_.push_back(std::move(m));
+    }
+  }
+
+  void HeartbeatLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(cfg_.heartbeat_interval_ms));
+      if (stopping_ || shutdown_ || !failure_.ok()) continue;
+      auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_heard_).count();
+      if (silent > cfg_.dead_timeout_ms) {
+        lock.unlock();
+        Fail(Status::Unavailable("the scheduler (" + cfg_.scheduler_host + ":" + std::to_string(cfg_.scheduler_port) +
+                                 ") stopped answering: nothing heard for " + std::to_string(silent) + " ms"));
+        lock.lock();
+        continue;
+      }
+      lock.unlock();
+      Message beat;
+      beat.meta.set_command(wire::HEARTBEAT);
+      Status s = Send(0, std::move(beat));
+      if (!s.ok()) LOG(WARNING) << "heartbeat: " << s.message();
+      lock.lock();
+    }
+  }
+
+  const ClusterConfig cfg_;
+  std::unique_ptr<Transport> transport_;
+  std::thread receiver_, heartbeat_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<wire::Node> nodes_;  // GUARDED_BY(mu_), by id; set once
+  wire::Node me_;
+  std::map<uint32_t, uint64_t> barrier_done_;  // GUARDED_BY(mu_)
+  bool shutdown_ = false;                      // GUARDED_BY(mu_)
+  bool stopping_ = false;                      // GUARDED_BY(mu_)
+  Status failure_;                             // GUARDED_BY(mu_)
+  Clock::time_point last_heard_;               // GUARDED_BY(mu_)
+  std::vector<std::function<void(const Status&)>> failure_callbacks_;  // GUARDED_BY(mu_)
+
+  std::mutex handler_mu_;
+  std::function<void(Message&&)> handler_;  // GUARDED_BY(handler_mu_)
+  std::deque<Message> early_;               // GUARDED_BY(handler_mu_)
+};
+
+Status Cluster::Join(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
+                     std::unique_ptr<Cluster>* out) {
+  if (cfg.role == wire::SCHEDULER) return Status::InvalidArgument("the scheduler does not join; it runs RunScheduler");
+  auto impl = std::make_unique<Impl>(cfg, std::move(transport));
+  TALLY_RETURN_IF_ERROR(impl->Join());
+  out->reset(new Cluster(std::move(impl)));
+  return Status::Ok();
+}
+
+Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Cluster::~Cluster() = default;
+const wire::Node& Cluster::me() const { return impl_->me(); }
+int Cluster::num_workers() const { return impl_->num_workers(); }
+int Cluster::num_servers() const { return impl_->num_servers(); }
+const wire::Node& Cluster::node(int id) const { return impl_->node(id); }
+void Cluster::SetDataHandler(std::function<void(Message&&)> h) { impl_->SetDataHandler(std::move(h)); }
+Status Cluster::Send(int id, Message msg) { return impl_->Send(id, std::move(msg)); }
+Status Cluster::Barrier(uint32_t group, int timeout_ms) { return impl_->Barrier(group, timeout_ms); }
+Status Cluster::Finish(int timeout_ms) { return impl_->Finish(timeout_ms); }
+Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
+Status Cluster::failure() const { return impl_->failure(); }
+void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
+
+}  // namespace tally

@@ -1,0 +1,253 @@
+#include "scheduler/scheduler.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+namespace tally {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+class Scheduler {
+ public:
+  Scheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport)
+      : cfg_(cfg), transport_(std::move(transport)) {}
+  ~Scheduler() { transport_->Close(); }
+
+  Status Run() {
+    int port = 0;
+    TALLY_RETURN_IF_ERROR(transport_->Bind(cfg_.scheduler_host, cfg_.scheduler_port, &port));
+    LOG(INFO) << "scheduler listening on " << cfg_.scheduler_host << ":" << port << " for "
+              << cfg_.num_workers << " workers and " << cfg_.num_servers << " servers";
+    TALLY_RETURN_IF_ERROR(Gather());
+    return Serve();
+  }
+
+ private:
+  int total() const { return cfg_.num_workers + cfg_.num_servers; }
+
+  // Waits for every node's REGISTER, then assigns ranks and sends the node table.
+  Status Gather() {
+    std::vector<Message> regs;
+    auto start = Clock::now();
+    while (static_cast<int>(regs.size()) < total()) {
+      int64_t left = cfg_.register_timeout_ms - MsSince(start);
+      Message m;
+      if (left <= 0 || !transport_->Recv(&m, static_cast<int>(std::min<int64_t>(left, 200))).ok()) {
+        if (left <= 0) return GatherTimedOut(regs);
+        continue;
+      }
+      if (m.meta.command() != wire::REGISTER || m.meta.nodes_size() != 1) {
+        LOG(WARNING) << "ignored a message (command " << m.meta.command() << ") before the job gathered";
+        continue;
+      }
+      const wire::Role role = m.meta.nodes(0).role();
+      int have = 0;
+      for (const Message& r : regs) have += r.meta.nodes(0).role() == role;
+      if ((role != wire::SERVER && role != wire::WORKER) ||
+          have >= (role == wire::SERVER ? cfg_.num_servers : cfg_.num_workers)) {
+        LOG(WARNING) << "refused the registration of " << DescribeNode(m.meta.nodes(0))
+                     << ": the job has no place for it";
+        continue;
+      }
+      regs.push_back(std::move(m));
+    }
+    TALLY_RETURN_IF_ERROR(AssignRanks(regs));
+    for (const wire::Node& n : nodes_) {
+      if (n.id() == 0) continue;
+      TALLY_RETURN_IF_ERROR(transport_->Connect(n.id(), n.host(), n.port()));
+      last_heard_[n.id()] = Clock::now();
+    }
+    for (const wire::Node& n : nodes_) {
+      if (n.id() == 0) continue;
+      Message table;
+      table.meta.set_command(wire::NODE_TABLE);
+      table.meta.set_receiver_id(n.id());
+      for (const wire::Node& x : nodes_) *table.meta.add_nodes() = x;
+      TALLY_RETURN_IF_ERROR(transport_->Send(n.id(), table));
+    }
+    LOG(INFO) << "the job gathered: " << cfg_.num_workers << " workers, " << cfg_.num_servers << " servers";
+    return Status::Ok();
+  }
+
+  Status GatherTimedOut(const std::vector<Message>& regs) {
+    int servers = 0, workers = 0;
+    for (const Message& r : regs) (r.meta.nodes(0).role() == wire::SERVER ? servers : workers)++;
+    std::string why = "the job did not gather within " + std::to_string(cfg_.register_timeout_ms) +
+                      " ms (TALLY_REGISTER_TIMEOUT_MS): " + std::to_string(workers) + " of " +
+                      std::to_string(cfg_.num_workers) + " workers and " + std::to_string(servers) + " of " +
+                      std::to_string(cfg_.num_servers) + " servers registered";
+    // Tell those who came, so that they do not wait for a table that never comes.
+    for (size_t i = 0; i < regs.size(); ++i) {
+      const wire::Node& n = regs[i].meta.nodes(0);
+      int id = 1000000 + static_cast<int>(i);
+      if (!transport_->Connect(id, n.host(), n.port()).ok()) continue;
+      Message m;
+      m.meta.set_command(wire::SHUTDOWN);
+      m.meta.set_error(why);
+      transport_->Send(id, m).ok();
+    }
+    return Status::Unavailable(why);
+  }
+
+  Status AssignRanks(const std::vector<Message>& regs) {
+    nodes_.assign(1 + total(), wire::Node());
+    nodes_[0].set_role(wire::SCHEDULER);
+    nodes_[0].set_id(0);
+    nodes_[0].set_host(cfg_.scheduler_host);
+    nodes_[0].set_port(cfg_.scheduler_port);
+    nodes_[0].set_pid(static_cast<int>(getpid()));
+    for (wire::Role role : {wire::SERVER, wire::WORKER}) {
+      const int count = role == wire::SERVER ? cfg_.num_servers : cfg_.num_workers;
+      const int base = role == wire::SERVER ? 1 : 1 + cfg_.num_servers;
+      std::vector<bool> taken(count, false);
+      std::vector<const wire::Node*> unranked;
+      for (const Message& r : regs) {
+        const wire::Node& n = r.meta.nodes(0);
+        if (n.role() != role) continue;
+        if (n.rank() < 0) {
+          unranked.push_back(&n);
+          continue;
+        }
+        if (n.rank() >= count || taken[n.rank()]) {
+          return Status::InvalidArgument(DescribeNode(n) + " asked for rank " + std::to_string(n.rank()) +
+                                         ", which is " + (n.rank() >= count ? "out of range" : "taken"));
+        }
+        taken[n.rank()] = true;
+        Place(n, n.rank(), base);
+      }
+      int next = 0;
+      for (const wire::Node* n : unranked) {
+        while (taken[next]) ++next;
+        taken[next] = true;
+        Place(*n, next, base);
+      }
+    }
+    return Status::Ok();
+  }
+
+  void Place(const wire::Node& n, int rank, int base) {
+    wire::Node& slot = nodes_[base + rank];
+    slot = n;
+    slot.set_rank(rank);
+    slot.set_id(base + rank);
+  }
+
+  uint32_t GroupOf(int id) const {
+    return id == 0 ? kGroupScheduler : nodes_[id].role() == wire::SERVER ? kGroupServers : kGroupWorkers;
+  }
+
+  Status Broadcast(const wire::Meta& meta) {
+    Status first;
+    for (const wire::Node& n : nodes_) {
+      if (n.id() == 0 || dead_.count(n.id())) continue;
+      Message m;
+      m.meta = meta;
+      m.meta.set_sender_id(0);
+      m.meta.set_receiver_id(n.id());
+      Status s = transport_->Send(n.id(), m);
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+
+  Status Serve() {
+    std::set<int> done_workers;
+    std::map<uint32_t, std::set<int>> barriers;
+    auto last_beat = Clock::now();
+    while (true) {
+      Message m;
+      if (transport_->Recv(&m, 50).ok()) {
+        const int from = m.meta.sender_id();
+        if (from <= 0 || from > total()) {
+          LOG(WARNING) << "ignored a message from unknown node " << from;
+          continue;
+        }
+        last_heard_[from] = Clock::now();
+        switch (m.meta.command()) {
+          case wire::HEARTBEAT: break;
+          case wire::BARRIER: {
+            const uint32_t group = m.meta.barrier_group();
+            auto& arrived = barriers[group];
+            arrived.insert(from);
+            size_t members = 0;
+            for (const wire::Node& n : nodes_) members += n.id() != 0 && (GroupOf(n.id()) & group);
+            if (arrived.size() >= members) {
+              wire::Meta done;
+              done.set_command(wire::BARRIER_DONE);
+              done.set_barrier_group(group);
+              for (int id : arrived) {
+                Message d;
+                d.meta = done;
+                d.meta.set_receiver_id(id);
+                transport_->Send(id, d).ok();
+              }
+              arrived.clear();
+            }
+            break;
+          }
+          case wire::WORKER_DONE:
+            done_workers.insert(from);
+            if (static_cast<int>(done_workers.size()) == cfg_.num_workers) {
+              wire::Meta bye;
+              bye.set_command(wire::SHUTDOWN);
+              Broadcast(bye).ok();
+              LOG(INFO) << "every worker is done; the job ends";
+              // ZeroMQ sends in the background: give the SHUTDOWNs time to leave.
+              std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              return Status::Ok();
+            }
+            break;
+          default:
+            LOG(WARNING) << "ignored command " << m.meta.command() << " from " << DescribeNode(nodes_[from]);
+        }
+      }
+      if (MsSince(last_beat) >= cfg_.heartbeat_interval_ms) {
+        last_beat = Clock::now();
+        wire::Meta beat;
+        beat.set_command(wire::HEARTBEAT);
+        Broadcast(beat).ok();
+      }
+      for (const auto& [id, when] : last_heard_) {
+        if (MsSince(when) <= cfg_.dead_timeout_ms) continue;
+        return DeclareDead(id);
+      }
+    }
+  }
+
+  Status DeclareDead(int id) {
+    dead_.insert(id);
+    const std::string who = DescribeNode(nodes_[id]);
+    std::string why = who + " stopped answering: no heartbeat for " + std::to_string(MsSince(last_heard_[id])) + " ms";
+    LOG(ERROR) << why << "; ending the job";
+    wire::Meta dead;
+    dead.set_command(wire::NODE_DEAD);
+    *dead.add_nodes() = nodes_[id];
+    Broadcast(dead).ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return Status::Unavailable(why);
+  }
+
+  const ClusterConfig cfg_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<wire::Node> nodes_;  // by id
+  std::map<int, Clock::time_point> last_heard_;
+  std::set<int> dead_;
+};
+
+}  // namespace
+
+Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport) {
+  Scheduler s(cfg, std::move(transport));
+  return s.Run();
+}
+
+}  // namespace tally

@@ -1,0 +1,22 @@
+// The scheduler: the one node every other node registers with. It assigns ranks and ids,
+// sends everyone the node table, runs barriers, watches heartbeats, declares a silent node
+// dead (and tells everyone, which ends the job), and ends the job when every worker is done.
+//
+//   ClusterConfig cfg;                      // role scheduler, from DMLC_* variables
+//   Status s = RunScheduler(cfg, NewZmqTransport());   // returns when the job ends
+//
+// Ranks: a node may ask for one (TALLY_RANK, as tools/launch.py sets it); the others get
+// the free ranks in order of registration. Ids: 0 scheduler, 1..M servers, M+1..M+N workers.
+// Returns Ok when every worker finished; otherwise why the job failed (a node died, the
+// job did not gather within register_timeout_ms, two nodes asked for one rank).
+#pragma once
+
+#include <memory>
+
+#include "kvstore/cluster.h"
+
+namespace tally {
+
+Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport);
+
+}  // namespace tally

@@ -1,0 +1,165 @@
+// Membership end to end: a scheduler, servers and workers as threads of this process, over
+// the in-process transport and over ZeroMQ on loopback.
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kvstore/cluster.h"
+#include "scheduler/scheduler.h"
+
+namespace tally {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ClusterConfig Config(wire::Role role, int port, int workers, int servers) {
+  ClusterConfig c;
+  c.role = role;
+  c.scheduler_host = "127.0.0.1";
+  c.scheduler_port = port;
+  c.num_workers = workers;
+  c.num_servers = servers;
+  c.host = "127.0.0.1";
+  c.heartbeat_interval_ms = 50;
+  c.dead_timeout_ms = 400;
+  c.register_timeout_ms = 5000;
+  c.exit_grace_ms = -1;  // a test process must survive the failures it provokes
+  return c;
+}
+
+std::unique_ptr<Transport> MakeTransport(bool zmq) { return zmq ? NewZmqTransport() : NewInProcTransport(); }
+
+int FreePort(bool zmq) {
+  static std::atomic<int> next{23000 + static_cast<int>(getpid() % 20000)};
+  return zmq ? next++ : 40000 + next++;
+}
+
+class ClusterTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ClusterTest, GathersAssignsRanksRunsBarriersAndShutsDown) {
+  const bool zmq = GetParam();
+  const int port = FreePort(zmq);
+  Status sched_status;
+  std::thread scheduler([&] {
+    sched_status = RunScheduler(Config(wire::SCHEDULER, port, 2, 2), MakeTransport(zmq));
+  });
+  std::vector<std::thread> nodes;
+  std::atomic<int> barriers_passed{0};
+  for (int i = 0; i < 4; ++i) {
+    nodes.emplace_back([&, i] {
+      const bool server = i < 2;
+      ClusterConfig c = Config(server ? wire::SERVER : wire::WORKER, port, 2, 2);
+      if (!server) c.rank = 3 - i;  // workers ask for ranks in reverse order of starting
+      std::unique_ptr<Cluster> cluster;
+      Status s = Cluster::Join(c, MakeTransport(zmq), &cluster);
+      ASSERT_TRUE(s.ok()) << s;
+      if (!server) {
+        EXPECT_EQ(cluster->me().rank(), 3 - i);
+        EXPECT_EQ(cluster->me().id(), cluster->WorkerId(3 - i));
+      }
+      ASSERT_TRUE(cluster->Barrier(kGroupAll, 5000).ok());
+      ++barriers_passed;
+      if (server) {
+        EXPECT_TRUE(cluster->WaitForShutdown().ok());
+      } else {
+        ASSERT_TRUE(cluster->Barrier(kGroupWorkers, 5000).ok());
+        EXPECT_TRUE(cluster->Finish(5000).ok());
+      }
+    });
+  }
+  for (auto& t : nodes) t.join();
+  scheduler.join();
+  EXPECT_TRUE(sched_status.ok()) << sched_status;
+  EXPECT_EQ(barriers_passed, 4);
+}
+
+TEST_P(ClusterTest, ASilentWorkerIsDeclaredDeadAndEveryoneIsTold) {
+  const bool zmq = GetParam();
+  const int port = FreePort(zmq);
+  Status sched_status;
+  std::thread scheduler([&] {
+    sched_status = RunScheduler(Config(wire::SCHEDULER, port, 2, 1), MakeTransport(zmq));
+  });
+  std::vector<std::unique_ptr<Cluster>> clusters(3);
+  std::vector<std::thread> joins;
+  for (int i = 0; i < 3; ++i) {
+    joins.emplace_back([&, i] {
+      ClusterConfig c = Config(i == 0 ? wire::SERVER : wire::WORKER, port, 2, 1);
+      if (i > 0) c.rank = i - 1;
+      Status s = Cluster::Join(c, MakeTransport(zmq), &clusters[i]);
+      ASSERT_TRUE(s.ok()) << s;
+    });
+  }
+  for (auto& t : joins) t.join();
+  ASSERT_TRUE(clusters[2] != nullptr);
+  auto killed = Clock::now();
+  clusters[2].reset();  // worker 1 goes silent
+  Status server_end = clusters[0]->WaitForShutdown();
+  auto noticed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  scheduler.join();
+  EXPECT_FALSE(server_end.ok());
+  EXPECT_NE(server_end.message().find("worker 1"), std::string::npos) << server_end;
+  EXPECT_FALSE(sched_status.ok());
+  EXPECT_NE(sched_status.message().find("worker 1"), std::string::npos) << sched_status;
+  EXPECT_FALSE(clusters[1]->failure().ok());
+  EXPECT_LT(noticed, 2000) << "dead timeout is 400 ms";
+}
+
+TEST_P(ClusterTest, ASilentSchedulerIsNoticedByEveryNode) {
+  const bool zmq = GetParam();
+  const int port = FreePort(zmq);
+  // A fake scheduler that sends the node table and then falls silent.
+  std::unique_ptr<Transport> fake = MakeTransport(zmq);
+  int bound = 0;
+  ASSERT_TRUE(fake->Bind("127.0.0.1", port, &bound).ok());
+  std::unique_ptr<Cluster> worker;
+  std::thread join([&] { ASSERT_TRUE(Cluster::Join(Config(wire::WORKER, port, 1, 0), MakeTransport(zmq), &worker).ok()); });
+  Message reg;
+  ASSERT_TRUE(fake->Recv(&reg, 5000).ok());
+  ASSERT_EQ(reg.meta.command(), wire::REGISTER);
+  const wire::Node& n = reg.meta.nodes(0);
+  ASSERT_TRUE(fake->Connect(1, n.host(), n.port()).ok());
+  Message table;
+  table.meta.set_command(wire::NODE_TABLE);
+  table.meta.set_receiver_id(1);
+  wire::Node* s = table.meta.add_nodes();
+  s->set_role(wire::SCHEDULER);
+  s->set_id(0);
+  wire::Node* w = table.meta.add_nodes();
+  *w = n;
+  w->set_id(1);
+  w->set_rank(0);
+  ASSERT_TRUE(fake->Send(1, table).ok());
+  join.join();
+  Status end = worker->Finish(3000);
+  EXPECT_FALSE(end.ok());
+  EXPECT_NE(end.message().find("scheduler"), std::string::npos) << end;
+}
+
+TEST(ClusterConfig, ReadsTheEnvironmentAndNamesBadVariables) {
+  setenv("DMLC_ROLE", "server", 1);
+  setenv("DMLC_PS_ROOT_URI", "10.1.2.3", 1);
+  setenv("DMLC_PS_ROOT_PORT", "9000", 1);
+  setenv("DMLC_NUM_WORKER", "4", 1);
+  setenv("DMLC_NUM_SERVER", "2", 1);
+  ClusterConfig c;
+  ASSERT_TRUE(ClusterConfigFromEnv(&c).ok());
+  EXPECT_EQ(c.role, wire::SERVER);
+  EXPECT_EQ(c.scheduler_port, 9000);
+  EXPECT_EQ(c.num_workers, 4);
+  setenv("DMLC_NUM_WORKER", "four", 1);
+  Status s = ClusterConfigFromEnv(&c);
+  EXPECT_NE(s.message().find("DMLC_NUM_WORKER"), std::string::npos) << s;
+  setenv("DMLC_NUM_WORKER", "4", 1);
+  setenv("DMLC_ROLE", "boss", 1);
+  s = ClusterConfigFromEnv(&c);
+  EXPECT_NE(s.message().find("DMLC_ROLE"), std::string::npos) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ClusterTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "zmq" : "inproc"; });
+
+}  // namespace
+}  // namespace tally
