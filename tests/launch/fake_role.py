@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""A stand-in for the training binary in the launcher tests.
+
+It checks the variables the launcher must give every role (exit 2 naming the first bad
+one), prints them on one line, and then does what FAKE_ROLE_PLAN says for its role:
+
+    FAKE_ROLE_PLAN="worker1=exit3:0.5,worker=exit0,*=grandchild"
+
+Entries are `who=action`; `who` is `worker1` (role and rank), `worker` (role) or `*`,
+the most specific entry wins, and with no entry the process exits 0. Actions:
+    exitN[:SECONDS]  wait SECONDS (default 0), then exit with status N
+    sleep            sleep until killed
+    grandchild       start a child that sleeps, then sleep until killed
+    ignoreterm       ignore SIGTERM, then sleep until killed
+FAKE_PRINT_VARS="A,B" also prints those variables, one `var NAME=VALUE` line each.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+SLEEP_SECONDS = 600  # "until killed", bounded so a broken test cannot leave it forever
+
+
+def fail(message):
+    print(f"fake_role: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def integer(name, low, high):
+    value = os.environ.get(name, "")
+    if not value.isdigit() or not low <= int(value) <= high:
+        fail(f"{name}={value!r} is not an integer in [{low}, {high}]")
+    return int(value)
+
+
+def checked_env():
+    role = os.environ.get("DMLC_ROLE")
+    if role not in ("scheduler", "server", "worker"):
+        fail(f"DMLC_ROLE={role!r}")
+    workers = integer("DMLC_NUM_WORKER", 1, 1 << 16)
+    servers = integer("DMLC_NUM_SERVER", 0, 1 << 16)
+    count = {"scheduler": 1, "server": servers, "worker": workers}[role]
+    rank = integer("TALLY_RANK", 0, count - 1)
+    port = integer("DMLC_PS_ROOT_PORT", 1, 65535)
+    for name in ("DMLC_PS_ROOT_URI", "DMLC_NODE_HOST"):
+        if not os.environ.get(name):
+            fail(f"{name} is empty")
+    return role, rank, workers, servers, port
+
+
+def action_for(role, rank, plan):
+    actions = {}
+    for entry in filter(None, plan.split(",")):
+        who, _, action = entry.partition("=")
+        actions[who] = action
+    for who in (f"{role}{rank}", role, "*"):
+        if who in actions:
+            return actions[who]
+    return "exit0"
+
+
+def main():
+    role, rank, workers, servers, port = checked_env()
+    print(f"role={role} rank={rank} root={os.environ['DMLC_PS_ROOT_URI']}:{port} "
+          f"workers={workers} servers={servers} host={os.environ['DMLC_NODE_HOST']} "
+          f"cwd={os.getcwd()}", flush=True)
+    for name in filter(None, os.environ.get("FAKE_PRINT_VARS", "").split(",")):
+        print(f"var {name}={os.environ.get(name)}", flush=True)
+    print(f"{role} {rank} on stderr", file=sys.stderr, flush=True)
+    action = action_for(role, rank, os.environ.get("FAKE_ROLE_PLAN", ""))
+    if action.startswith("exit"):
+        status, _, delay = action[4:].partition(":")
+        time.sleep(float(delay or 0))
+        sys.exit(int(status))
+    if action == "grandchild":
+        subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({SLEEP_SECONDS})"])
+    elif action == "ignoreterm":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif action != "sleep":
+        fail(f"unknown action {action!r}")
+    time.sleep(SLEEP_SECONDS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The pieces of tools/launch.py: job planning, launcher command lines, supervision."""

@@ -1,0 +1,156 @@
+"""Command line of tools/launch.py: parses it, plans the job and runs (or prints) it."""
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+
+from . import commands
+from .job import UsageError, free_port, parse_env_options, parse_hostfile, plan_job
+from .supervise import Child, Job, RemoteChild, say
+
+LAUNCHERS = ("local", "ssh", "mpi", "slurm")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="launch.py", allow_abbrev=False,
+        description="Start a Tally job: one scheduler, NUM_WORKERS workers and NUM_SERVERS "
+                    "servers, each running COMMAND with its role in the environment "
+                    "(see docs/launch.md).")
+    parser.add_argument("-n", "--num-workers", type=int, required=True,
+                        help="number of worker processes")
+    parser.add_argument("-s", "--num-servers", type=int,
+                        help="number of server processes (default: NUM_WORKERS)")
+    parser.add_argument("-H", "--hostfile",
+                        help="hosts, one `host` or `host:slots` per line (ssh, mpi, slurm)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                        help="how processes are started (default: local)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME[:VALUE]",
+                        help="set NAME to VALUE in every process, or forward NAME's value "
+                             "from this environment; repeatable")
+    parser.add_argument("--port", type=int,
+                        help="scheduler port (default: a port free on this machine)")
+    parser.add_argument("--sync-dst-dir", metavar="DIR",
+                        help="copy the current directory to DIR on every host and run "
+                             "there (ssh, mpi)")
+    parser.add_argument("--ssh-opts", default="", metavar="OPTS",
+                        help="extra ssh options, one shell-quoted string (ssh, mpi)")
+    parser.add_argument("--ssh-port", type=int, help="port of the hosts' sshd (ssh, mpi)")
+    parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="after the workers finish, how long scheduler and servers "
+                             "may take to exit before they are stopped (default: 30)")
+    parser.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                        help="time between SIGTERM and SIGKILL when stopping (default: 5)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the command of every process, one per line, and exit")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the training command, run by every process")
+    return parser
+
+
+def slurm_hosts():
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist or not shutil.which("scontrol"):
+        raise UsageError("--launcher slurm needs -H HOSTFILE or a Slurm allocation "
+                         "(SLURM_JOB_NODELIST and scontrol)")
+    names = subprocess.run(["scontrol", "show", "hostnames", nodelist], check=True,
+                           capture_output=True, text=True).stdout.split()
+    return [(name, 1) for name in names]
+
+
+def plan(args):
+    """Checks the arguments and returns (procs, cwd, hosts)."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise UsageError("no command given")
+    if command[0].startswith("-"):
+        raise UsageError(f"unknown option {command[0]}")
+    args.command = command
+    if args.num_workers < 1:
+        raise UsageError("-n must be at least 1")
+    num_servers = args.num_workers if args.num_servers is None else args.num_servers
+    if num_servers < 0:
+        raise UsageError("-s must not be negative")
+    remote_only = {"--sync-dst-dir": args.sync_dst_dir, "--ssh-opts": args.ssh_opts,
+                   "--ssh-port": args.ssh_port}
+    for option, value in remote_only.items():
+        if value and args.launcher not in ("ssh", "mpi"):
+            raise UsageError(f"{option} is for --launcher ssh or mpi")
+    if args.launcher == "local":
+        if args.hostfile:
+            raise UsageError("-H is for --launcher ssh, mpi or slurm")
+        hosts, root_uri, node_host = [("localhost", 1)], "127.0.0.1", "127.0.0.1"
+    elif args.hostfile:
+        hosts = parse_hostfile(args.hostfile)
+        root_uri, node_host = hosts[0][0], None
+    elif args.launcher == "ssh":
+        raise UsageError("--launcher ssh needs -H HOSTFILE")
+    elif args.launcher == "slurm":
+        hosts = slurm_hosts()
+        root_uri, node_host = hosts[0][0], None
+    else:
+        hosts, root_uri, node_host = [("localhost", 1)], "127.0.0.1", "127.0.0.1"
+    port = args.port if args.port is not None else free_port()
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port}: not a TCP port")
+    extra = parse_env_options(args.env, os.environ)
+    procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host)
+    cwd = args.sync_dst_dir or os.getcwd()
+    return procs, cwd, hosts
+
+
+def make_child(args, proc, cwd, out_lock):
+    ssh_opts = shlex.split(args.ssh_opts)
+    if args.launcher == "local":
+        argv, env = commands.local(proc, args.command)
+    elif args.launcher == "ssh":
+        argv, env = commands.ssh(proc, args.command, cwd, ssh_opts, args.ssh_port)
+        return RemoteChild(proc, argv, env, out_lock, ssh_opts, args.ssh_port)
+    elif args.launcher == "mpi":
+        argv, env = commands.mpi(proc, args.command, cwd, ssh_opts, args.ssh_port,
+                                 as_root=os.geteuid() == 0)
+    else:
+        argv, env = commands.slurm(proc, args.command, cwd)
+    return Child(proc, argv, env, out_lock)
+
+
+def sync_all(args, hosts, dry_run):
+    ssh_opts = shlex.split(args.ssh_opts)
+    for host in dict.fromkeys(host for host, _ in hosts):
+        pack, unpack = commands.sync(host, os.getcwd(), args.sync_dst_dir, ssh_opts,
+                                     args.ssh_port)
+        if dry_run:
+            print(shlex.join(pack) + " | " + shlex.join(unpack))
+            continue
+        tar = subprocess.Popen(pack, stdout=subprocess.PIPE)
+        copy = subprocess.run(unpack, stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        tar.stdout.close()
+        if tar.wait() != 0 or copy.returncode != 0:
+            raise UsageError(f"--sync-dst-dir: copying {os.getcwd()} to {host}:"
+                             f"{args.sync_dst_dir} failed")
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        procs, cwd, hosts = plan(args)
+        out_lock = threading.Lock()
+        children = [make_child(args, proc, cwd, out_lock) for proc in procs]
+        if args.dry_run:
+            if args.sync_dst_dir:
+                sync_all(args, hosts, dry_run=True)
+            for child in children:
+                print(commands.display(child.argv, child.env))
+            return 0
+        if args.sync_dst_dir:
+            sync_all(args, hosts, dry_run=False)
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        say(f"error: {e}")
+        return 2
+    return Job(children, args.shutdown_timeout, args.grace).run()

@@ -1,0 +1,75 @@
+"""The command line each launcher runs for one process of the job.
+
+Every builder returns (argv, env): argv to run on the launching machine and the
+variables to add to the launcher's own environment when running it.
+"""
+
+import shlex
+
+# The first line a remote process prints on stderr: the id of its process group on the
+# remote host. sshd starts the remote shell as a session leader, so $$ is that group's
+# id and everything the command starts belongs to it; a second ssh kills the group.
+REMOTE_PGID_MARK = "TALLY_REMOTE_PGID="
+
+
+def quote_env(env):
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+def display(argv, env=None):
+    """One shell line that does what running argv with env's additions would do."""
+    prefix = " ".join(shlex.quote(item) for item in quote_env(env)) + " " if env else ""
+    return prefix + shlex.join(argv)
+
+
+def local(proc, command):
+    return list(command), dict(proc.env)
+
+
+def ssh_base(ssh_opts, ssh_port):
+    base = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+    if ssh_port:
+        base += ["-p", str(ssh_port)]
+    return base + list(ssh_opts)
+
+
+def ssh(proc, command, cwd, ssh_opts, ssh_port):
+    remote = (f"echo {REMOTE_PGID_MARK}$$ >&2; cd {shlex.quote(cwd)} && exec env "
+              + " ".join(shlex.quote(item) for item in quote_env(proc.env)) + " "
+              + shlex.join(command))
+    return ssh_base(ssh_opts, ssh_port) + [proc.host, remote], {}
+
+
+def remote_kill(host, pgid, signal_name, ssh_opts, ssh_port):
+    return ssh_base(ssh_opts, ssh_port) + [host, f"kill -s {signal_name} -- -{int(pgid)}"]
+
+
+def sync(host, src, dst, ssh_opts, ssh_port):
+    """A pipeline (tar argv, ssh argv) that copies src's contents into dst on host."""
+    pack = ["tar", "-C", src, "-cf", "-", "."]
+    unpack = ssh_base(ssh_opts, ssh_port) + [
+        host, f"mkdir -p {shlex.quote(dst)} && tar -C {shlex.quote(dst)} -xf -"]
+    return pack, unpack
+
+
+def mpi(proc, command, cwd, ssh_opts, ssh_port, as_root):
+    """One mpirun per process, pinned to its host, so each rank's exit status, host and
+    output stay its own (the launcher names the one that failed)."""
+    argv = ["mpirun", "-n", "1", "--host", proc.host, "--oversubscribe", "--wdir", cwd]
+    if as_root:
+        argv.append("--allow-run-as-root")
+    agent = ssh_base(ssh_opts, ssh_port)[1:]
+    if ssh_opts or ssh_port:
+        argv += ["--mca", "plm_rsh_args", shlex.join(agent)]
+    for item in quote_env(proc.env):
+        argv += ["-x", item]
+    return argv + list(command), {}
+
+
+def slurm(proc, command, cwd):
+    """srun for one task on proc's host; variables are named in --export and, since
+    --export cannot quote a comma, values are also put in srun's own environment."""
+    exports = [k if "," in v else f"{k}={v}" for k, v in proc.env.items()]
+    argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={proc.host}", f"--chdir={cwd}",
+            "--export=" + ",".join(["ALL"] + exports)]
+    return argv + list(command), {k: v for k, v in proc.env.items() if "," in v}

@@ -1,0 +1,305 @@
+"""Runs the processes of a job and owns them until every one has ended.
+
+Each process starts in a session (and so a process group) of its own, so stopping it
+reaches everything it started. Output is forwarded line by line with a `[worker 1] `
+prefix. The job ends when all of it exits 0, when any process fails, when the launcher
+is interrupted, or when scheduler and servers outlive the workers by the shutdown
+timeout; in the last three cases every process still running gets SIGTERM and, after
+the grace period, SIGKILL.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import commands
+
+POLL_SECONDS = 0.05
+
+
+def say(message):
+    sys.stderr.write(f"launch.py: {message}\n")
+    sys.stderr.flush()
+
+
+def describe_status(returncode):
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-returncode} ({name})"
+    return f"exited with status {returncode}"
+
+
+def exit_code(returncode):
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def live_groups(pgids):
+    """The subset of pgids that still have a process other than a zombie."""
+    wanted = set(pgids)
+    if not wanted:
+        return set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        alive = set()
+        for pgid in wanted:
+            try:
+                os.killpg(pgid, 0)
+                alive.add(pgid)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                alive.add(pgid)
+        return alive
+    alive = set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Fields after the command name, which may itself hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) in wanted:
+            alive.add(int(fields[2]))
+    return alive
+
+
+class Child:
+    """One process of the job as the launcher runs it, with its output forwarders."""
+
+    def __init__(self, proc, argv, env, out_lock):
+        self.proc = proc
+        self.argv = argv
+        self.env = env  # added to the launcher's environment
+        self.out_lock = out_lock
+        self.popen = None
+        self.threads = []
+        self.returncode = None
+
+    @property
+    def label(self):
+        return f"{self.proc.name} on {self.display_host}"
+
+    @property
+    def display_host(self):
+        return self.proc.host
+
+    def start(self):
+        env = dict(os.environ)
+        env.update(self.env)
+        self.popen = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      start_new_session=True)
+        prefix = f"[{self.proc.name}] ".encode()
+        for stream, target in ((self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)):
+            thread = threading.Thread(target=self.forward, args=(stream, target, prefix),
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def forward(self, stream, target, prefix):
+        out = getattr(target, "buffer", None)
+        for line in iter(stream.readline, b""):
+            if self.intercept(line):
+                continue
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            with self.out_lock:
+                if out is not None:
+                    out.write(prefix + line)
+                else:
+                    target.write((prefix + line).decode(errors="replace"))
+                target.flush()
+        stream.close()
+
+    def intercept(self, line):
+        """True when a line is for the launcher, not the user."""
+        return False
+
+    def poll(self):
+        if self.returncode is None and self.popen is not None:
+            self.returncode = self.popen.poll()
+        return self.returncode
+
+    def pgid(self):
+        return self.popen.pid if self.popen is not None else None
+
+    def signal_group(self, signum):
+        if self.popen is None:
+            return
+        try:
+            os.killpg(self.popen.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def terminate(self):
+        self.signal_group(signal.SIGTERM)
+
+    def kill(self):
+        self.signal_group(signal.SIGKILL)
+
+    def finish(self, timeout):
+        """Reaps the process and waits for its output to drain."""
+        if self.popen is not None:
+            try:
+                self.returncode = self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        for thread in self.threads:
+            thread.join(timeout)
+
+
+class RemoteChild(Child):
+    """A process started through ssh; it is stopped by signalling its remote group."""
+
+    def __init__(self, proc, argv, env, out_lock, ssh_opts, ssh_port):
+        super().__init__(proc, argv, env, out_lock)
+        self.ssh_opts = ssh_opts
+        self.ssh_port = ssh_port
+        self.remote_pgid = None
+        self.killers = []
+
+    def intercept(self, line):
+        text = line.decode(errors="replace").strip()
+        if self.remote_pgid is None and text.startswith(commands.REMOTE_PGID_MARK):
+            value = text[len(commands.REMOTE_PGID_MARK):]
+            if value.isdigit():
+                self.remote_pgid = int(value)
+                return True
+        return False
+
+    def signal_remote(self, signal_name):
+        if self.remote_pgid is None:
+            return False
+        argv = commands.remote_kill(self.proc.host, self.remote_pgid, signal_name,
+                                    self.ssh_opts, self.ssh_port)
+        self.killers.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL,
+                                             start_new_session=True))
+        return True
+
+    def terminate(self):
+        if self.poll() is None and not self.signal_remote("TERM"):
+            self.signal_group(signal.SIGTERM)
+
+    def kill(self):
+        # The local ssh client goes once the remote group is gone (Job.stop kills it
+        # if that takes too long); killing it first would leave the remote side running.
+        if self.poll() is not None or not self.signal_remote("KILL"):
+            self.signal_group(signal.SIGKILL)
+
+    def finish(self, timeout):
+        super().finish(timeout)
+        for killer in self.killers:
+            try:
+                killer.wait(timeout)
+            except subprocess.TimeoutExpired:
+                killer.kill()
+                killer.wait()
+
+
+class Job:
+    """Starts the children, watches them and returns the launcher's exit status."""
+
+    def __init__(self, children, shutdown_timeout, grace):
+        self.children = children
+        self.shutdown_timeout = shutdown_timeout
+        self.grace = grace
+        self.received = None
+
+    def on_signal(self, signum, frame):
+        self.received = signum
+
+    def run(self):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.on_signal)
+        status = self.watch()
+        self.stop()
+        return status
+
+    def start_all(self):
+        for child in self.children:
+            if self.received is not None:
+                return None
+            try:
+                child.start()
+            except OSError as e:
+                say(f"cannot start {child.label}: {e}; stopping the job")
+                return 127
+        return None
+
+    def watch(self):
+        status = self.start_all()
+        if status is not None:
+            return status
+        workers = [c for c in self.children if c.proc.role == "worker"]
+        others = [c for c in self.children if c.proc.role != "worker"]
+        workers_done_at = None
+        noted_early = set()
+        while True:
+            if self.received is not None:
+                name = signal.Signals(self.received).name
+                say(f"received {name}; stopping the job")
+                return 128 + self.received
+            for child in self.children:
+                code = child.poll()
+                if code is not None and code != 0:
+                    say(f"{child.label} {describe_status(code)}; stopping the job")
+                    return exit_code(code)
+            if workers_done_at is None:
+                if all(c.poll() == 0 for c in workers):
+                    workers_done_at = time.monotonic()
+                else:
+                    for child in others:
+                        if child.poll() == 0 and child not in noted_early:
+                            noted_early.add(child)
+                            say(f"{child.label} exited before the workers finished")
+            if all(c.poll() == 0 for c in self.children):
+                return 0
+            if workers_done_at is not None and \
+                    time.monotonic() - workers_done_at > self.shutdown_timeout:
+                late = ", ".join(c.label for c in others if c.poll() is None)
+                say(f"the workers finished but {late} did not exit within "
+                    f"{self.shutdown_timeout:g} s; stopping the job")
+                return 1
+            time.sleep(POLL_SECONDS)
+
+    def stop(self):
+        """Ends every process the job started, including any left in their groups."""
+        started = [c for c in self.children if c.popen is not None]
+
+        def running():
+            live = live_groups(c.pgid() for c in started)
+            return [c for c in started if c.poll() is None or c.pgid() in live]
+
+        left = running()
+        if left:
+            for child in left:
+                child.terminate()
+            deadline = time.monotonic() + self.grace
+            while left and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+                left = running()
+            if left:
+                say("still running after %g s, killing: %s"
+                    % (self.grace, ", ".join(c.label for c in left)))
+                for child in left:
+                    child.kill()
+                deadline = time.monotonic() + self.grace
+                while left and time.monotonic() < deadline:
+                    time.sleep(POLL_SECONDS)
+                    left = running()
+                for child in left:
+                    child.signal_group(signal.SIGKILL)
+        for child in started:
+            child.finish(timeout=5)
