@@ -1,0 +1,68 @@
+#include "kvstore/reduce.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace tally {
+namespace {
+
+// Elements per block: 32 KiB of fp32 scratch, which stays in L1/L2 while it is added.
+constexpr int64_t kBlock = 8192;
+// Below this many elements one thread does it all: waking a team costs more than it saves.
+constexpr int64_t kParallelAbove = 1 << 16;
+
+// Writes n values of src starting at element `begin` into dst as fp32.
+void ToF32(const Tensor& src, int64_t begin, int64_t n, float* dst) {
+  switch (src.dtype()) {
+    case DType::kF32:
+      std::memcpy(dst, src.data<float>() + begin, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::kF16:
+      HalfToFloat(src.data<uint16_t>() + begin, dst, static_cast<size_t>(n));
+      break;
+    case DType::kBF16:
+      BFloat16ToFloat(src.data<uint16_t>() + begin, dst, static_cast<size_t>(n));
+      break;
+    default:
+      LOG(FATAL) << "SumInF32 of " << src.ToString();
+  }
+}
+
+}  // namespace
+
+bool IsWireDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+void SumInF32(const std::vector<Tensor>& parts, Tensor* out) {
+  CHECK(!parts.empty());
+  CHECK(out->dtype() == DType::kF32) << out->ToString();
+  const int64_t n = out->numel();
+  for (const Tensor& p : parts) {
+    CHECK(p.numel() == n && IsWireDType(p.dtype()) && p.device().is_cpu())
+        << "sum of " << p.ToString() << " into " << out->ToString();
+  }
+  float* acc = out->data<float>();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int threads = n > kParallelAbove ? omp_get_max_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, len = std::min(kBlock, n - begin);
+    float* a = acc + begin;
+    if (parts[0].raw_data() != out->raw_data()) ToF32(parts[0], begin, len, a);
+    float scratch[kBlock];
+    for (size_t r = 1; r < parts.size(); ++r) {
+      const float* s;
+      if (parts[r].dtype() == DType::kF32) {
+        s = parts[r].data<float>() + begin;
+      } else {
+        ToF32(parts[r], begin, len, scratch);
+        s = scratch;
+      }
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) a[i] += s[i];
+    }
+  }
+}
+
+}  // namespace tally

@@ -1,0 +1,27 @@
+// Reductions shared by the kvstore's ends: a worker summing its devices' gradients and a
+// server summing the workers' pushes. Sums are always accumulated in fp32, in the order the
+// parts are given (device order, worker rank order), never in arrival order, so every run
+// of a job rounds the same way.
+//
+//   Tensor sum = Tensor::Empty({n}, DType::kF32);
+//   SumInF32({rank0_grad, rank1_grad_f16}, &sum);   // sum = rank0 + rank1, in fp32
+//
+// Large arrays are split into blocks summed on the OpenMP threads. Thread-safety: none of
+// its own; the caller owns `out` and must not write the parts meanwhile.
+#pragma once
+
+#include <vector>
+
+#include "ops/tensor.h"
+
+namespace tally {
+
+// out = parts[0] + parts[1] + ... element by element, each part converted to fp32 first.
+// REQUIRES: parts is not empty; every part is f32, f16 or bf16 on the CPU with out->numel()
+// elements; out is f32 and overlaps no part unless it is parts[0] itself.
+void SumInF32(const std::vector<Tensor>& parts, Tensor* out);
+
+// True for the dtypes the parameter server carries (f32, f16, bf16).
+bool IsWireDType(DType t);
+
+}  // namespace tally

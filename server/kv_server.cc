@@ -1,0 +1,360 @@
+// KVServer: the server's side of the data commands (server.h, docs/wire.md).
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <glog/logging.h>
+
+#include "kvstore/reduce.h"
+#include "server/server.h"
+
+namespace tally {
+
+struct KVServer::PendingPull {
+  wire::Meta request;
+  std::vector<Slice*> slices;
+  int remaining = 0;  // slices whose update of request.step() is still to come
+};
+
+struct KVServer::Slice {
+  int id = 0;  // the Updater's key for this slice's optimizer state
+  uint64_t key = 0, offset = 0;
+  int64_t length = 0;
+  Tensor value;  // fp32 master values
+  Tensor grad;   // fp32 sum of a step's pushes (sync, with an optimizer)
+  int64_t applied = -1;
+  struct Step {
+    std::vector<Tensor> grads;  // by worker rank; undefined until that worker's push is in
+    int count = 0;
+  };
+  std::map<int64_t, Step> pushes;  // sync: steps not yet applied
+  std::vector<std::shared_ptr<PendingPull>> waiting;
+};
+
+namespace {
+
+std::string SliceName(const wire::KeySlice& s) {
+  return "key " + std::to_string(s.key()) + " [" + std::to_string(s.offset()) + ", +" +
+         std::to_string(s.length()) + ")";
+}
+
+OptimizerConfig FromWireOptimizer(const wire::OptimizerConfig& w) {
+  OptimizerConfig c;
+  c.type = w.type();
+  c.lr = w.lr();
+  c.momentum = w.momentum();
+  c.wd = w.wd();
+  c.rescale_grad = w.rescale_grad();
+  c.clip_gradient = w.clip_gradient();
+  c.multi_precision = w.multi_precision();
+  return c;
+}
+
+// Moves the data frames out of msg. A frame whose storage is referenced from outside the
+// message (the in-process transport shares the sender's buffer) is copied, since the
+// sender may write its buffer again once the push is answered.
+std::vector<Tensor> TakeData(Message* msg) {
+  std::vector<Tensor> data = std::move(msg->data);
+  msg->data.clear();
+  std::map<const Storage*, long> refs_here;
+  for (const Tensor& t : data) ++refs_here[t.storage().get()];
+  for (Tensor& t : data) {
+    if (t.storage().use_count() > refs_here[t.storage().get()]) t = t.Clone();
+  }
+  return data;
+}
+
+}  // namespace
+
+KVServer::KVServer(int num_servers, int num_workers, SendFn send)
+    : num_servers_(num_servers), num_workers_(num_workers), send_(std::move(send)) {
+  CHECK_GE(num_servers_, 1);
+  CHECK_GE(num_workers_, 1);
+}
+
+KVServer::~KVServer() = default;
+
+void KVServer::Respond(const wire::Meta& request, const std::string& error) {
+  Message r;
+  r.meta.set_command(wire::RESPONSE);
+  r.meta.set_receiver_id(request.sender_id());
+  r.meta.set_request_id(request.request_id());
+  r.meta.set_step(request.step());
+  if (!error.empty()) r.meta.set_error(error);
+  Status s = send_(request.sender_id(), std::move(r));
+  if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
+}
+
+void KVServer::Handle(Message&& msg) {
+  const wire::Meta& m = msg.meta;
+  const std::string what = wire::Command_Name(m.command()) + " from node " +
+                           std::to_string(m.sender_id());
+  if (m.command() == wire::RESPONSE) {
+    LOG(WARNING) << "server: ignoring " << what << ": a server sends no requests";
+    return;
+  }
+  Status s = ValidateMessage(msg);
+  const int first_worker = num_servers_ + 1;
+  if (s.ok() && (m.sender_id() < first_worker || m.sender_id() >= first_worker + num_workers_)) {
+    s = Status::InvalidArgument("the sender is not a worker of this job");
+  }
+  const bool from_worker0 = m.sender_id() == first_worker;
+  if (s.ok()) {
+    switch (m.command()) {
+      case wire::SET_OPTIMIZER:
+      case wire::INIT:
+      case wire::SET_LR:
+        if (!from_worker0) {
+          s = Status::InvalidArgument("only worker 0 sends " + wire::Command_Name(m.command()));
+        } else if (m.command() == wire::SET_OPTIMIZER) {
+          s = HandleSetOptimizer(msg);
+        } else if (m.command() == wire::INIT) {
+          s = HandleInit(msg);
+        } else {
+          s = HandleSetLr(msg);
+        }
+        if (s.ok()) Respond(m, "");
+        break;
+      case wire::PUSH:
+        s = HandlePush(&msg);
+        break;
+      case wire::PULL:
+        s = HandlePull(msg);
+        break;
+      default:
+        s = Status::InvalidArgument("not a data command");
+    }
+  }
+  if (!s.ok()) {
+    LOG(WARNING) << "server: refused " << what << ": " << s.message();
+    Respond(m, "server " + std::to_string(m.receiver_id() - 1) + ": " + what + ": " + s.message());
+  }
+}
+
+Status KVServer::HandleSetOptimizer(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  if (pushed_) return Status::InvalidArgument("the optimizer cannot change after the first push");
+  if (m.num_workers() != num_workers_) {
+    return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
+                                   ", but the job has " + std::to_string(num_workers_));
+  }
+  OptimizerConfig c = FromWireOptimizer(m.optimizer());
+  TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(c));
+  updater_ = std::make_unique<Updater>(c);
+  base_lr_ = c.lr;
+  lr_from_step_.clear();
+  async_ = m.async();
+  LOG(INFO) << "server: optimizer " << c.type << " lr " << c.lr << " momentum " << c.momentum
+            << " wd " << c.wd << (async_ ? ", async" : ", sync") << " over " << num_workers_ << " workers";
+  return Status::Ok();
+}
+
+Status KVServer::HandleInit(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  if (m.num_workers() != num_workers_) {
+    return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
+                                   ", but the job has " + std::to_string(num_workers_));
+  }
+  if (pushed_) return Status::InvalidArgument("INIT after the first push");
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  for (const wire::KeySlice& ks : m.slices()) {
+    auto id = std::make_pair(ks.key(), ks.offset());
+    if (slices_.count(id) || !seen.insert(id).second) {
+      return Status::InvalidArgument(SliceName(ks) + " is initialised twice");
+    }
+  }
+  async_ = m.async();
+  for (int i = 0; i < m.slices_size(); ++i) {
+    const wire::KeySlice& ks = m.slices(i);
+    auto s = std::make_unique<Slice>();
+    s->id = static_cast<int>(slices_.size());
+    s->key = ks.key();
+    s->offset = ks.offset();
+    s->length = static_cast<int64_t>(ks.length());
+    s->value = msg.data[i].To(DType::kF32);  // always a copy: the frame may be the sender's buffer
+    slices_[{ks.key(), ks.offset()}] = std::move(s);
+  }
+  return Status::Ok();
+}
+
+Status KVServer::FindSlices(const Message& msg, std::vector<Slice*>* out) {
+  out->clear();
+  for (const wire::KeySlice& ks : msg.meta.slices()) {
+    auto it = slices_.find({ks.key(), ks.offset()});
+    if (it == slices_.end()) return Status::InvalidArgument(SliceName(ks) + " is not held here");
+    if (static_cast<int64_t>(ks.length()) != it->second->length) {
+      return Status::InvalidArgument(SliceName(ks) + " has " + std::to_string(it->second->length) +
+                                     " elements here");
+    }
+    out->push_back(it->second.get());
+  }
+  return Status::Ok();
+}
+
+Status KVServer::HandlePush(Message* msg) {
+  const wire::Meta& m = msg->meta;
+  const int rank = m.sender_id() - 1 - num_servers_;
+  const int64_t step = m.step();
+  if (step < 0) return Status::InvalidArgument("step " + std::to_string(step) + " is negative");
+  std::vector<Slice*> slices;
+  TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
+  std::set<Slice*> distinct(slices.begin(), slices.end());
+  if (distinct.size() != slices.size()) return Status::InvalidArgument("a slice appears twice");
+  if (!async_) {
+    for (Slice* s : slices) {
+      if (step <= s->applied) {
+        return Status::InvalidArgument("step " + std::to_string(step) + " of key " +
+                                       std::to_string(s->key) + " is already applied");
+      }
+      auto it = s->pushes.find(step);
+      if (it != s->pushes.end() && it->second.grads[rank].defined()) {
+        return Status::InvalidArgument("a second push of step " + std::to_string(step) +
+                                       " for key " + std::to_string(s->key));
+      }
+    }
+  }
+  // Answer before applying: the worker may reuse its buffer (any frame still shared with
+  // it is copied by TakeData first).
+  std::vector<Tensor> data = TakeData(msg);
+  Respond(m, "");
+  pushed_ = true;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    Slice* s = slices[i];
+    if (async_) {
+      Apply(s, {data[i]}, step);
+      s->applied = std::max(s->applied, step);
+      continue;
+    }
+    Slice::Step& st = s->pushes[step];
+    if (st.grads.empty()) st.grads.resize(num_workers_);
+    st.grads[rank] = std::move(data[i]);
+    ++st.count;
+    ApplyReadySteps(s);
+  }
+  return Status::Ok();
+}
+
+void KVServer::ApplyReadySteps(Slice* s) {
+  bool applied = false;
+  while (!s->pushes.empty()) {
+    auto it = s->pushes.begin();
+    if (it->first != s->applied + 1 || it->second.count < num_workers_) break;
+    Apply(s, it->second.grads, it->first);
+    s->applied = it->first;
+    s->pushes.erase(it);
+    applied = true;
+  }
+  if (!applied || s->waiting.empty()) return;
+  std::vector<std::shared_ptr<PendingPull>> still;
+  for (auto& p : s->waiting) {
+    if (p->request.step() > s->applied) {
+      still.push_back(std::move(p));
+    } else if (--p->remaining == 0) {
+      AnswerPull(*p);
+      --num_waiting_;
+    }
+  }
+  s->waiting = std::move(still);
+}
+
+float KVServer::LearningRateFor(int64_t step) const {
+  auto it = lr_from_step_.upper_bound(step);
+  return it == lr_from_step_.begin() ? base_lr_ : std::prev(it)->second;
+}
+
+void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
+  // A pull answered in fp32 may still be sending these values: write a fresh copy then.
+  if (s->value.storage().use_count() > 1) s->value = s->value.Clone();
+  if (!updater_) {
+    SumInF32(grads, &s->value);
+    return;
+  }
+  Tensor g;
+  if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
+    g = grads[0];
+  } else {
+    if (!s->grad.defined()) s->grad = Tensor::Empty({s->length}, DType::kF32);
+    SumInF32(grads, &s->grad);
+    g = s->grad;
+  }
+  updater_->set_learning_rate(LearningRateFor(step));
+  updater_->Update(s->id, g, &s->value);
+}
+
+Status KVServer::HandlePull(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  if (m.step() < -1) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is below -1");
+  if (!wire::DType_IsValid(m.pull_dtype())) {
+    return Status::InvalidArgument("pull_dtype " + std::to_string(m.pull_dtype()) + " is unknown");
+  }
+  auto p = std::make_shared<PendingPull>();
+  TALLY_RETURN_IF_ERROR(FindSlices(msg, &p->slices));
+  p->request = m;
+  if (!async_) {
+    for (Slice* s : p->slices) {
+      if (s->applied < m.step()) {
+        s->waiting.push_back(p);
+        ++p->remaining;
+      }
+    }
+  }
+  if (p->remaining == 0) {
+    AnswerPull(*p);
+  } else {
+    ++num_waiting_;
+  }
+  return Status::Ok();
+}
+
+void KVServer::AnswerPull(const PendingPull& p) {
+  Message r;
+  r.meta.set_command(wire::RESPONSE);
+  r.meta.set_receiver_id(p.request.sender_id());
+  r.meta.set_request_id(p.request.request_id());
+  r.meta.set_step(p.request.step());
+  r.meta.set_dtype(p.request.pull_dtype());
+  *r.meta.mutable_slices() = p.request.slices();
+  const DType dtype = FromWire(p.request.pull_dtype());
+  for (Slice* s : p.slices) {
+    r.data.push_back(dtype == DType::kF32 ? s->value : s->value.To(dtype));
+  }
+  Status st = send_(p.request.sender_id(), std::move(r));
+  if (!st.ok()) LOG(WARNING) << "server: pull answer to node " << p.request.sender_id() << " failed: " << st;
+}
+
+Status KVServer::HandleSetLr(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  const float lr = m.lr();
+  if (!(lr >= 0) || !std::isfinite(lr)) return Status::InvalidArgument("lr " + std::to_string(lr));
+  if (!updater_) return Status::InvalidArgument("SET_LR without an optimizer");
+  if (async_) {
+    base_lr_ = lr;
+    lr_from_step_.clear();
+    return Status::Ok();
+  }
+  if (m.step() < 0) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is negative");
+  lr_from_step_[m.step()] = lr;
+  // Fold what no update to come can use into base_lr_, so the schedule stays short.
+  int64_t next = m.step();
+  for (const auto& kv : slices_) next = std::min(next, kv.second->applied + 1);
+  auto it = lr_from_step_.upper_bound(next);
+  if (it != lr_from_step_.begin()) {
+    base_lr_ = std::prev(it)->second;
+    lr_from_step_.erase(lr_from_step_.begin(), it);
+  }
+  return Status::Ok();
+}
+
+Tensor KVServer::Value(uint64_t key, uint64_t offset) const {
+  auto it = slices_.find({key, offset});
+  return it == slices_.end() ? Tensor() : it->second->value;
+}
+
+int64_t KVServer::AppliedStep(uint64_t key, uint64_t offset) const {
+  auto it = slices_.find({key, offset});
+  return it == slices_.end() ? -1 : it->second->applied;
+}
+
+int KVServer::NumWaitingPulls() const { return num_waiting_; }
+
+}  // namespace tally

@@ -1,0 +1,105 @@
+// The parameter server: the node that holds an fp32 master copy of its share of every key,
+// sums the workers' gradient pushes and runs the optimizer on them (DESIGN.md).
+//
+//   ClusterConfig cfg;                                    // role = SERVER
+//   TALLY_RETURN_IF_ERROR(ClusterConfigFromEnv(&cfg));
+//   return RunServer(cfg, NewZmqTransport());             // until the job ends
+//
+// KVServer is the protocol logic alone, fed one Message at a time and answering through a
+// send function, so that it can be tested with hand-made messages. The commands and their
+// fields are in docs/wire.md ("Data commands"). In short:
+//   SET_OPTIMIZER  the optimizer (typed config), sync or async, the worker count.
+//   INIT           the initial values of slices; the server keeps them in fp32.
+//   PUSH step t    gradients (f32, f16 or bf16), answered at once. Sync: once every worker's
+//                  push of step t for a slice is in, their fp32 sum, taken in worker rank
+//                  order, goes to the optimizer (or, with no optimizer, replaces the value).
+//                  Async: each push is applied when it arrives.
+//   PULL step t    the values after step t's update (t = -1: the initial values), in the
+//                  dtype asked for; a sync pull waits for that update, an async one does not.
+//   SET_LR         the learning rate of the updates of steps >= Meta.step (async: at once).
+// Every request gets one RESPONSE with the request's id; a malformed or out-of-place request
+// gets one with `error` set and a log line, and changes nothing.
+//
+// Memory: received gradients are kept without copying until their step is applied, unless
+// their storage is shared with someone else (the in-process transport hands over the
+// sender's own buffer), in which case they are copied first. A pull answered in fp32 sends
+// the master values themselves; an update that finds them still referenced by a pending
+// send writes a fresh copy instead (copy on write).
+//
+// Thread-safety: KVServer is not thread-safe; RunServer feeds it from one thread. Its loops
+// over big slices run on the OpenMP threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstore/cluster.h"
+#include "kvstore/transport.h"
+#include "kvstore/updater.h"
+
+namespace tally {
+
+class KVServer {
+ public:
+  // Sends msg to node `id`; RunServer passes Cluster::Send.
+  using SendFn = std::function<Status(int id, Message msg)>;
+
+  // The job's shape: node ids 1..num_servers are servers, the next num_workers are workers.
+  KVServer(int num_servers, int num_workers, SendFn send);
+  ~KVServer();
+
+  // Handles one data message (a request from a worker) and answers it, now or, for a
+  // synchronous pull, once the step it waits for has been applied.
+  void Handle(Message&& msg);
+
+  // For tests and logs: the fp32 master values of the slice of `key` starting at `offset`
+  // (undefined if unknown), and the last step applied to it (-1: none).
+  Tensor Value(uint64_t key, uint64_t offset) const;
+  int64_t AppliedStep(uint64_t key, uint64_t offset) const;
+  // Pulls waiting for an update.
+  int NumWaitingPulls() const;
+
+ private:
+  struct Slice;
+  struct PendingPull;
+
+  Status HandleSetOptimizer(const Message& msg);
+  Status HandleInit(const Message& msg);
+  Status HandlePush(Message* msg);
+  Status HandlePull(const Message& msg);
+  Status HandleSetLr(const Message& msg);
+
+  // Checks that every slice of msg is known, with the stored length, and fills `out`.
+  Status FindSlices(const Message& msg, std::vector<Slice*>* out);
+  // Sync: applies every step of s whose pushes are all in, in step order, then answers the
+  // pulls that were waiting for them.
+  void ApplyReadySteps(Slice* s);
+  // Applies the sum of grads (in their order) to s's value through the optimizer with the
+  // learning rate of `step`, or, without an optimizer, makes the sum the value.
+  void Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step);
+  float LearningRateFor(int64_t step) const;
+  void AnswerPull(const PendingPull& p);
+  void Respond(const wire::Meta& request, const std::string& error);
+
+  const int num_servers_;
+  const int num_workers_;
+  SendFn send_;
+  bool async_ = false;
+  bool pushed_ = false;  // a push has arrived: the optimizer can no longer change
+  std::unique_ptr<Updater> updater_;  // null: pushes replace the values
+  float base_lr_ = 0;
+  std::map<int64_t, float> lr_from_step_;  // sync: SET_LR's learning rates by first step
+  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
+  int num_waiting_ = 0;  // pulls not yet answered
+};
+
+// Joins the job as a server, serves data messages on one thread until the scheduler ends
+// the job, and returns Ok then; returns the failure if a node dies or joining fails.
+// REQUIRES: cfg.role == wire::SERVER.
+Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport);
+
+}  // namespace tally

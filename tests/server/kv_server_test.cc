@@ -1,0 +1,314 @@
+// KVServer fed hand-made messages: one server (node 1) and workers at nodes 2, 3, 4.
+#include <gtest/gtest.h>
+
+#include "server/server.h"
+
+namespace tally {
+namespace {
+
+constexpr int kServerId = 1;
+int Worker(int rank) { return 2 + rank; }
+
+Tensor Values(const std::vector<float>& v, DType dtype = DType::kF32) {
+  Tensor f = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kF32);
+  for (size_t i = 0; i < v.size(); ++i) f.data<float>()[i] = v[i];
+  return f.To(dtype);
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  Tensor f = t.To(DType::kF32);
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+
+class KVServerTest : public ::testing::Test {
+ protected:
+  void Make(int workers) {
+    server_ = std::make_unique<KVServer>(1, workers, [this](int id, Message m) {
+      EXPECT_EQ(m.meta.command(), wire::RESPONSE);
+      sent_.push_back({id, std::move(m)});
+      return Status::Ok();
+    });
+  }
+
+  Message Request(wire::Command c, int sender, int64_t step = 0) {
+    Message m;
+    m.meta.set_command(c);
+    m.meta.set_sender_id(sender);
+    m.meta.set_receiver_id(kServerId);
+    m.meta.set_request_id(++next_id_);
+    m.meta.set_step(step);
+    m.meta.set_num_workers(workers_);
+    return m;
+  }
+  static void AddSlice(Message* m, uint64_t key, uint64_t offset, const Tensor& data) {
+    wire::KeySlice* s = m->meta.add_slices();
+    s->set_key(key);
+    s->set_offset(offset);
+    s->set_length(static_cast<uint64_t>(data.numel()));
+    m->meta.set_dtype(ToWire(data.dtype()));
+    m->data.push_back(data);
+  }
+
+  // Sends m and returns the answers it caused (in order).
+  std::vector<std::pair<int, Message>> Send(Message m) {
+    sent_.clear();
+    server_->Handle(std::move(m));
+    return std::move(sent_);
+  }
+  // Sends m and expects exactly one answer, without an error, to its sender.
+  Message Ok(Message m) {
+    const uint64_t id = m.meta.request_id();
+    const int sender = m.meta.sender_id();
+    auto out = Send(std::move(m));
+    EXPECT_EQ(out.size(), 1u);
+    if (out.empty()) return Message();
+    EXPECT_EQ(out[0].first, sender);
+    EXPECT_EQ(out[0].second.meta.request_id(), id);
+    EXPECT_EQ(out[0].second.meta.error(), "");
+    return std::move(out[0].second);
+  }
+  // Sends m and expects one answer carrying an error that mentions `words`.
+  void Refused(Message m, const std::string& words) {
+    auto out = Send(std::move(m));
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_NE(out[0].second.meta.error().find(words), std::string::npos) << out[0].second.meta.error();
+    EXPECT_TRUE(out[0].second.data.empty());
+  }
+
+  void SetOptimizer(float lr, bool async) {
+    Message m = Request(wire::SET_OPTIMIZER, Worker(0));
+    m.meta.mutable_optimizer()->set_type("sgd");
+    m.meta.mutable_optimizer()->set_lr(lr);
+    m.meta.mutable_optimizer()->set_rescale_grad(1.0f);
+    m.meta.set_async(async);
+    Ok(std::move(m));
+  }
+  void Init(uint64_t key, const std::vector<float>& v, bool async = false) {
+    Message m = Request(wire::INIT, Worker(0), -1);
+    m.meta.set_async(async);
+    AddSlice(&m, key, 0, Values(v));
+    Ok(std::move(m));
+  }
+  void Push(int rank, uint64_t key, int64_t step, const Tensor& g) {
+    Message m = Request(wire::PUSH, Worker(rank), step);
+    AddSlice(&m, key, 0, g);
+    Ok(std::move(m));
+  }
+  Message PullRequest(int rank, uint64_t key, int64_t step, int64_t length, wire::DType dtype = wire::F32) {
+    Message m = Request(wire::PULL, Worker(rank), step);
+    wire::KeySlice* s = m.meta.add_slices();
+    s->set_key(key);
+    s->set_length(static_cast<uint64_t>(length));
+    m.meta.set_pull_dtype(dtype);
+    return m;
+  }
+
+  int workers_ = 2;
+  uint64_t next_id_ = 0;
+  std::unique_ptr<KVServer> server_;
+  std::vector<std::pair<int, Message>> sent_;
+};
+
+TEST_F(KVServerTest, SumsPushesInRankOrderNotArrivalOrder) {
+  workers_ = 3;
+  Make(3);
+  Init(5, {0.f, 0.f});
+  // In fp32, (1e8 + -1e8) + 1 = 1 but (1 + 1e8) + -1e8 = 0: the order shows in the result.
+  Push(2, 5, 0, Values({1.f, 2.f}));
+  Push(0, 5, 0, Values({1e8f, 1e8f}));
+  EXPECT_EQ(server_->AppliedStep(5, 0), -1);
+  Push(1, 5, 0, Values({-1e8f, -1e8f}));
+  EXPECT_EQ(server_->AppliedStep(5, 0), 0);
+  EXPECT_EQ(Floats(server_->Value(5, 0)), (std::vector<float>{1.f, 2.f}));
+}
+
+TEST_F(KVServerTest, PullWaitsForItsStepAndIsAnsweredWhenTheLastPushArrives) {
+  Make(2);
+  Init(0, {1.f, 2.f, 3.f});
+  Message initial = Ok(PullRequest(1, 0, -1, 3));  // step -1: the initial values, at once
+  EXPECT_EQ(Floats(initial.data[0]), (std::vector<float>{1.f, 2.f, 3.f}));
+
+  Push(0, 0, 0, Values({1.f, 1.f, 1.f}));
+  Message pull = PullRequest(0, 0, 0, 3);
+  const uint64_t pull_id = pull.meta.request_id();
+  EXPECT_TRUE(Send(std::move(pull)).empty());
+  EXPECT_EQ(server_->NumWaitingPulls(), 1);
+  // The last push is answered first, then the waiting pull.
+  Message push = Request(wire::PUSH, Worker(1), 0);
+  AddSlice(&push, 0, 0, Values({0.5f, 0.5f, 0.5f}));
+  const uint64_t push_id = push.meta.request_id();
+  auto out = Send(std::move(push));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].second.meta.request_id(), push_id);
+  EXPECT_EQ(out[1].first, Worker(0));
+  EXPECT_EQ(out[1].second.meta.request_id(), pull_id);
+  ASSERT_EQ(out[1].second.data.size(), 1u);
+  EXPECT_EQ(Floats(out[1].second.data[0]), (std::vector<float>{1.5f, 1.5f, 1.5f}));  // no optimizer: the sum
+  EXPECT_EQ(server_->NumWaitingPulls(), 0);
+}
+
+TEST_F(KVServerTest, Fp16PushesUpdateAnFp32MasterAndPullsComeInTheAskedDtype) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, /*async=*/false);
+  Init(3, {1.f, -2.f});
+  // Each step moves the weights by 2e-4, below fp16's resolution near 1 (4.9e-4): only an
+  // fp32 master accumulates the steps.
+  const Tensor g = Values({1e-4f, -1e-4f}, DType::kF16);
+  const float g32 = HalfToFloat(g.data<uint16_t>()[0]);
+  float w0 = 1.f, w1 = -2.f;
+  for (int step = 0; step < 10; ++step) {
+    Push(0, 3, step, g);
+    Push(1, 3, step, g);
+    w0 -= 1.0f * (g32 + g32);
+    w1 -= 1.0f * (-g32 + -g32);
+  }
+  EXPECT_EQ(Floats(server_->Value(3, 0)), (std::vector<float>{w0, w1}));
+  EXPECT_LT(w0, 0.9985f);
+  Message half = Ok(PullRequest(0, 3, 9, 2, wire::F16));
+  EXPECT_EQ(half.meta.dtype(), wire::F16);
+  ASSERT_EQ(half.data[0].dtype(), DType::kF16);
+  EXPECT_EQ(half.data[0].data<uint16_t>()[0], FloatToHalf(w0));
+  Message bf = Ok(PullRequest(1, 3, 9, 2, wire::BF16));
+  EXPECT_EQ(bf.data[0].data<uint16_t>()[1], FloatToBFloat16(w1));
+}
+
+TEST_F(KVServerTest, AsyncAppliesEveryPushAtOnceAndNeverHoldsAPull) {
+  Make(2);
+  SetOptimizer(/*lr=*/0.5f, /*async=*/true);
+  Init(1, {4.f}, /*async=*/true);
+  Push(1, 1, 0, Values({2.f}));
+  EXPECT_EQ(Floats(server_->Value(1, 0)), (std::vector<float>{3.f}));
+  Push(1, 1, 1, Values({2.f}, DType::kBF16));
+  EXPECT_EQ(Floats(server_->Value(1, 0)), (std::vector<float>{2.f}));
+  Message pull = Ok(PullRequest(0, 1, 5, 1));  // a step nobody pushed: answered anyway
+  EXPECT_EQ(Floats(pull.data[0]), (std::vector<float>{2.f}));
+}
+
+TEST_F(KVServerTest, LearningRateAppliesFromItsStepEvenWhenOlderPushesAreMissing) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, false);
+  Init(0, {0.f});
+  Push(0, 0, 0, Values({1.f}));
+  // Worker 0 moves on: lr 0.5 from step 1, while worker 1's step 0 is still to come.
+  Message lr = Request(wire::SET_LR, Worker(0), 1);
+  lr.meta.set_lr(0.5f);
+  Ok(std::move(lr));
+  Push(1, 0, 0, Values({1.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-2.f}));  // lr 1 at step 0
+  Push(0, 0, 1, Values({1.f}));
+  Push(1, 0, 1, Values({1.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-3.f}));  // lr 0.5 at step 1
+}
+
+TEST_F(KVServerTest, PushesAheadOfTheirStepWaitAndApplyInStepOrder) {
+  Make(2);
+  Init(0, {0.f});
+  Push(0, 0, 0, Values({1.f}));
+  Push(0, 0, 1, Values({10.f}));
+  Push(1, 0, 1, Values({20.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), -1);
+  Push(1, 0, 0, Values({2.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 1);
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{30.f}));
+}
+
+TEST_F(KVServerTest, AnFp32PullKeepsItsValuesWhenTheNextUpdateComes) {
+  Make(1);
+  workers_ = 1;
+  Init(0, {1.f, 2.f});
+  Message pulled = Ok(PullRequest(0, 0, -1, 2));
+  Push(0, 0, 0, Values({7.f, 8.f}));
+  EXPECT_EQ(Floats(pulled.data[0]), (std::vector<float>{1.f, 2.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{7.f, 8.f}));
+}
+
+TEST_F(KVServerTest, AGradientBufferSharedWithTheSenderIsCopiedBeforeTheAnswer) {
+  Make(2);
+  Init(0, {0.f});
+  Tensor g = Values({1.f});
+  Push(0, 0, 0, g);
+  g.Fill(100.f);  // the worker reuses its buffer once the push is answered
+  Push(1, 0, 0, Values({2.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{3.f}));
+}
+
+TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
+  Make(2);
+  SetOptimizer(1.0f, false);
+  Init(0, {1.f, 2.f});
+
+  Message unknown = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&unknown, 9, 0, Values({1.f, 1.f}));
+  Refused(std::move(unknown), "key 9");
+
+  Message wrong_length = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&wrong_length, 0, 0, Values({1.f, 1.f, 1.f}));
+  Refused(std::move(wrong_length), "2 elements here");
+
+  Message from_server = Request(wire::PUSH, 1, 0);
+  AddSlice(&from_server, 0, 0, Values({1.f, 1.f}));
+  Refused(std::move(from_server), "not a worker");
+
+  Message from_stranger = Request(wire::PUSH, 9, 0);
+  AddSlice(&from_stranger, 0, 0, Values({1.f, 1.f}));
+  Refused(std::move(from_stranger), "not a worker");
+
+  Message frame_dtype = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&frame_dtype, 0, 0, Values({1.f, 1.f}, DType::kF16));
+  frame_dtype.meta.set_dtype(wire::F32);
+  Refused(std::move(frame_dtype), "data frame 0");
+
+  Message missing_frame = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&missing_frame, 0, 0, Values({1.f, 1.f}));
+  missing_frame.data.clear();
+  Refused(std::move(missing_frame), "data frames");
+
+  Message negative_step = Request(wire::PUSH, Worker(0), -1);
+  AddSlice(&negative_step, 0, 0, Values({1.f, 1.f}));
+  Refused(std::move(negative_step), "negative");
+
+  Message init_by_worker1 = Request(wire::INIT, Worker(1), -1);
+  AddSlice(&init_by_worker1, 4, 0, Values({1.f}));
+  Refused(std::move(init_by_worker1), "only worker 0");
+
+  Message init_twice = Request(wire::INIT, Worker(0), -1);
+  AddSlice(&init_twice, 0, 0, Values({1.f, 1.f}));
+  Refused(std::move(init_twice), "initialised twice");
+
+  Message bad_dtype = PullRequest(0, 0, 0, 2);
+  bad_dtype.meta.set_pull_dtype(static_cast<wire::DType>(7));
+  Refused(std::move(bad_dtype), "dtype");
+
+  Message bad_optimizer = Request(wire::SET_OPTIMIZER, Worker(0));
+  bad_optimizer.meta.mutable_optimizer()->set_type("adam");
+  Refused(std::move(bad_optimizer), "adam");
+
+  Message bad_lr = Request(wire::SET_LR, Worker(0), 0);
+  bad_lr.meta.set_lr(-1.f);
+  Refused(std::move(bad_lr), "lr");
+
+  Message not_data = Request(wire::BARRIER, Worker(0));
+  Refused(std::move(not_data), "not a data command");
+
+  Push(0, 0, 0, Values({1.f, 1.f}));
+  Message twice = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&twice, 0, 0, Values({1.f, 1.f}));
+  Refused(std::move(twice), "second push");
+  Push(1, 0, 0, Values({1.f, 1.f}));
+  Message late = Request(wire::PUSH, Worker(1), 0);
+  AddSlice(&late, 0, 0, Values({1.f, 1.f}));
+  Refused(std::move(late), "already applied");
+
+  Message late_optimizer = Request(wire::SET_OPTIMIZER, Worker(0));
+  late_optimizer.meta.mutable_optimizer()->set_type("sgd");
+  Refused(std::move(late_optimizer), "after the first push");
+
+  // Only the two good pushes count: w = [1, 2] - lr * (1 + 1).
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-1.f, 0.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 0);
+  // An answer sent to a server is logged and dropped, not answered.
+  EXPECT_TRUE(Send(Request(wire::RESPONSE, Worker(0))).empty());
+}
+
+}  // namespace
+}  // namespace tally
