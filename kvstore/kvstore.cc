@@ -16,7 +16,8 @@ Status KVStore::Create(const std::string& type, int num_devices, std::unique_ptr
   }
   if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async") {
     return Status::InvalidArgument("--kv-store " + type +
-                                   " needs the parameter server, which this build does not have yet");
+                                   " needs the parameter server: this process has not joined a job "
+                                   "(CreateDistKVStore takes the Cluster)");
   }
   return Status::InvalidArgument("unknown --kv-store '" + type +
                                  "' (local, device, dist_sync, dist_device_sync or dist_async)");

@@ -13,7 +13,7 @@
 //   device  gradients are summed across the devices, and each device runs the optimizer on
 //           its own copy (CPU devices: in host memory). Same results as local.
 // The distributed types (dist_sync, dist_device_sync, dist_async) implement this interface
-// over the parameter server.
+// over the parameter server (dist_kvstore.h).
 //
 // Semantics (MXNet's): Push sums one value per device in device order (reproducible); with
 // an optimizer set, the sum is the gradient the optimizer applies, otherwise it replaces the
@@ -45,7 +45,8 @@ Status ValidateOptimizerConfig(const OptimizerConfig& c);
 
 class KVStore {
  public:
-  // type: "local" or "device" (the distributed types come with the parameter server).
+  // type: "local" or "device". The distributed types need the process's Cluster and are
+  // made by CreateDistKVStore (kvstore/dist_kvstore.h); here they fail saying so.
   // num_devices: how many values each Push gives and each Pull fills.
   static Status Create(const std::string& type, int num_devices, std::unique_ptr<KVStore>* out);
   virtual ~KVStore() = default;

@@ -1,0 +1,141 @@
+#include "kvstore/dist_channel.h"
+
+#include <chrono>
+
+#include <glog/logging.h>
+
+namespace tally {
+
+DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster) {}
+
+DistChannel::~DistChannel() { CHECK(!sender_.joinable()) << "DistChannel destroyed before Stop"; }
+
+void DistChannel::Start() { sender_ = std::thread([this] { SendLoop(); }); }
+
+void DistChannel::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  send_cv_.notify_all();
+  if (sender_.joinable()) sender_.join();
+}
+
+void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pending) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const uint64_t id = next_id_++;
+    msg.meta.set_request_id(id);
+    msg.meta.set_receiver_id(node);
+    msg.meta.set_priority(priority);
+    pending.node = node;
+    pending_[id] = std::move(pending);
+    queue_.emplace(std::make_pair(-static_cast<int64_t>(priority), next_seq_++),
+                   Outgoing{node, std::move(msg)});
+  }
+  send_cv_.notify_one();
+}
+
+void DistChannel::SendLoop() {
+  for (;;) {
+    std::unique_lock<std::mutex> l(mu_);
+    send_cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_, and everything is sent
+    Outgoing out = std::move(queue_.begin()->second);
+    queue_.erase(queue_.begin());
+    l.unlock();
+    const uint64_t id = out.msg.meta.request_id();
+    const std::string what = wire::Command_Name(out.msg.meta.command());
+    Status s = cluster_->Send(out.node, std::move(out.msg));
+    if (!s.ok()) {
+      Finish(id, Status::Unavailable("kvstore: sending " + what + " to server " +
+                                     std::to_string(out.node - 1) + ": " + s.message()));
+    }
+  }
+}
+
+void DistChannel::Finish(uint64_t id, const Status& s) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (pending_.erase(id) == 0) return;
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+  done_cv_.notify_all();
+}
+
+void DistChannel::OnFailure(const Status& s) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failure_.ok()) failure_ = s.ok() ? Status::Unavailable("the job failed") : s;
+  }
+  done_cv_.notify_all();
+}
+
+void DistChannel::OnMessage(Message&& m) {
+  const wire::Meta& meta = m.meta;
+  if (meta.command() != wire::RESPONSE) {
+    LOG(WARNING) << "kvstore: ignoring " << wire::Command_Name(meta.command()) << " from node "
+                 << meta.sender_id() << ": a worker serves no requests";
+    return;
+  }
+  PendingRequest p;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pending_.find(meta.request_id());
+    if (it == pending_.end()) {
+      LOG(WARNING) << "kvstore: ignoring an answer to unknown request " << meta.request_id()
+                   << " from node " << meta.sender_id();
+      return;
+    }
+    p = it->second;  // copies views and pointers only
+  }
+  const std::string what = wire::Command_Name(p.command) + " of key " + std::to_string(p.key) +
+                           " to server " + std::to_string(p.node - 1);
+  if (!meta.error().empty()) {
+    Finish(meta.request_id(), Status::InvalidArgument("kvstore: " + what + " refused: " + meta.error()));
+    return;
+  }
+  if (p.command != wire::PULL) {
+    Finish(meta.request_id(), Status::Ok());
+    return;
+  }
+  Status s = ValidateMessage(m);
+  if (s.ok() && (meta.slices_size() != 1 || static_cast<int64_t>(meta.slices(0).length()) != p.length ||
+                 static_cast<int64_t>(meta.slices(0).offset()) != p.offset)) {
+    s = Status::Internal("the answer's slices do not match the request");
+  }
+  if (!s.ok()) {
+    Finish(meta.request_id(), Status::Internal("kvstore: answer to " + what + ": " + s.message()));
+    return;
+  }
+  // Copied on this thread, outside the lock: the store's thread waits in WaitAll meanwhile.
+  p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[0]);
+  if (p.pull->remaining.fetch_sub(1) == 1) {
+    for (Tensor& o : p.pull->others) o.CopyFrom(p.pull->flat);
+  }
+  Finish(meta.request_id(), Status::Ok());
+}
+
+Status DistChannel::WaitAll(int timeout_ms) {
+  Status cluster_failure = cluster_->failure();
+  if (!cluster_failure.ok()) OnFailure(cluster_failure);
+  std::unique_lock<std::mutex> l(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pending_.empty() && failure_.ok()) {
+    if (done_cv_.wait_until(l, deadline) == std::cv_status::timeout && !pending_.empty() &&
+        failure_.ok()) {
+      const PendingRequest& first = pending_.begin()->second;
+      return Status::Unavailable("kvstore: " + std::to_string(pending_.size()) +
+                                 " requests unanswered after " + std::to_string(timeout_ms) +
+                                 " ms (the oldest: " + wire::Command_Name(first.command) + " of key " +
+                                 std::to_string(first.key) + " to server " +
+                                 std::to_string(first.node - 1) + ")");
+    }
+  }
+  if (!failure_.ok()) return failure_;
+  Status e = error_;
+  error_ = Status::Ok();
+  return e;
+}
+
+}  // namespace tally

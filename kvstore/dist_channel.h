@@ -1,0 +1,85 @@
+// DistChannel: the request/answer machinery of DistKVStore (dist_kvstore.h), internal to
+// kvstore/. It numbers requests, queues them by priority for a sending thread, matches
+// answers (on the cluster's receive thread) to what they complete, copies pulled values
+// into their destination, and lets the store's thread wait for everything outstanding.
+//
+// Ownership: held by shared_ptr, also by the callbacks given to the Cluster, so that an
+// answer or failure notice arriving late finds it alive. Thread-safety: all methods may be
+// called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kvstore/cluster.h"
+
+namespace tally {
+
+// A Pull of one key: its slices' answers land in `flat` (outs[0] seen as 1-D); once every
+// slice is in, `flat` is copied into `others` (the other devices' outputs).
+struct PullOp {
+  Tensor flat;
+  std::vector<Tensor> others;
+  std::atomic<int> remaining{0};
+};
+
+// What a request's answer completes.
+struct PendingRequest {
+  wire::Command command = wire::COMMAND_UNKNOWN;
+  uint64_t key = 0;
+  int node = 0;
+  std::vector<Tensor> keep;     // the request's data frames, alive until answered
+  std::shared_ptr<PullOp> pull;  // PULL: where the values go
+  int64_t offset = 0, length = 0;
+};
+
+class DistChannel {
+ public:
+  explicit DistChannel(Cluster* cluster);
+  ~DistChannel();  // REQUIRES: Stop() was called.
+
+  // Starts the sending thread.
+  void Start();
+  // Sends what is queued, then ends the sending thread.
+  void Stop();
+
+  // Queues msg for node `node`; its request id is filled in. Higher priority goes first.
+  void Enqueue(int node, Message msg, int priority, PendingRequest pending);
+  // The cluster's data handler and failure callback.
+  void OnMessage(Message&& m);
+  void OnFailure(const Status& s);
+  // Waits until every queued request has been answered. Returns the cluster's failure,
+  // the first error answered or met sending since the last call, or Unavailable after
+  // timeout_ms.
+  Status WaitAll(int timeout_ms);
+
+ private:
+  struct Outgoing {
+    int node;
+    Message msg;
+  };
+  void SendLoop();
+  void Finish(uint64_t id, const Status& s);
+
+  Cluster* const cluster_;
+  std::mutex mu_;
+  std::condition_variable done_cv_;  // pending_ shrank, or a failure
+  std::condition_variable send_cv_;  // queue_ grew, or stop_
+  // Ordered by (-priority, call order): begin() is the next to send.
+  std::map<std::pair<int64_t, uint64_t>, Outgoing> queue_;  // GUARDED_BY(mu_)
+  std::map<uint64_t, PendingRequest> pending_;              // GUARDED_BY(mu_)
+  uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)
+  uint64_t next_seq_ = 0;                                   // GUARDED_BY(mu_)
+  Status error_;                                            // GUARDED_BY(mu_)
+  Status failure_;                                          // GUARDED_BY(mu_)
+  bool stop_ = false;                                       // GUARDED_BY(mu_)
+  std::thread sender_;
+};
+
+}  // namespace tally

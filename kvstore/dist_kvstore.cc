@@ -1,0 +1,296 @@
+// DistKVStore: dist_sync, dist_device_sync and dist_async over a Cluster (dist_kvstore.h).
+#include "kvstore/dist_kvstore.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "kvstore/dist_channel.h"
+#include "kvstore/placement.h"
+#include "kvstore/reduce.h"
+
+namespace tally {
+namespace {
+
+wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
+  wire::OptimizerConfig w;
+  w.set_type(c.type);
+  w.set_lr(c.lr);
+  w.set_momentum(c.momentum);
+  w.set_wd(c.wd);
+  w.set_rescale_grad(c.rescale_grad);
+  w.set_clip_gradient(c.clip_gradient);
+  w.set_multi_precision(c.multi_precision);
+  return w;
+}
+
+Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
+
+class DistKVStore : public KVStore {
+ public:
+  DistKVStore(const std::string& type, int num_devices, Cluster* cluster)
+      : type_(type),
+        num_devices_(num_devices),
+        cluster_(cluster),
+        channel_(std::make_shared<DistChannel>(cluster)) {
+    std::shared_ptr<DistChannel> ch = channel_;
+    cluster_->SetDataHandler([ch](Message&& m) { ch->OnMessage(std::move(m)); });
+    cluster_->OnFailure([ch](const Status& s) { ch->OnFailure(s); });
+    channel_->Start();
+  }
+  ~DistKVStore() override {
+    channel_->Stop();
+    cluster_->SetDataHandler([](Message&&) {});
+  }
+
+  const std::string& type() const override { return type_; }
+  int rank() const override { return cluster_->me().rank(); }
+  int num_workers() const override { return cluster_->num_workers(); }
+  Status Barrier() override { return cluster_->Barrier(kGroupWorkers, kDistWaitTimeoutMs); }
+
+  Status SetOptimizer(const OptimizerConfig& config) override {
+    TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
+    if (initialised_) return Status::InvalidArgument("SetOptimizer must come before Init");
+    optimizer_ = config;
+    has_optimizer_ = true;
+    return Status::Ok();
+  }
+
+  void SetLearningRate(float lr) override;
+
+  Status Init(int key, const Tensor& value) override { return Init(std::vector<int>{key}, {value}); }
+  Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
+  Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
+  Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
+  Status WaitAll() override { return channel_->WaitAll(kDistWaitTimeoutMs); }
+
+ private:
+  struct Key {
+    int64_t numel = 0;
+    std::vector<Placement::Slice> slices;
+    int64_t next_step = 0;  // the step of the next push
+    Tensor merged;          // the devices' sum, in the values' dtype (several devices only)
+    Tensor merged_f32;      // its fp32 accumulator when the values are 16-bit
+  };
+  Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
+  Message Request(wire::Command command, int64_t step) const {
+    Message m;
+    m.meta.set_command(command);
+    m.meta.set_step(step);
+    m.meta.set_async(type_ == "dist_async");
+    m.meta.set_num_workers(cluster_->num_workers());
+    return m;
+  }
+
+  const std::string type_;
+  const int num_devices_;
+  Cluster* const cluster_;
+  std::shared_ptr<DistChannel> channel_;
+  bool has_optimizer_ = false;
+  OptimizerConfig optimizer_;
+  bool initialised_ = false;
+  std::map<int, Key> keys_;
+};
+
+Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  if (initialised_) {
+    return Status::InvalidArgument("kvstore " + type_ + " needs every key in one Init call");
+  }
+  if (keys.size() != values.size() || keys.empty()) {
+    return Status::InvalidArgument("kvstore Init with " + std::to_string(keys.size()) + " keys and " +
+                                   std::to_string(values.size()) + " values");
+  }
+  // Placement numbers keys in increasing order, so every worker computes the same one
+  // whatever order its caller lists them in.
+  std::vector<size_t> order(keys.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  std::vector<int64_t> sizes;
+  for (size_t i : order) {
+    if (keys[i] < 0) return Status::InvalidArgument("kvstore key " + std::to_string(keys[i]) + " is negative");
+    if (!sizes.empty() && keys[i] == keys[order[sizes.size() - 1]]) {
+      return Status::InvalidArgument("kvstore key " + std::to_string(keys[i]) + " initialised twice");
+    }
+    if (!IsWireDType(values[i].dtype()) || !values[i].device().is_cpu()) {
+      return Status::InvalidArgument("kvstore Init of key " + std::to_string(keys[i]) + " with " +
+                                     values[i].ToString() + " (float32, float16 or bfloat16 on the CPU)");
+    }
+    sizes.push_back(values[i].numel());
+  }
+  const Placement placement = Placement::Compute(sizes, cluster_->num_servers());
+  for (size_t k = 0; k < order.size(); ++k) {
+    Key& info = keys_[keys[order[k]]];
+    info.numel = sizes[k];
+    info.slices = placement.slices(static_cast<int>(k));
+  }
+  initialised_ = true;
+
+  if (rank() == 0) {
+    const int servers = cluster_->num_servers();
+    if (has_optimizer_) {
+      for (int s = 0; s < servers; ++s) {
+        Message m = Request(wire::SET_OPTIMIZER, 0);
+        *m.meta.mutable_optimizer() = ToWireOptimizer(optimizer_);
+        PendingRequest p;
+        p.command = wire::SET_OPTIMIZER;
+        channel_->Enqueue(cluster_->ServerId(s), std::move(m), INT_MAX, std::move(p));
+      }
+    }
+    std::vector<Message> inits(servers);
+    for (int s = 0; s < servers; ++s) inits[s] = Request(wire::INIT, -1);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Tensor flat = Flat(values[order[k]]);
+      for (const Placement::Slice& sl : placement.slices(static_cast<int>(k))) {
+        Message& m = inits[sl.server];
+        m.meta.set_dtype(ToWire(flat.dtype()));
+        wire::KeySlice* ks = m.meta.add_slices();
+        ks->set_key(keys[order[k]]);
+        ks->set_offset(sl.offset);
+        ks->set_length(sl.length);
+        m.data.push_back(flat.Slice(sl.offset, sl.offset + sl.length));
+      }
+    }
+    // A message has one dtype: values of mixed dtypes go as fp32.
+    for (Message& m : inits) {
+      bool mixed = false;
+      for (const Tensor& t : m.data) mixed |= t.dtype() != FromWire(m.meta.dtype());
+      if (!mixed) continue;
+      m.meta.set_dtype(wire::F32);
+      for (Tensor& t : m.data) t = t.To(DType::kF32);
+    }
+    for (int s = 0; s < servers; ++s) {
+      if (inits[s].meta.slices_size() == 0) continue;
+      PendingRequest p;
+      p.command = wire::INIT;
+      p.keep = inits[s].data;
+      channel_->Enqueue(cluster_->ServerId(s), std::move(inits[s]), INT_MAX, std::move(p));
+    }
+    TALLY_RETURN_IF_ERROR(WaitAll());
+  }
+  return Barrier();
+}
+
+Status DistKVStore::Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + " before Init");
+  }
+  if (static_cast<int>(ts.size()) != num_devices_) {
+    return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + " with " +
+                                   std::to_string(ts.size()) + " values for " +
+                                   std::to_string(num_devices_) + " devices");
+  }
+  for (const Tensor& t : ts) {
+    if (t.numel() != it->second.numel || !IsWireDType(t.dtype()) || !t.device().is_cpu()) {
+      return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + ": " +
+                                     t.ToString() + " does not match its " +
+                                     std::to_string(it->second.numel) + " float values");
+    }
+  }
+  *out = &it->second;
+  return Status::Ok();
+}
+
+Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority) {
+  Key* k = nullptr;
+  TALLY_RETURN_IF_ERROR(Find(key, vals, "push", &k));
+  Tensor sum;
+  if (num_devices_ == 1) {
+    sum = Flat(vals[0]);
+  } else {
+    // The buffer of an earlier push may still be on its way: take a fresh one then.
+    const DType dtype = vals[0].dtype();
+    if (!k->merged.defined() || k->merged.dtype() != dtype || k->merged.storage().use_count() > 1) {
+      k->merged = Tensor::Empty({k->numel}, dtype);
+    }
+    if (dtype == DType::kF32) {
+      SumInF32(vals, &k->merged);
+    } else {
+      if (!k->merged_f32.defined()) k->merged_f32 = Tensor::Empty({k->numel}, DType::kF32);
+      SumInF32(vals, &k->merged_f32);
+      k->merged.CopyFrom(k->merged_f32);
+    }
+    sum = k->merged;
+  }
+  const int64_t step = k->next_step++;
+  for (const Placement::Slice& sl : k->slices) {
+    Message m = Request(wire::PUSH, step);
+    m.meta.set_dtype(ToWire(sum.dtype()));
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(key);
+    ks->set_offset(sl.offset);
+    ks->set_length(sl.length);
+    m.data.push_back(sum.Slice(sl.offset, sl.offset + sl.length));
+    PendingRequest p;
+    p.command = wire::PUSH;
+    p.key = key;
+    p.keep = m.data;
+    channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
+  }
+  return Status::Ok();
+}
+
+Status DistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority) {
+  Key* k = nullptr;
+  TALLY_RETURN_IF_ERROR(Find(key, outs, "pull", &k));
+  auto op = std::make_shared<PullOp>();
+  op->flat = Flat(outs[0]);
+  op->others.assign(outs.begin() + 1, outs.end());
+  op->remaining = static_cast<int>(k->slices.size());
+  for (const Placement::Slice& sl : k->slices) {
+    // The values after this worker's last push of the key (-1: the initial ones).
+    Message m = Request(wire::PULL, k->next_step - 1);
+    m.meta.set_pull_dtype(ToWire(outs[0].dtype()));
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(key);
+    ks->set_offset(sl.offset);
+    ks->set_length(sl.length);
+    PendingRequest p;
+    p.command = wire::PULL;
+    p.key = key;
+    p.pull = op;
+    p.offset = sl.offset;
+    p.length = sl.length;
+    channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
+  }
+  return Status::Ok();
+}
+
+void DistKVStore::SetLearningRate(float lr) {
+  if (!initialised_) {
+    optimizer_.lr = lr;  // goes out with SET_OPTIMIZER
+    return;
+  }
+  if (!has_optimizer_ || rank() != 0) return;
+  // Applies from the next push on; keys normally share one step count (every step pushes
+  // every key), otherwise the most advanced key's next step is taken.
+  int64_t step = 0;
+  for (const auto& kv : keys_) step = std::max(step, kv.second.next_step);
+  for (int s = 0; s < cluster_->num_servers(); ++s) {
+    Message m = Request(wire::SET_LR, step);
+    m.meta.set_lr(lr);
+    PendingRequest p;
+    p.command = wire::SET_LR;
+    channel_->Enqueue(cluster_->ServerId(s), std::move(m), INT_MAX, std::move(p));
+  }
+}
+
+}  // namespace
+
+Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* cluster,
+                         std::unique_ptr<KVStore>* out) {
+  if (type != "dist_sync" && type != "dist_device_sync" && type != "dist_async") {
+    return Status::InvalidArgument("kvstore type '" + type +
+                                   "' is not distributed (dist_sync, dist_device_sync or dist_async)");
+  }
+  if (num_devices < 1) return Status::InvalidArgument("a kvstore needs at least one device");
+  if (cluster == nullptr) return Status::InvalidArgument("kvstore " + type + " needs a cluster");
+  if (cluster->me().role() != wire::WORKER) {
+    return Status::InvalidArgument("kvstore " + type + " runs on a worker, not on " +
+                                   DescribeNode(cluster->me()));
+  }
+  out->reset(new DistKVStore(type, num_devices, cluster));
+  return Status::Ok();
+}
+
+}  // namespace tally

@@ -1,0 +1,54 @@
+// DistKVStore: the worker's side of the parameter server, the kvstore types dist_sync,
+// dist_device_sync and dist_async (kvstore.h, DESIGN.md), over a Cluster the caller joined.
+//
+//   std::unique_ptr<Cluster> cluster;
+//   TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, NewZmqTransport(), &cluster));
+//   std::unique_ptr<KVStore> kv;
+//   TALLY_RETURN_IF_ERROR(CreateDistKVStore("dist_sync", /*num_devices=*/1, cluster.get(), &kv));
+//   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));          // before Init; sent by worker 0
+//   TALLY_RETURN_IF_ERROR(kv->Init(keys, values));         // every worker, every key, once
+//   for (int key : keys) kv->PushPull(key, grads[key], weights[key], /*priority=*/-key);
+//   TALLY_RETURN_IF_ERROR(kv->WaitAll());
+//
+// Init places the keys on the servers (Placement, from all sizes), worker 0 sends the
+// optimizer and the initial values, and every worker waits for the others (a barrier).
+// Push sums the worker's own devices in device order, then sends one PUSH per slice of the
+// key to the server holding it, in the values' dtype (fp16 gradients travel as fp16), with
+// the key's step counter (0, 1, 2, ...). Pull asks each server for its slices after the
+// worker's last push of the key and copies the answers straight into outs[0], converting
+// the dtype, then outs[0] into the other devices' outputs. dist_device_sync behaves as
+// dist_sync here (CPU devices are summed in memory).
+//
+// Priority: requests wait in one queue and a sending thread takes the highest priority
+// first (equal priorities in call order). Training gives key k priority -k, so when the
+// wire is the bottleneck the first layers' weights, which the next forward pass needs
+// first, overtake the rest. SET_LR goes ahead of everything still queued (it names the step
+// from which it applies, so overtaking older pushes is harmless).
+//
+// Buffers: pushed tensors are sent without copying (slices are views), so they must not be
+// written, nor pulled ones read, until WaitAll returns. WaitAll fails at once when the
+// cluster reports a dead node, and after a timeout otherwise; after a failed WaitAll the
+// job is over (late answers may still land in the pulled tensors).
+//
+// Thread-safety: driven by one thread, like every KVStore; answers are handled on the
+// cluster's receive thread. REQUIRES: the Cluster outlives the store, and the store is the
+// cluster's only data handler.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvstore/cluster.h"
+#include "kvstore/kvstore.h"
+
+namespace tally {
+
+// type: dist_sync, dist_device_sync or dist_async.
+Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* cluster,
+                         std::unique_ptr<KVStore>* out);
+
+// How long WaitAll and the Init barrier wait for the servers before giving up (ms). The
+// default (10 minutes) only catches hangs: dead nodes are reported by the cluster at once.
+constexpr int kDistWaitTimeoutMs = 600000;
+
+}  // namespace tally

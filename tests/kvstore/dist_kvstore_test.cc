@@ -1,0 +1,262 @@
+// The distributed kvstore end to end: a scheduler, servers and workers as threads of this
+// process, over the in-process transport and over ZeroMQ on loopback.
+#include "kvstore/dist_kvstore.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+#include "worker/synthetic_data.h"
+#include "worker/trainer.h"
+
+namespace tally {
+namespace {
+
+ClusterConfig Config(wire::Role role, int port, int workers, int servers) {
+  ClusterConfig c;
+  c.role = role;
+  c.scheduler_port = port;
+  c.num_workers = workers;
+  c.num_servers = servers;
+  c.heartbeat_interval_ms = 100;
+  c.dead_timeout_ms = 3000;
+  c.register_timeout_ms = 20000;
+  c.exit_grace_ms = -1;  // a test process must survive the failures it provokes
+  return c;
+}
+
+int FreePort(bool zmq) {
+  static std::atomic<int> next{26000 + static_cast<int>(getpid() % 15000)};
+  return zmq ? next++ : 45000 + next++;
+}
+
+// A job: the scheduler and the servers start at construction; Run runs one function per
+// worker, each on its own thread with its own Cluster, and waits for the job to end.
+class Job {
+ public:
+  Job(bool zmq, int workers, int servers) : zmq_(zmq), workers_(workers), servers_(servers), port_(FreePort(zmq)) {
+    threads_.emplace_back([this] { scheduler_status_ = RunScheduler(Config(wire::SCHEDULER, port_, workers_, servers_), MakeTransport()); });
+    server_status_.resize(servers);
+    for (int s = 0; s < servers; ++s) {
+      threads_.emplace_back([this, s] {
+        ClusterConfig c = Config(wire::SERVER, port_, workers_, servers_);
+        c.rank = s;
+        server_status_[s] = RunServer(c, MakeTransport());
+      });
+    }
+  }
+
+  // fn(rank, cluster) runs on every worker; a worker that returns finishes its part.
+  void Run(const std::function<void(int, Cluster*)>& fn) {
+    for (int r = 0; r < workers_; ++r) {
+      threads_.emplace_back([this, r, &fn] {
+        ClusterConfig c = Config(wire::WORKER, port_, workers_, servers_);
+        c.rank = r;
+        std::unique_ptr<Cluster> cluster;
+        Status s = Cluster::Join(c, MakeTransport(), &cluster);
+        ASSERT_TRUE(s.ok()) << s;
+        fn(r, cluster.get());
+        Status f = cluster->Finish(20000);
+        EXPECT_TRUE(f.ok()) << f;
+      });
+    }
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    EXPECT_TRUE(scheduler_status_.ok()) << scheduler_status_;
+    for (const Status& s : server_status_) EXPECT_TRUE(s.ok()) << s;
+  }
+
+ private:
+  std::unique_ptr<Transport> MakeTransport() { return zmq_ ? NewZmqTransport() : NewInProcTransport(); }
+  const bool zmq_;
+  const int workers_, servers_, port_;
+  std::vector<std::thread> threads_;
+  Status scheduler_status_;
+  std::vector<Status> server_status_;
+};
+
+std::unique_ptr<KVStore> MakeStore(const std::string& type, int devices, Cluster* c) {
+  std::unique_ptr<KVStore> kv;
+  Status s = CreateDistKVStore(type, devices, c, &kv);
+  EXPECT_TRUE(s.ok()) << s;
+  return kv;
+}
+
+// Sizes that give one key sliced over both servers (above the 4096-element bound) and
+// whole keys placed on one server each.
+const std::vector<int64_t> kSizes = {100003, 7, 5000, 1};
+
+// A value that differs per worker, device, key and element, not exactly representable.
+// Not inlined: a contraction into fused multiply-adds that differed between its callers
+// would change the last bit.
+__attribute__((noinline)) float Grad(int rank, int device, int key, int64_t i, int step) {
+  return 0.1f * static_cast<float>(rank + 1) + 0.01f * static_cast<float>(device) +
+         1e-3f * static_cast<float>(key) + 1e-6f * static_cast<float>(i % 1000) + 0.37f * step;
+}
+
+Tensor Filled(int64_t n, DType dtype, const std::function<float(int64_t)>& f) {
+  Tensor t = Tensor::Empty({n}, DType::kF32);
+  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = f(i);
+  return t.To(dtype);
+}
+
+float Round(float v, DType dtype) {
+  if (dtype == DType::kF16) return HalfToFloat(FloatToHalf(v));
+  if (dtype == DType::kBF16) return BFloat16ToFloat(FloatToBFloat16(v));
+  return v;
+}
+
+class DistKVStoreTest : public ::testing::TestWithParam<bool> {};
+
+// No optimizer: the stored value becomes the pushed sum. Each worker sums its two devices
+// in fp32 and sends the sum in the gradients' dtype; the servers add the workers in rank
+// order in fp32. The expected values repeat that arithmetic exactly.
+TEST_P(DistKVStoreTest, PushesSumExactlyInFp32AndFp16AndPullsReturnTheSum) {
+  Job job(GetParam(), 2, 2);
+  job.Run([](int rank, Cluster* cluster) {
+    auto kv = MakeStore("dist_sync", 2, cluster);
+    EXPECT_EQ(kv->rank(), rank);
+    EXPECT_EQ(kv->num_workers(), 2);
+    std::vector<int> keys;
+    std::vector<Tensor> init;
+    for (size_t k = 0; k < kSizes.size(); ++k) {
+      keys.push_back(static_cast<int>(k));
+      init.push_back(Filled(kSizes[k], DType::kF32, [](int64_t i) { return 1.0f; }));
+    }
+    ASSERT_TRUE(kv->Init(keys, init).ok());
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      for (int step = 0; step < 2; ++step) {
+        std::vector<std::vector<Tensor>> outs(kSizes.size());
+        for (int key : keys) {
+          std::vector<Tensor> grads;
+          for (int d = 0; d < 2; ++d) {
+            grads.push_back(Filled(kSizes[key], dtype, [&](int64_t i) { return Grad(rank, d, key, i, step); }));
+            outs[key].push_back(Tensor::Zeros({kSizes[key]}, d == 0 ? dtype : DType::kF32));
+          }
+          ASSERT_TRUE(kv->PushPull(key, grads, outs[key], -key).ok());
+        }
+        Status s = kv->WaitAll();
+        ASSERT_TRUE(s.ok()) << s;
+        for (int key : keys) {
+          const Tensor first = outs[key][0].To(DType::kF32);
+          for (int64_t i = 0; i < kSizes[key]; ++i) {
+            float total = 0;
+            for (int r = 0; r < 2; ++r) {
+              const float mine = Round(Grad(r, 0, key, i, step), dtype) + Round(Grad(r, 1, key, i, step), dtype);
+              total = r == 0 ? Round(mine, dtype) : total + Round(mine, dtype);
+            }
+            ASSERT_EQ(outs[key][1].data<float>()[i], Round(total, dtype)) << "key " << key << " at " << i;
+            ASSERT_EQ(first.data<float>()[i], Round(total, dtype));
+          }
+        }
+      }
+    }
+  });
+}
+
+// SGD on the servers: fp16 gradients, fp32 master weights, weights pulled in fp16 and fp32.
+TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
+  Job job(GetParam(), 2, 2);
+  job.Run([](int rank, Cluster* cluster) {
+    auto kv = MakeStore("dist_sync", 1, cluster);
+    OptimizerConfig opt;
+    opt.lr = 0.5f;
+    opt.momentum = 0.0f;
+    opt.wd = 0.0f;
+    ASSERT_TRUE(kv->SetOptimizer(opt).ok());
+    const int64_t n = kSizes[0];
+    ASSERT_TRUE(kv->Init({0}, {Filled(n, DType::kF32, [](int64_t i) { return 1.0f + 1e-4f * (i % 7); })}).ok());
+    std::vector<float> master(n);
+    for (int64_t i = 0; i < n; ++i) master[i] = 1.0f + 1e-4f * (i % 7);
+    for (int step = 0; step < 3; ++step) {
+      if (step == 2) kv->SetLearningRate(0.25f);
+      const float lr = step == 2 ? 0.25f : 0.5f;
+      Tensor g = Filled(n, DType::kF16, [&](int64_t i) { return 1e-4f * (rank + 1) * (1 + i % 3); });
+      Tensor w16 = Tensor::Zeros({n}, DType::kF16), w32 = Tensor::Zeros({n}, DType::kF32);
+      ASSERT_TRUE(kv->Push(0, {g}).ok());
+      ASSERT_TRUE(kv->Pull(0, {w16}).ok());
+      ASSERT_TRUE(kv->Pull(0, {w32}).ok());
+      ASSERT_TRUE(kv->WaitAll().ok());
+      for (int64_t i = 0; i < n; ++i) {
+        const float g0 = Round(1e-4f * 1 * (1 + i % 3), DType::kF16), g1 = Round(1e-4f * 2 * (1 + i % 3), DType::kF16);
+        master[i] -= lr * (g0 + g1);
+        ASSERT_EQ(w32.data<float>()[i], master[i]) << "step " << step << " at " << i;
+        ASSERT_EQ(w16.data<uint16_t>()[i], FloatToHalf(master[i]));
+      }
+    }
+  });
+}
+
+TEST_P(DistKVStoreTest, MisuseIsRefusedAndServerErrorsReachWaitAll) {
+  Job job(GetParam(), 1, 1);
+  job.Run([](int rank, Cluster* cluster) {
+    auto kv = MakeStore("dist_async", 1, cluster);
+    EXPECT_FALSE(kv->Push(0, {Tensor::Zeros({3}, DType::kF32)}).ok());  // before Init
+    ASSERT_TRUE(kv->Init({0, 1}, {Tensor::Zeros({3}, DType::kF32), Tensor::Zeros({2}, DType::kF32)}).ok());
+    EXPECT_FALSE(kv->Init({2}, {Tensor::Zeros({3}, DType::kF32)}).ok());  // a second Init
+    EXPECT_FALSE(kv->SetOptimizer(OptimizerConfig()).ok());             // after Init
+    EXPECT_FALSE(kv->Push(0, {Tensor::Zeros({4}, DType::kF32)}).ok());  // wrong size
+    EXPECT_FALSE(kv->Pull(0, {Tensor::Zeros({3}, DType::kI32)}).ok());  // no such wire dtype
+    ASSERT_TRUE(kv->Push(1, {Filled(2, DType::kF32, [](int64_t i) { return 3.0f + i; })}).ok());
+    Tensor out = Tensor::Zeros({2}, DType::kBF16);
+    ASSERT_TRUE(kv->Pull(1, {out}).ok());
+    ASSERT_TRUE(kv->WaitAll().ok());
+    EXPECT_EQ(BFloat16ToFloat(out.data<uint16_t>()[1]), 4.0f);
+  });
+  std::unique_ptr<KVStore> kv;
+  Status s = CreateDistKVStore("dist_sync", 1, nullptr, &kv);
+  EXPECT_NE(s.message().find("needs a cluster"), std::string::npos) << s;
+  s = KVStore::Create("dist_sync", 1, &kv);
+  EXPECT_NE(s.message().find("parameter server"), std::string::npos) << s;
+}
+
+TEST_P(DistKVStoreTest, WaitAllFailsAtOnceWhenAWorkerDies) {
+  const bool zmq = GetParam();
+  const int port = FreePort(zmq);
+  auto transport = [zmq] { return zmq ? NewZmqTransport() : NewInProcTransport(); };
+  Status sched, server;
+  std::thread s1([&] { sched = RunScheduler(Config(wire::SCHEDULER, port, 2, 1), transport()); });
+  std::thread s2([&] { server = RunServer(Config(wire::SERVER, port, 2, 1), transport()); });
+  std::unique_ptr<Cluster> clusters[2];
+  std::unique_ptr<KVStore> stores[2];
+  std::thread workers[2];
+  for (int r = 0; r < 2; ++r) {
+    workers[r] = std::thread([&, r] {
+      ClusterConfig c = Config(wire::WORKER, port, 2, 1);
+      c.rank = r;
+      ASSERT_TRUE(Cluster::Join(c, transport(), &clusters[r]).ok());
+      stores[r] = MakeStore("dist_sync", 1, clusters[r].get());
+      ASSERT_TRUE(stores[r]->Init({0}, {Tensor::Zeros({4}, DType::kF32)}).ok());
+    });
+  }
+  for (auto& t : workers) t.join();
+  ASSERT_TRUE(stores[0] && stores[1]);
+  stores[1].reset();
+  clusters[1].reset();  // worker 1 falls silent: worker 0's pull can never be answered
+  Tensor out = Tensor::Zeros({4}, DType::kF32);
+  ASSERT_TRUE(stores[0]->PushPull(0, {Tensor::Zeros({4}, DType::kF32)}, {out}).ok());
+  const auto start = std::chrono::steady_clock::now();
+  Status s = stores[0]->WaitAll();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("worker 1"), std::string::npos) << s;
+  EXPECT_LT(waited, 10000) << "the dead timeout is 3 s";
+  stores[0].reset();
+  clusters[0].reset();
+  s1.join();
+  s2.join();
+  EXPECT_FALSE(sched.ok());
+  EXPECT_FALSE(server.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DistKVStoreTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "zmq" : "inproc"; });
+
+}  // namespace
+}  // namespace tally
