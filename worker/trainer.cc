@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include "kvstore/dist_kvstore.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -23,7 +24,11 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     TALLY_RETURN_IF_ERROR(CreateNetwork(config.model, &net));  // same seed: identical replicas
     t->replicas_.push_back(std::move(net));
   }
-  TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
+  if (config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0) {
+    TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, config.num_devices, config.cluster, &t->kv_));
+  } else {
+    TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
+  }
   TALLY_RETURN_IF_ERROR(t->kv_->SetOptimizer(config.optimizer));
   const std::vector<Parameter*>& params = t->replicas_[0]->Parameters();
   std::vector<Tensor> values;
@@ -48,7 +53,11 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   const int devices = num_devices();
   TALLY_RETURN_IF_ERROR(CheckBatchSplit(batch, devices));
   const int per_device = batch / devices;
-  const float grad_scale = 1.0f / static_cast<float>(batch);
+  // The mean over the global batch: synchronous types sum every worker's gradients on the
+  // servers; dist_async applies each worker's push on its own (MXNet's rescale_grad).
+  const bool global = kv_->type().find("_sync") != std::string::npos;
+  const float grad_scale =
+      1.0f / (static_cast<float>(batch) * static_cast<float>(global ? kv_->num_workers() : 1));
   for (int d = 0; d < devices; ++d) {
     Tensor x = images.Slice(d * per_device, (d + 1) * per_device);
     Tensor y = labels.Slice(d * per_device, (d + 1) * per_device);

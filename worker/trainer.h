@@ -8,14 +8,16 @@
 //
 // A step splits the batch evenly across the devices (one model replica each), runs forward
 // and backward on each, and push-pulls every gradient through the kvstore, which sums them
-// and updates the weights. The loss is the mean over the whole batch, so the gradients do
-// not depend on how the batch was split. Batch-norm running statistics stay per replica,
-// as in MXNet. Driven by one thread.
+// and updates the weights. The loss is the mean over the whole batch (with dist_sync and
+// dist_device_sync: over every worker's batch, as MXNet's rescale_grad), so the gradients do
+// not depend on how the batch was split. Batch-norm running statistics stay per replica, as
+// in MXNet. Driven by one thread.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
 #include "models/network.h"
 
@@ -25,6 +27,9 @@ struct TrainerConfig {
   ModelConfig model;
   int num_devices = 1;  // cpu:0 .. cpu:num_devices-1
   std::string kv_store = "device";
+  // The job this worker has joined; required by the dist_* kvstore types. Not owned; must
+  // outlive the Trainer.
+  Cluster* cluster = nullptr;
   OptimizerConfig optimizer;
   float label_smoothing = 0.0f;
   int top_k = 5;  // also counts top-k accuracy when > 1

@@ -12,74 +12,10 @@
 
 #include "scheduler/scheduler.h"
 #include "server/server.h"
-#include "worker/synthetic_data.h"
-#include "worker/trainer.h"
+#include "tests/local_job.h"
 
 namespace tally {
 namespace {
-
-ClusterConfig Config(wire::Role role, int port, int workers, int servers) {
-  ClusterConfig c;
-  c.role = role;
-  c.scheduler_port = port;
-  c.num_workers = workers;
-  c.num_servers = servers;
-  c.heartbeat_interval_ms = 100;
-  c.dead_timeout_ms = 3000;
-  c.register_timeout_ms = 20000;
-  c.exit_grace_ms = -1;  // a test process must survive the failures it provokes
-  return c;
-}
-
-int FreePort(bool zmq) {
-  static std::atomic<int> next{26000 + static_cast<int>(getpid() % 15000)};
-  return zmq ? next++ : 45000 + next++;
-}
-
-// A job: the scheduler and the servers start at construction; Run runs one function per
-// worker, each on its own thread with its own Cluster, and waits for the job to end.
-class Job {
- public:
-  Job(bool zmq, int workers, int servers) : zmq_(zmq), workers_(workers), servers_(servers), port_(FreePort(zmq)) {
-    threads_.emplace_back([this] { scheduler_status_ = RunScheduler(Config(wire::SCHEDULER, port_, workers_, servers_), MakeTransport()); });
-    server_status_.resize(servers);
-    for (int s = 0; s < servers; ++s) {
-      threads_.emplace_back([this, s] {
-        ClusterConfig c = Config(wire::SERVER, port_, workers_, servers_);
-        c.rank = s;
-        server_status_[s] = RunServer(c, MakeTransport());
-      });
-    }
-  }
-
-  // fn(rank, cluster) runs on every worker; a worker that returns finishes its part.
-  void Run(const std::function<void(int, Cluster*)>& fn) {
-    for (int r = 0; r < workers_; ++r) {
-      threads_.emplace_back([this, r, &fn] {
-        ClusterConfig c = Config(wire::WORKER, port_, workers_, servers_);
-        c.rank = r;
-        std::unique_ptr<Cluster> cluster;
-        Status s = Cluster::Join(c, MakeTransport(), &cluster);
-        ASSERT_TRUE(s.ok()) << s;
-        fn(r, cluster.get());
-        Status f = cluster->Finish(20000);
-        EXPECT_TRUE(f.ok()) << f;
-      });
-    }
-    for (auto& t : threads_) t.join();
-    threads_.clear();
-    EXPECT_TRUE(scheduler_status_.ok()) << scheduler_status_;
-    for (const Status& s : server_status_) EXPECT_TRUE(s.ok()) << s;
-  }
-
- private:
-  std::unique_ptr<Transport> MakeTransport() { return zmq_ ? NewZmqTransport() : NewInProcTransport(); }
-  const bool zmq_;
-  const int workers_, servers_, port_;
-  std::vector<std::thread> threads_;
-  Status scheduler_status_;
-  std::vector<Status> server_status_;
-};
 
 std::unique_ptr<KVStore> MakeStore(const std::string& type, int devices, Cluster* c) {
   std::unique_ptr<KVStore> kv;
@@ -118,7 +54,7 @@ class DistKVStoreTest : public ::testing::TestWithParam<bool> {};
 // in fp32 and sends the sum in the gradients' dtype; the servers add the workers in rank
 // order in fp32. The expected values repeat that arithmetic exactly.
 TEST_P(DistKVStoreTest, PushesSumExactlyInFp32AndFp16AndPullsReturnTheSum) {
-  Job job(GetParam(), 2, 2);
+  LocalJob job(GetParam(), 2, 2);
   job.Run([](int rank, Cluster* cluster) {
     auto kv = MakeStore("dist_sync", 2, cluster);
     EXPECT_EQ(kv->rank(), rank);
@@ -162,7 +98,7 @@ TEST_P(DistKVStoreTest, PushesSumExactlyInFp32AndFp16AndPullsReturnTheSum) {
 
 // SGD on the servers: fp16 gradients, fp32 master weights, weights pulled in fp16 and fp32.
 TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
-  Job job(GetParam(), 2, 2);
+  LocalJob job(GetParam(), 2, 2);
   job.Run([](int rank, Cluster* cluster) {
     auto kv = MakeStore("dist_sync", 1, cluster);
     OptimizerConfig opt;
@@ -194,7 +130,7 @@ TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
 }
 
 TEST_P(DistKVStoreTest, MisuseIsRefusedAndServerErrorsReachWaitAll) {
-  Job job(GetParam(), 1, 1);
+  LocalJob job(GetParam(), 1, 1);
   job.Run([](int rank, Cluster* cluster) {
     auto kv = MakeStore("dist_async", 1, cluster);
     EXPECT_FALSE(kv->Push(0, {Tensor::Zeros({3}, DType::kF32)}).ok());  // before Init
@@ -218,17 +154,17 @@ TEST_P(DistKVStoreTest, MisuseIsRefusedAndServerErrorsReachWaitAll) {
 
 TEST_P(DistKVStoreTest, WaitAllFailsAtOnceWhenAWorkerDies) {
   const bool zmq = GetParam();
-  const int port = FreePort(zmq);
+  const int port = TestPort(zmq);
   auto transport = [zmq] { return zmq ? NewZmqTransport() : NewInProcTransport(); };
   Status sched, server;
-  std::thread s1([&] { sched = RunScheduler(Config(wire::SCHEDULER, port, 2, 1), transport()); });
-  std::thread s2([&] { server = RunServer(Config(wire::SERVER, port, 2, 1), transport()); });
+  std::thread s1([&] { sched = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 2, 1), transport()); });
+  std::thread s2([&] { server = RunServer(TestClusterConfig(wire::SERVER, port, 2, 1), transport()); });
   std::unique_ptr<Cluster> clusters[2];
   std::unique_ptr<KVStore> stores[2];
   std::thread workers[2];
   for (int r = 0; r < 2; ++r) {
     workers[r] = std::thread([&, r] {
-      ClusterConfig c = Config(wire::WORKER, port, 2, 1);
+      ClusterConfig c = TestClusterConfig(wire::WORKER, port, 2, 1);
       c.rank = r;
       ASSERT_TRUE(Cluster::Join(c, transport(), &clusters[r]).ok());
       stores[r] = MakeStore("dist_sync", 1, clusters[r].get());

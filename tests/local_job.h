@@ -1,0 +1,90 @@
+// LocalJob: a parameter-server job inside one test process: the scheduler and the servers
+// as threads, and one thread per worker running the test's function with its own Cluster,
+// over the in-process transport or ZeroMQ on loopback. Header-only, for tests.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kvstore/cluster.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+
+namespace tally {
+
+inline ClusterConfig TestClusterConfig(wire::Role role, int port, int workers, int servers) {
+  ClusterConfig c;
+  c.role = role;
+  c.scheduler_port = port;
+  c.num_workers = workers;
+  c.num_servers = servers;
+  c.heartbeat_interval_ms = 100;
+  c.dead_timeout_ms = 3000;
+  c.register_timeout_ms = 20000;
+  c.exit_grace_ms = -1;  // a test process must survive the failures it provokes
+  return c;
+}
+
+inline int TestPort(bool zmq) {
+  static std::atomic<int> next{26000 + static_cast<int>(getpid() % 15000)};
+  return zmq ? next++ : 45000 + next++;
+}
+
+// A job: the scheduler and the servers start at construction; Run runs one function per
+// worker, each on its own thread with its own Cluster, and waits for the job to end,
+// expecting every role to end well.
+class LocalJob {
+ public:
+  LocalJob(bool zmq, int workers, int servers) : zmq_(zmq), workers_(workers), servers_(servers), port_(TestPort(zmq)) {
+    threads_.emplace_back([this] { scheduler_status_ = RunScheduler(TestClusterConfig(wire::SCHEDULER, port_, workers_, servers_), MakeTransport()); });
+    server_status_.resize(servers);
+    for (int s = 0; s < servers; ++s) {
+      threads_.emplace_back([this, s] {
+        ClusterConfig c = TestClusterConfig(wire::SERVER, port_, workers_, servers_);
+        c.rank = s;
+        server_status_[s] = RunServer(c, MakeTransport());
+      });
+    }
+  }
+
+  ~LocalJob() {
+    for (auto& t : threads_) t.join();
+  }
+
+  // fn(rank, cluster) runs on every worker; a worker that returns finishes its part.
+  void Run(const std::function<void(int, Cluster*)>& fn) {
+    for (int r = 0; r < workers_; ++r) {
+      threads_.emplace_back([this, r, &fn] {
+        ClusterConfig c = TestClusterConfig(wire::WORKER, port_, workers_, servers_);
+        c.rank = r;
+        std::unique_ptr<Cluster> cluster;
+        Status s = Cluster::Join(c, MakeTransport(), &cluster);
+        ASSERT_TRUE(s.ok()) << s;
+        fn(r, cluster.get());
+        Status f = cluster->Finish(20000);
+        EXPECT_TRUE(f.ok()) << f;
+      });
+    }
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    EXPECT_TRUE(scheduler_status_.ok()) << scheduler_status_;
+    for (const Status& s : server_status_) EXPECT_TRUE(s.ok()) << s;
+  }
+
+ private:
+  std::unique_ptr<Transport> MakeTransport() { return zmq_ ? NewZmqTransport() : NewInProcTransport(); }
+  const bool zmq_;
+  const int workers_, servers_, port_;
+  std::vector<std::thread> threads_;
+  Status scheduler_status_;
+  std::vector<Status> server_status_;
+};
+
+}  // namespace tally
