@@ -17,6 +17,9 @@ packages=(
   # oneDNN's CMake package asks for OpenCL headers even for CPU use.
   libturbojpeg0-dev libdnnl-dev ocl-icd-opencl-dev
   python3 python3-numpy
+  # tools/launch.py's tests run real jobs through an sshd they start on 127.0.0.1 and
+  # through OpenMPI's mpirun.
+  openssh-server openssh-client openmpi-bin
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-torchvision)

@@ -39,25 +39,14 @@ def exit_code(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
-def live_groups(pgids):
-    """The subset of pgids that still have a process other than a zombie."""
-    wanted = set(pgids)
-    if not wanted:
-        return set()
+def process_table():
+    """{pid: (ppid, pgid, start time)} of every live (not zombie) process, from /proc;
+    None where there is no /proc."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        alive = set()
-        for pgid in wanted:
-            try:
-                os.killpg(pgid, 0)
-                alive.add(pgid)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                alive.add(pgid)
-        return alive
-    alive = set()
+        return None
+    table = {}
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -66,11 +55,23 @@ def live_groups(pgids):
                 stat = f.read()
         except OSError:
             continue
-        # Fields after the command name, which may itself hold spaces and parentheses.
+        # The fields after the command name, which may itself hold spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) in wanted:
-            alive.add(int(fields[2]))
-    return alive
+        if len(fields) > 19 and fields[0] != b"Z":
+            table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[19]))
+    return table
+
+
+def descendants(pid, table):
+    children = {}
+    for child, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
 
 
 class Child:
@@ -84,6 +85,9 @@ class Child:
         self.popen = None
         self.threads = []
         self.returncode = None
+        # Descendants that left the process group (mpirun puts each rank in a group of
+        # its own): {pid: start time}, remembered so that they die with the job.
+        self.strays = {}
 
     @property
     def label(self):
@@ -130,22 +134,48 @@ class Child:
             self.returncode = self.popen.poll()
         return self.returncode
 
-    def pgid(self):
-        return self.popen.pid if self.popen is not None else None
+    def alive(self, table):
+        """True while the process, anything left in its group, or a stray runs."""
+        if self.popen is None:
+            return False
+        if self.poll() is None:
+            return True
+        pgid = self.popen.pid
+        if table is None:
+            try:
+                os.killpg(pgid, 0)
+                return True
+            except (ProcessLookupError, PermissionError):
+                return False
+        return any(group == pgid for _, group, _ in table.values()) or any(
+            table.get(pid, (0, 0, None))[2] == start for pid, start in self.strays.items())
 
-    def signal_group(self, signum):
+    def signal_group(self, signum, table=None):
+        """Sends signum to the process group and to every descendant outside it."""
         if self.popen is None:
             return
+        pgid = self.popen.pid
+        if table is not None:
+            if self.poll() is None:
+                for pid in descendants(pgid, table):
+                    if table[pid][1] != pgid:
+                        self.strays[pid] = table[pid][2]
+            for pid, start in self.strays.items():
+                if table.get(pid, (0, 0, None))[2] == start:
+                    try:
+                        os.kill(pid, signum)
+                    except (ProcessLookupError, PermissionError):
+                        pass
         try:
-            os.killpg(self.popen.pid, signum)
+            os.killpg(pgid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def terminate(self):
-        self.signal_group(signal.SIGTERM)
+    def terminate(self, table):
+        self.signal_group(signal.SIGTERM, table)
 
-    def kill(self):
-        self.signal_group(signal.SIGKILL)
+    def kill(self, table):
+        self.signal_group(signal.SIGKILL, table)
 
     def finish(self, timeout):
         """Reaps the process and waits for its output to drain."""
@@ -188,15 +218,15 @@ class RemoteChild(Child):
                                              start_new_session=True))
         return True
 
-    def terminate(self):
+    def terminate(self, table):
         if self.poll() is None and not self.signal_remote("TERM"):
-            self.signal_group(signal.SIGTERM)
+            self.signal_group(signal.SIGTERM, table)
 
-    def kill(self):
+    def kill(self, table):
         # The local ssh client goes once the remote group is gone (Job.stop kills it
         # if that takes too long); killing it first would leave the remote side running.
         if self.poll() is not None or not self.signal_remote("KILL"):
-            self.signal_group(signal.SIGKILL)
+            self.signal_group(signal.SIGKILL, table)
 
     def finish(self, timeout):
         super().finish(timeout)
@@ -279,27 +309,27 @@ class Job:
         started = [c for c in self.children if c.popen is not None]
 
         def running():
-            live = live_groups(c.pgid() for c in started)
-            return [c for c in started if c.poll() is None or c.pgid() in live]
+            table = process_table()
+            return table, [c for c in started if c.alive(table)]
 
-        left = running()
+        table, left = running()
         if left:
             for child in left:
-                child.terminate()
+                child.terminate(table)
             deadline = time.monotonic() + self.grace
             while left and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS)
-                left = running()
+                table, left = running()
             if left:
                 say("still running after %g s, killing: %s"
                     % (self.grace, ", ".join(c.label for c in left)))
                 for child in left:
-                    child.kill()
+                    child.kill(table)
                 deadline = time.monotonic() + self.grace
                 while left and time.monotonic() < deadline:
                     time.sleep(POLL_SECONDS)
-                    left = running()
+                    table, left = running()
                 for child in left:
-                    child.signal_group(signal.SIGKILL)
+                    child.signal_group(signal.SIGKILL, table)
         for child in started:
             child.finish(timeout=5)
