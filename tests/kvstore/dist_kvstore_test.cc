@@ -129,7 +129,7 @@ TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
   });
 }
 
-TEST_P(DistKVStoreTest, MisuseIsRefusedAndServerErrorsReachWaitAll) {
+TEST_P(DistKVStoreTest, MisuseIsRefusedAndAsyncPullsNeedNoStep) {
   LocalJob job(GetParam(), 1, 1);
   job.Run([](int rank, Cluster* cluster) {
     auto kv = MakeStore("dist_async", 1, cluster);
