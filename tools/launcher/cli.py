@@ -153,4 +153,6 @@ def main(argv=None):
         parser.print_usage(sys.stderr)
         say(f"error: {e}")
         return 2
+    except KeyboardInterrupt:  # before any role started: nothing to stop
+        return 130
     return Job(children, args.shutdown_timeout, args.grace).run()

@@ -331,5 +331,8 @@ class Job:
                     table, left = running()
                 for child in left:
                     child.signal_group(signal.SIGKILL, table)
+        # Output drains at once unless something that escaped the job (a daemon that
+        # called setsid) holds a pipe; the launcher does not wait for that for long.
+        deadline = time.monotonic() + 5
         for child in started:
-            child.finish(timeout=5)
+            child.finish(timeout=max(0.1, deadline - time.monotonic()))
