@@ -16,14 +16,22 @@ struct BenchRow {
   double peer = -1;       // the peer's figure in the same run; < 0: not measured
   std::string peer_name;  // "pytorch-1.13.1 channels_last"
   std::string note;       // anything else worth a column
+  bool lower_is_better = false;  // times: ratio = peer / value, so that above 1 is better
+  bool peer_is_limit = false;    // the reference is a physical limit, not another tool
 };
 
-// Prints rows as a table (to stdout) or as JSON lines. ratio = value / peer (higher is better).
+// Prints rows as a table (to stdout) or as JSON lines. ratio = value / peer, or peer / value
+// for rows where lower is better: above 1, Tally is ahead.
 void Report(const std::vector<BenchRow>& rows, bool json);
 
 // Runs a shell command and returns its standard output; *ok is false when it failed.
 std::string RunCapture(const std::string& command, bool* ok);
 
 int BenchCompute(int argc, char** argv);
+int BenchPs(int argc, char** argv);
+
+// Limits measured on this machine in the same run (tools/bench_tcp.cc).
+double TcpStreamGBps(size_t total_bytes);                      // one loopback TCP stream
+double TcpRoundTripMedianUs(size_t bytes, int iterations);     // request and echo of `bytes`
 
 }  // namespace tally

@@ -17,13 +17,15 @@ static std::string JsonEscape(const std::string& s) {
 }
 
 void Report(const std::vector<BenchRow>& rows, bool json) {
+  auto ratio = [](const BenchRow& r) { return r.lower_is_better ? r.peer / r.value : r.value / r.peer; };
   if (json) {
     for (const BenchRow& r : rows) {
       std::printf("{\"bench\": \"%s\", \"case\": \"%s\", \"value\": %.4g, \"unit\": \"%s\"",
                   JsonEscape(r.bench).c_str(), JsonEscape(r.name).c_str(), r.value, JsonEscape(r.unit).c_str());
       if (r.peer > 0) {
-        std::printf(", \"peer\": %.4g, \"peer_name\": \"%s\", \"ratio\": %.3f", r.peer,
-                    JsonEscape(r.peer_name).c_str(), r.value / r.peer);
+        const char* kind = r.peer_is_limit ? "limit" : "peer";
+        std::printf(", \"%s\": %.4g, \"%s_name\": \"%s\", \"ratio\": %.3f", kind, r.peer, kind,
+                    JsonEscape(r.peer_name).c_str(), ratio(r));
       } else {
         std::printf(", \"peer\": null, \"ratio\": null");
       }
@@ -33,13 +35,13 @@ void Report(const std::vector<BenchRow>& rows, bool json) {
     std::fflush(stdout);
     return;
   }
-  std::printf("%-28s %12s %-7s %12s %7s  %s\n", "case", "tally", "unit", "peer", "ratio", "peer / note");
+  std::printf("%-40s %12s %-6s %12s %7s  %s\n", "case", "tally", "unit", "peer", "ratio", "peer or limit / note");
   for (const BenchRow& r : rows) {
     if (r.peer > 0) {
-      std::printf("%-28s %12.3f %-7s %12.3f %6.2fx  %s%s%s\n", r.name.c_str(), r.value, r.unit.c_str(), r.peer,
-                  r.value / r.peer, r.peer_name.c_str(), r.note.empty() ? "" : "; ", r.note.c_str());
+      std::printf("%-40s %12.3f %-6s %12.3f %6.2fx  %s%s%s\n", r.name.c_str(), r.value, r.unit.c_str(), r.peer,
+                  ratio(r), r.peer_name.c_str(), r.note.empty() ? "" : "; ", r.note.c_str());
     } else {
-      std::printf("%-28s %12.3f %-7s %12s %7s  %s\n", r.name.c_str(), r.value, r.unit.c_str(), "-", "-",
+      std::printf("%-40s %12.3f %-6s %12s %7s  %s\n", r.name.c_str(), r.value, r.unit.c_str(), "-", "-",
                   r.note.c_str());
     }
   }
@@ -66,7 +68,14 @@ int BenchCommand(int argc, char** argv) {
     argv[1] = name.data();
     return BenchCompute(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "usage: tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20]\n");
+  if (argc >= 2 && std::strcmp(argv[1], "ps") == 0) {
+    std::string name = "tally bench ps";
+    argv[1] = name.data();
+    return BenchPs(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr,
+               "usage: tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20]\n"
+               "       tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20]\n");
   return 2;
 }
 

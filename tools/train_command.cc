@@ -6,7 +6,10 @@
 
 #include <gflags/gflags.h>
 
+#include "kvstore/cluster.h"
 #include "ops/ops.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
 #include "tools/command.h"
 #include "worker/synthetic_data.h"
 #include "worker/trainer.h"
@@ -18,7 +21,7 @@ DEFINE_string(image_shape, "3,32,32", "input image shape C,H,W");
 DEFINE_int32(batch_size, 128, "batch size of this worker, split across its devices");
 DEFINE_int32(num_epochs, 3, "epochs to train");
 DEFINE_int32(num_examples, 5120, "training examples per epoch");
-DEFINE_string(kv_store, "device", "kvstore type: local or device (dist_* with the parameter server)");
+DEFINE_string(kv_store, "device", "kvstore type: local, device, dist_sync, dist_device_sync or dist_async");
 DEFINE_string(gpus, "", "GPUs to use, such as 0,1; empty: CPU");
 DEFINE_int32(cpu_devices, 1, "CPU devices this process drives when --gpus is empty");
 DEFINE_double(lr, 0.1, "learning rate");
@@ -104,13 +107,50 @@ std::string Prefixed(const char* prefix, const StepStats& s, int top_k) {
   return out;
 }
 
+// As in MXNet, the training command started by tools/launch.py as a scheduler or a server
+// runs that role instead, until the job ends.
+int RunRole(const ClusterConfig& c) {
+  Status s = c.role == wire::SCHEDULER ? RunScheduler(c, NewZmqTransport()) : RunServer(c, NewZmqTransport());
+  if (!s.ok()) {
+    std::fprintf(stderr, "tally %s: %s\n", c.role == wire::SCHEDULER ? "scheduler" : "server", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// Joins the job as a worker when the kvstore is distributed.
+Status JoinIfDistributed(std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) {
+  if (FLAGS_kv_store.rfind("dist_", 0) != 0) return Status::Ok();
+  if (std::getenv("DMLC_ROLE") == nullptr) {
+    return Status::InvalidArgument("--kv-store " + FLAGS_kv_store +
+                                   " needs the DMLC_* environment of a job: start it with tools/launch.py");
+  }
+  ClusterConfig c;
+  TALLY_RETURN_IF_ERROR(ClusterConfigFromEnv(&c));
+  TALLY_RETURN_IF_ERROR(Cluster::Join(c, NewZmqTransport(), cluster));
+  cfg->cluster = cluster->get();
+  return Status::Ok();
+}
+
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
   ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv);
+  const char* role = std::getenv("DMLC_ROLE");
+  if (role != nullptr && std::string(role) != "worker") {
+    ClusterConfig c;
+    Status s = ClusterConfigFromEnv(&c);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
+      return 2;
+    }
+    return RunRole(c);
+  }
   TrainerConfig cfg;
   Status s = BuildConfig(&cfg);
+  std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Trainer> trainer;
+  if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
   if (s.ok()) {
     SetNumThreads(FLAGS_num_threads);
     s = Trainer::Create(cfg, &trainer);
@@ -119,12 +159,14 @@ int TrainCommand(int argc, char** argv) {
     std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
     return 2;
   }
+  const int rank = cluster ? cluster->me().rank() : 0;
   std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %d cpu device(s), kvstore %s, %d threads\n",
               FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
               FLAGS_batch_size, FLAGS_cpu_devices, FLAGS_kv_store.c_str(), NumThreads());
   std::fflush(stdout);
 
-  SyntheticData train_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed);
+  // Every worker draws its own training images; all validate on the same ones.
+  SyntheticData train_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed, /*stream=*/2 + rank);
   SyntheticData val_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed, /*stream=*/1);
   Tensor images, labels;
   if (FLAGS_benchmark) train_data.NextBatch(FLAGS_batch_size, &images, &labels);
@@ -137,7 +179,7 @@ int TrainCommand(int argc, char** argv) {
       StepStats step;
       s = trainer->Step(images, labels, &step);
       if (!s.ok()) {
-        std::fprintf(stderr, "tally train: epoch %d batch %d: %s\n", epoch, b, s.ToString().c_str());
+        std::fprintf(stderr, "tally train: worker %d, epoch %d batch %d: %s\n", rank, epoch, b, s.ToString().c_str());
         return 1;
       }
       epoch_stats.Add(step);
@@ -162,6 +204,13 @@ int TrainCommand(int argc, char** argv) {
     }
     if (val.samples > 0) std::printf("Epoch[%d] %s\n", epoch, Prefixed("Validation-", val, FLAGS_top_k).c_str());
     std::fflush(stdout);
+  }
+  if (cluster) {
+    s = cluster->Finish(/*timeout_ms=*/60000);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tally train: worker %d: %s\n", rank, s.ToString().c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -1,0 +1,241 @@
+// `tally bench ps`: push, pull and pushpull through a real job (scheduler, servers and
+// workers as threads of this process, talking ZeroMQ over loopback TCP), for payloads from
+// 4 KB to 100 MB and for ResNet-50's 161 arrays in fp32 and fp16, against the limits
+// measured in the same run: one plain TCP stream's bandwidth and a plain TCP round trip.
+//
+// Bandwidth is bytes moved per second: a push or a pull of S bytes moves S, a pushpull 2S
+// (there and back, one after the other), the same bytes one TCP stream would carry.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include <gflags/gflags.h>
+
+#include "kvstore/dist_kvstore.h"
+#include "models/network.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+#include "tools/bench.h"
+#include "tools/command.h"
+
+DECLARE_bool(json);
+DEFINE_int32(workers, 1, "workers of the benchmark job");
+DEFINE_int32(servers, 1, "servers of the benchmark job");
+DEFINE_int32(iters, 20, "timed repetitions of each operation (the median is reported)");
+DEFINE_string(sizes, "4K,64K,1M,16M,100M", "payload sizes of the single-array cases");
+
+namespace tally {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Timings {
+  std::vector<double> push, pull, pushpull;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int FreeTcpPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+Status ParseSizes(const std::string& text, std::vector<int64_t>* bytes) {
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    char* end = nullptr;
+    double v = std::strtod(part.c_str(), &end);
+    std::string unit = end;
+    int64_t mult = unit == "K" ? 1024 : unit == "M" ? 1 << 20 : unit == "" ? 1 : 0;
+    if (v <= 0 || mult == 0) return Status::InvalidArgument("--sizes: bad size '" + part + "' (such as 4K, 16M)");
+    bytes->push_back(static_cast<int64_t>(v * mult) / 4 * 4);
+  }
+  return Status::Ok();
+}
+
+ClusterConfig JobConfig(wire::Role role, int port) {
+  ClusterConfig c;
+  c.role = role;
+  c.scheduler_port = port;
+  c.num_workers = FLAGS_workers;
+  c.num_servers = FLAGS_servers;
+  return c;
+}
+
+// One worker's share of the benchmark; every worker runs the same operations in step, and
+// worker 0 records the times.
+struct WorkerRun {
+  std::vector<int64_t> sizes;          // bytes of the single-array keys
+  std::vector<int64_t> resnet_sizes;   // elements of ResNet-50's arrays
+  std::vector<Timings> single;         // per size
+  std::vector<double> resnet_f32, resnet_f16;
+  Status status;
+
+  void Run(int port) {
+    status = RunImpl(port);
+  }
+
+  Status RunImpl(int port) {
+    std::unique_ptr<Cluster> cluster;
+    TALLY_RETURN_IF_ERROR(Cluster::Join(JobConfig(wire::WORKER, port), NewZmqTransport(), &cluster));
+    std::unique_ptr<KVStore> kv;
+    TALLY_RETURN_IF_ERROR(CreateDistKVStore("dist_sync", 1, cluster.get(), &kv));
+    // Keys: the single arrays, then ResNet-50 in fp32, then ResNet-50 in fp16.
+    std::vector<int> keys;
+    std::vector<Tensor> grads, weights;
+    for (int64_t b : sizes) {
+      grads.push_back(Tensor::Zeros({b / 4}, DType::kF32));
+      weights.push_back(Tensor::Zeros({b / 4}, DType::kF32));
+    }
+    for (DType t : {DType::kF32, DType::kF16}) {
+      for (int64_t n : resnet_sizes) {
+        grads.push_back(Tensor::Zeros({n}, t));
+        weights.push_back(Tensor::Zeros({n}, t));
+      }
+    }
+    for (size_t i = 0; i < grads.size(); ++i) keys.push_back(static_cast<int>(i));
+    TALLY_RETURN_IF_ERROR(kv->Init(keys, weights));
+
+    auto timed = [&](auto op, std::vector<double>* out) -> Status {
+      for (int i = 0; i < FLAGS_iters + 2; ++i) {
+        auto t0 = Clock::now();
+        TALLY_RETURN_IF_ERROR(op());
+        TALLY_RETURN_IF_ERROR(kv->WaitAll());
+        if (i >= 2) out->push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      return Status::Ok();
+    };
+    single.resize(sizes.size());
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const int k = static_cast<int>(s);
+      TALLY_RETURN_IF_ERROR(timed([&] { return kv->Push(k, {grads[s]}); }, &single[s].push));
+      TALLY_RETURN_IF_ERROR(timed([&] { return kv->Pull(k, {weights[s]}); }, &single[s].pull));
+      TALLY_RETURN_IF_ERROR(timed([&] { return kv->PushPull(k, {grads[s]}, {weights[s]}); }, &single[s].pushpull));
+    }
+    for (int set = 0; set < 2; ++set) {
+      const size_t first = sizes.size() + set * resnet_sizes.size();
+      auto all = [&]() -> Status {
+        for (size_t i = first; i < first + resnet_sizes.size(); ++i) {
+          const int k = static_cast<int>(i);
+          TALLY_RETURN_IF_ERROR(kv->PushPull(k, {grads[i]}, {weights[i]}, -k));
+        }
+        return Status::Ok();
+      };
+      TALLY_RETURN_IF_ERROR(timed(all, set == 0 ? &resnet_f32 : &resnet_f16));
+    }
+    return cluster->Finish(60000);
+  }
+};
+
+std::string SizeName(int64_t b) {
+  return b >= (1 << 20) ? std::to_string(b >> 20) + "MB" : std::to_string(b >> 10) + "KB";
+}
+
+}  // namespace
+
+int BenchPs(int argc, char** argv) {
+  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M]", &argc, &argv);
+  if (FLAGS_workers < 1 || FLAGS_servers < 1 || FLAGS_iters < 1) {
+    std::fprintf(stderr, "tally bench ps: --workers, --servers and --iters must be positive\n");
+    return 2;
+  }
+  WorkerRun proto;
+  Status s = ParseSizes(FLAGS_sizes, &proto.sizes);
+  std::unique_ptr<Network> net;
+  if (s.ok()) s = CreateNetwork(ModelConfig(), &net);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tally bench ps: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  int64_t resnet_elements = 0;
+  for (const Parameter* p : net->Parameters()) {
+    if (!p->trainable) continue;
+    proto.resnet_sizes.push_back(p->value.numel());
+    resnet_elements += p->value.numel();
+  }
+  net.reset();
+
+  if (!FLAGS_json) std::fprintf(stderr, "measuring one loopback TCP stream and round trip...\n");
+  const double tcp_gbps = TcpStreamGBps(size_t{4} << 30);
+  const double tcp_rtt_us = TcpRoundTripMedianUs(4096, 2000);
+
+  const int port = FreeTcpPort();
+  Status sched_status;
+  std::vector<Status> server_status(FLAGS_servers);
+  std::thread scheduler([&] { sched_status = RunScheduler(JobConfig(wire::SCHEDULER, port), NewZmqTransport()); });
+  std::vector<std::thread> servers;
+  for (int i = 0; i < FLAGS_servers; ++i) {
+    servers.emplace_back([&, i] { server_status[i] = RunServer(JobConfig(wire::SERVER, port), NewZmqTransport()); });
+  }
+  std::vector<WorkerRun> runs(FLAGS_workers, proto);
+  std::vector<std::thread> workers;
+  if (!FLAGS_json) std::fprintf(stderr, "running the job: %d workers, %d servers...\n", FLAGS_workers, FLAGS_servers);
+  for (int i = 0; i < FLAGS_workers; ++i) workers.emplace_back([&, i] { runs[i].Run(port); });
+  for (auto& t : workers) t.join();
+  for (auto& t : servers) t.join();
+  scheduler.join();
+  for (const WorkerRun& r : runs) {
+    if (!r.status.ok()) {
+      std::fprintf(stderr, "tally bench ps: %s\n", r.status.ToString().c_str());
+      return 1;
+    }
+  }
+
+  const WorkerRun& r = runs[0];
+  const std::string tcp = "tcp-loopback-1-stream";
+  std::vector<BenchRow> rows;
+  auto add = [&](const std::string& name, double value, const std::string& unit, double peer,
+                 const std::string& peer_name, bool lower_is_better, const std::string& note) {
+    BenchRow row;
+    row.bench = "ps";
+    row.name = name;
+    row.value = value;
+    row.unit = unit;
+    row.peer = peer;
+    row.peer_name = peer_name;
+    row.lower_is_better = lower_is_better;
+    row.note = note;
+    row.peer_is_limit = true;
+    rows.push_back(row);
+  };
+  const std::string shape = std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s";
+  for (size_t i = 0; i < r.sizes.size(); ++i) {
+    const double b = static_cast<double>(r.sizes[i]);
+    const std::string base = shape + "-" + SizeName(r.sizes[i]);
+    add(base + "-push", b / Median(r.single[i].push) / 1e9, "GB/s", tcp_gbps, tcp, false, "");
+    add(base + "-pull", b / Median(r.single[i].pull) / 1e9, "GB/s", tcp_gbps, tcp, false, "");
+    add(base + "-pushpull", 2 * b / Median(r.single[i].pushpull) / 1e9, "GB/s", tcp_gbps, tcp, false, "");
+    if (r.sizes[i] == 4096) {
+      add(base + "-pushpull-latency", Median(r.single[i].pushpull) * 1e6, "us", tcp_rtt_us,
+          "tcp-loopback-4KB-round-trip", true, "goal <= 25 us");
+    }
+  }
+  const double f32 = Median(r.resnet_f32), f16 = Median(r.resnet_f16);
+  add(shape + "-resnet50-pushpull-fp32", 2.0 * 4 * resnet_elements / f32 / 1e9, "GB/s", tcp_gbps, tcp, false,
+      "161 arrays, " + std::to_string(resnet_elements) + " values");
+  add(shape + "-resnet50-pushpull-fp16", 2.0 * 2 * resnet_elements / f16 / 1e9, "GB/s", tcp_gbps, tcp, false, "");
+  add(shape + "-resnet50-sync-time-fp16/fp32", f16 / f32, "x", -1, "", true,
+      "fp32 " + std::to_string(f32 * 1e3).substr(0, 6) + " ms, fp16 " + std::to_string(f16 * 1e3).substr(0, 6) +
+          " ms; goal <= 0.55");
+  Report(rows, FLAGS_json);
+  return 0;
+}
+
+}  // namespace tally
