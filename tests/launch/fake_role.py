@@ -41,7 +41,7 @@ def checked_env():
     if role not in ("scheduler", "server", "worker"):
         fail(f"DMLC_ROLE={role!r}")
     workers = integer("DMLC_NUM_WORKER", 1, 1 << 16)
-    servers = integer("DMLC_NUM_SERVER", 0, 1 << 16)
+    servers = integer("DMLC_NUM_SERVER", 1, 1 << 16)
     count = {"scheduler": 1, "server": servers, "worker": workers}[role]
     rank = integer("TALLY_RANK", 0, count - 1)
     port = integer("DMLC_PS_ROOT_PORT", 1, 65535)

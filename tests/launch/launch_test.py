@@ -207,6 +207,7 @@ class LocalLauncherTest(LaunchCase):
     def test_bad_command_lines_are_refused(self):
         for args, message in ((["-n", "1", "--bogus"], "unrecognized arguments: --bogus"),
                               (["-n", "0"], "-n must be at least 1"),
+                              (["-n", "1", "-s", "0"], "-s must be at least 1"),
                               (["-n", "1", "-H", "/dev/null"], "-H is for --launcher"),
                               (["-n", "1", "--ssh-port", "22"], "--ssh-port is for"),
                               (["-n", "1", "--launcher", "pbs"], "invalid choice")):

@@ -73,8 +73,8 @@ def plan(args):
     if args.num_workers < 1:
         raise UsageError("-n must be at least 1")
     num_servers = args.num_workers if args.num_servers is None else args.num_servers
-    if num_servers < 0:
-        raise UsageError("-s must not be negative")
+    if num_servers < 1:
+        raise UsageError("-s must be at least 1")
     remote_only = {"--sync-dst-dir": args.sync_dst_dir, "--ssh-opts": args.ssh_opts,
                    "--ssh-port": args.ssh_port}
     for option, value in remote_only.items():
