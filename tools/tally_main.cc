@@ -1,4 +1,6 @@
 // tally: the one executable. `tally <command> [flags]`; `tally <command> --help` lists flags.
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -29,6 +31,13 @@ void PrintUsage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // ZeroMQ mallocs every received frame. glibc would serve big ones with fresh mmaps, which
+  // fault in every 4 KiB page again for every message; keeping freed memory in the heap
+  // lets the next frame of the same size reuse pages that are already there. One arena:
+  // the per-thread arenas cannot hold big blocks and would mmap them regardless.
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, -1);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
