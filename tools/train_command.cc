@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include <gflags/gflags.h>
 
@@ -132,6 +133,18 @@ Status JoinIfDistributed(std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) 
   return Status::Ok();
 }
 
+// Workers that share a host share its cores: each takes its part of them (0: all, the
+// OpenMP default, when the process is alone).
+int ThreadsPerWorker(const Cluster* cluster) {
+  if (cluster == nullptr) return 0;
+  int local = 0;
+  for (int r = 0; r < cluster->num_workers(); ++r) {
+    local += cluster->node(cluster->WorkerId(r)).host() == cluster->me().host();
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, local));
+}
+
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
@@ -152,7 +165,7 @@ int TrainCommand(int argc, char** argv) {
   std::unique_ptr<Trainer> trainer;
   if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
   if (s.ok()) {
-    SetNumThreads(FLAGS_num_threads);
+    SetNumThreads(FLAGS_num_threads > 0 ? FLAGS_num_threads : ThreadsPerWorker(cluster.get()));
     s = Trainer::Create(cfg, &trainer);
   }
   if (!s.ok()) {
