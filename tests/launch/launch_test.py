@@ -363,7 +363,7 @@ class DryRunTest(HostfileCase):
             self.assertEqual(argv[6], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
                                       f"DMLC_PS_ROOT_PORT=9091,DMLC_NUM_WORKER=3,"
                                       f"DMLC_NUM_SERVER=2,DMLC_NODE_HOST={host},"
-                                      f"TALLY_RANK={rank},LIST")
+                                      f"TALLY_RANK={rank},OMP_WAIT_POLICY=passive,LIST")
             self.assertEqual(argv[7:], ["train", "--kv-store", "dist_sync"])
 
     def test_mpi_command_lines(self):
