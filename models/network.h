@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,12 @@ class Network {
   // dlogits: [N, num_classes]. Overwrites the grad of every trainable parameter.
   // REQUIRES: the last Forward had training = true.
   virtual void Backward(const Tensor& dlogits) = 0;
+  // Called during Backward, on the calling thread, once for each trainable parameter as soon
+  // as its gradient is final (in backward order: the last layers first), so that its
+  // communication can start while the backward pass goes on. The parameter's value may be
+  // changed from the callback: Backward does not read it again.
+  using GradientReadyFn = std::function<void(int param_index)>;
+  virtual void SetGradientReadyCallback(GradientReadyFn fn) = 0;
   // Every parameter and auxiliary state, in torchvision's state_dict order. The pointers
   // stay valid for the Network's life.
   virtual const std::vector<Parameter*>& Parameters() = 0;

@@ -142,8 +142,15 @@ class ResNet : public Network {
 
     conv1_->AppendParameters(&params_);
     bn1_->AppendParameters(&params_);
-    for (auto& b : blocks_) b->AppendParameters(&params_);
+    stem_params_ = {0, params_.size()};
+    for (auto& b : blocks_) {
+      size_t first = params_.size();
+      b->AppendParameters(&params_);
+      block_params_.push_back({first, params_.size()});
+    }
+    fc_params_ = {params_.size(), 0};
     fc_->AppendParameters(&params_);
+    fc_params_.second = params_.size();
   }
 
   Status Initialize() {
@@ -170,11 +177,18 @@ class ResNet : public Network {
   void Backward(const Tensor& dlogits) override {
     CHECK(trained_) << "Backward needs a Forward with training = true";
     Tensor d = pool_.Backward(fc_->Backward(dlogits));
-    for (size_t i = blocks_.size(); i-- > 0;) d = blocks_[i]->Backward(d);
+    GradientsReady(fc_params_);
+    for (size_t i = blocks_.size(); i-- > 0;) {
+      d = blocks_[i]->Backward(d);
+      GradientsReady(block_params_[i]);
+    }
     if (maxpool_) d = maxpool_->Backward(d);
     ReluBackward(stem_out_, d, &d);
     conv1_->Backward(bn1_->Backward(d), /*need_dx=*/false);
+    GradientsReady(stem_params_);
   }
+
+  void SetGradientReadyCallback(GradientReadyFn fn) override { grad_ready_ = std::move(fn); }
 
   const std::vector<Parameter*>& Parameters() override { return params_; }
   const ModelConfig& config() const override { return cfg_; }
@@ -187,7 +201,18 @@ class ResNet : public Network {
   std::vector<std::unique_ptr<ResidualBlock>> blocks_;
   GlobalAvgPool pool_;
   std::unique_ptr<Linear> fc_;
+  // Announces a module group's gradients, [first, second) of params_, in backward order.
+  void GradientsReady(std::pair<size_t, size_t> range) {
+    if (!grad_ready_) return;
+    for (size_t i = range.second; i-- > range.first;) {
+      if (params_[i]->trainable) grad_ready_(static_cast<int>(i));
+    }
+  }
+
   std::vector<Parameter*> params_;
+  std::pair<size_t, size_t> stem_params_, fc_params_;  // [first, last) in params_
+  std::vector<std::pair<size_t, size_t>> block_params_;
+  GradientReadyFn grad_ready_;
   Tensor stem_out_;
   bool trained_ = false;
 };

@@ -38,6 +38,8 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     values.push_back(params[i]->value);
   }
   TALLY_RETURN_IF_ERROR(t->kv_->Init(t->trainable_, values));
+  Trainer* self = t.get();
+  t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
   *out = std::move(t);
   return Status::Ok();
 }
@@ -65,19 +67,26 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
     Tensor dlogits = Tensor::Empty(logits.shape(), DType::kF32);
     stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing, grad_scale, &dlogits);
     Count(logits, y, stats);
+    // The last replica's backward pass pushes each gradient as soon as it is final
+    // (PushGradient, through the network's callback): the earlier replicas are done by then.
+    push_status_ = Status::Ok();
     replicas_[d]->Backward(dlogits);
   }
-  std::vector<Tensor> grads(devices), weights(devices);
-  for (int key : trainable_) {
-    for (int d = 0; d < devices; ++d) {
-      Parameter* p = replicas_[d]->Parameters()[key];
-      grads[d] = p->grad;
-      weights[d] = p->value;
-    }
-    // Keys of the first layers go first: the next forward pass needs them first.
-    TALLY_RETURN_IF_ERROR(kv_->PushPull(key, grads, weights, /*priority=*/-key));
-  }
+  TALLY_RETURN_IF_ERROR(push_status_);
   return kv_->WaitAll();
+}
+
+void Trainer::PushGradient(int key) {
+  if (!push_status_.ok()) return;
+  const int devices = num_devices();
+  std::vector<Tensor> grads(devices), weights(devices);
+  for (int d = 0; d < devices; ++d) {
+    Parameter* p = replicas_[d]->Parameters()[key];
+    grads[d] = p->grad;
+    weights[d] = p->value;
+  }
+  // Keys of the first layers go first: the next forward pass needs them first.
+  push_status_ = kv_->PushPull(key, grads, weights, /*priority=*/-key);
 }
 
 Status Trainer::Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats) {

@@ -8,7 +8,8 @@
 //
 // A step splits the batch evenly across the devices (one model replica each), runs forward
 // and backward on each, and push-pulls every gradient through the kvstore, which sums them
-// and updates the weights. The loss is the mean over the whole batch (with dist_sync and
+// and updates the weights. Each gradient is pushed as soon as the last replica's backward
+// pass has made it, so communication overlaps the rest of the backward pass. The loss is the mean over the whole batch (with dist_sync and
 // dist_device_sync: over every worker's batch, as MXNet's rescale_grad), so the gradients do
 // not depend on how the batch was split. Batch-norm running statistics stay per replica, as
 // in MXNet. Driven by one thread.
@@ -66,11 +67,13 @@ class Trainer {
  private:
   Trainer() = default;
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
+  void PushGradient(int key);
 
   TrainerConfig config_;
   std::vector<std::unique_ptr<Network>> replicas_;
   std::unique_ptr<KVStore> kv_;
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
+  Status push_status_;          // the first failed push of the current step
 };
 
 // Checks that a global batch divides across the devices; the message names --batch-size.
