@@ -95,7 +95,7 @@ void DistChannel::OnMessage(Message&& m) {
     Finish(meta.request_id(), Status::InvalidArgument("kvstore: " + what + " refused: " + meta.error()));
     return;
   }
-  if (p.command != wire::PULL) {
+  if (p.command != wire::PULL && p.command != wire::PUSHPULL) {
     Finish(meta.request_id(), Status::Ok());
     return;
   }

@@ -62,6 +62,9 @@ class DistKVStore : public KVStore {
   Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
+  // One PUSHPULL per slice: the server answers the push with the values after its update.
+  Status PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
+                  int priority) override;
   Status WaitAll() override { return channel_->WaitAll(kDistWaitTimeoutMs); }
 
  private:
@@ -73,6 +76,8 @@ class DistKVStore : public KVStore {
     Tensor merged_f32;      // its fp32 accumulator when the values are 16-bit
   };
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
+  // The sum of the devices' values of k, in their dtype (vals[0] itself for one device).
+  Tensor DeviceSum(Key* k, const std::vector<Tensor>& vals);
   Message Request(wire::Command command, int64_t step) const {
     Message m;
     m.meta.set_command(command);
@@ -191,27 +196,27 @@ Status DistKVStore::Find(int key, const std::vector<Tensor>& ts, const char* wha
   return Status::Ok();
 }
 
+Tensor DistKVStore::DeviceSum(Key* k, const std::vector<Tensor>& vals) {
+  if (num_devices_ == 1) return Flat(vals[0]);
+  // The buffer of an earlier push may still be on its way: take a fresh one then.
+  const DType dtype = vals[0].dtype();
+  if (!k->merged.defined() || k->merged.dtype() != dtype || k->merged.storage().use_count() > 1) {
+    k->merged = Tensor::Empty({k->numel}, dtype);
+  }
+  if (dtype == DType::kF32) {
+    SumInF32(vals, &k->merged);
+  } else {
+    if (!k->merged_f32.defined()) k->merged_f32 = Tensor::Empty({k->numel}, DType::kF32);
+    SumInF32(vals, &k->merged_f32);
+    k->merged.CopyFrom(k->merged_f32);
+  }
+  return k->merged;
+}
+
 Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority) {
   Key* k = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, vals, "push", &k));
-  Tensor sum;
-  if (num_devices_ == 1) {
-    sum = Flat(vals[0]);
-  } else {
-    // The buffer of an earlier push may still be on its way: take a fresh one then.
-    const DType dtype = vals[0].dtype();
-    if (!k->merged.defined() || k->merged.dtype() != dtype || k->merged.storage().use_count() > 1) {
-      k->merged = Tensor::Empty({k->numel}, dtype);
-    }
-    if (dtype == DType::kF32) {
-      SumInF32(vals, &k->merged);
-    } else {
-      if (!k->merged_f32.defined()) k->merged_f32 = Tensor::Empty({k->numel}, DType::kF32);
-      SumInF32(vals, &k->merged_f32);
-      k->merged.CopyFrom(k->merged_f32);
-    }
-    sum = k->merged;
-  }
+  const Tensor sum = DeviceSum(k, vals);
   const int64_t step = k->next_step++;
   for (const Placement::Slice& sl : k->slices) {
     Message m = Request(wire::PUSH, step);
@@ -248,6 +253,38 @@ Status DistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority)
     PendingRequest p;
     p.command = wire::PULL;
     p.key = key;
+    p.pull = op;
+    p.offset = sl.offset;
+    p.length = sl.length;
+    channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
+  }
+  return Status::Ok();
+}
+
+Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
+                             int priority) {
+  Key* k = nullptr;
+  TALLY_RETURN_IF_ERROR(Find(key, vals, "pushpull", &k));
+  TALLY_RETURN_IF_ERROR(Find(key, outs, "pushpull", &k));
+  const Tensor sum = DeviceSum(k, vals);
+  const int64_t step = k->next_step++;
+  auto op = std::make_shared<PullOp>();
+  op->flat = Flat(outs[0]);
+  op->others.assign(outs.begin() + 1, outs.end());
+  op->remaining = static_cast<int>(k->slices.size());
+  for (const Placement::Slice& sl : k->slices) {
+    Message m = Request(wire::PUSHPULL, step);
+    m.meta.set_dtype(ToWire(sum.dtype()));
+    m.meta.set_pull_dtype(ToWire(outs[0].dtype()));
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(key);
+    ks->set_offset(sl.offset);
+    ks->set_length(sl.length);
+    m.data.push_back(sum.Slice(sl.offset, sl.offset + sl.length));
+    PendingRequest p;
+    p.command = wire::PUSHPULL;
+    p.key = key;
+    p.keep = m.data;
     p.pull = op;
     p.offset = sl.offset;
     p.length = sl.length;

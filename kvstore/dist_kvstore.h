@@ -17,7 +17,8 @@
 // the key's step counter (0, 1, 2, ...). Pull asks each server for its slices after the
 // worker's last push of the key and copies the answers straight into outs[0], converting
 // the dtype, then outs[0] into the other devices' outputs. dist_device_sync behaves as
-// dist_sync here (CPU devices are summed in memory).
+// dist_sync here (CPU devices are summed in memory). PushPull sends one PUSHPULL per slice,
+// a push the server answers with the values after its update: one round trip, not two.
 //
 // Priority: requests wait in one queue and a sending thread takes the highest priority
 // first (equal priorities in call order). Training gives key k priority -k, so when the

@@ -121,6 +121,13 @@ void KVServer::Handle(Message&& msg) {
       case wire::PULL:
         s = HandlePull(msg);
         break;
+      case wire::PUSHPULL:
+        // A PUSH that is answered as the PULL of its own step: one round trip instead of
+        // two. The pull's checks are the push's (ValidateMessage checked pull_dtype), so
+        // once the push is taken the pull cannot be refused.
+        s = HandlePush(&msg);
+        if (s.ok()) s = HandlePull(msg);
+        break;
       default:
         s = Status::InvalidArgument("not a data command");
     }
@@ -214,9 +221,9 @@ Status KVServer::HandlePush(Message* msg) {
     }
   }
   // Answer before applying: the worker may reuse its buffer (any frame still shared with
-  // it is copied by TakeData first).
+  // it is copied by TakeData first). A PUSHPULL is answered by its pull instead.
   std::vector<Tensor> data = TakeData(msg);
-  Respond(m, "");
+  if (m.command() == wire::PUSH) Respond(m, "");
   pushed_ = true;
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice* s = slices[i];

@@ -16,6 +16,7 @@
 //                  Async: each push is applied when it arrives.
 //   PULL step t    the values after step t's update (t = -1: the initial values), in the
 //                  dtype asked for; a sync pull waits for that update, an async one does not.
+//   PUSHPULL step t  a PUSH of step t whose answer is the PULL of step t (one round trip).
 //   SET_LR         the learning rate of the updates of steps >= Meta.step (async: at once).
 // Every request gets one RESPONSE with the request's id; a malformed or out-of-place request
 // gets one with `error` set and a log line, and changes nothing.

@@ -147,6 +147,40 @@ TEST_F(KVServerTest, PullWaitsForItsStepAndIsAnsweredWhenTheLastPushArrives) {
   EXPECT_EQ(server_->NumWaitingPulls(), 0);
 }
 
+TEST_F(KVServerTest, APushPullIsAnsweredOnceWithTheValuesAfterItsStep) {
+  Make(2);
+  Init(0, {1.f, 2.f});
+  auto pushpull = [&](int rank, const Tensor& g, wire::DType dtype) {
+    Message m = Request(wire::PUSHPULL, Worker(rank), 0);
+    AddSlice(&m, 0, 0, g);
+    m.meta.set_pull_dtype(dtype);
+    return m;
+  };
+  // Worker 0's push is taken, but its answer waits for worker 1's push of the step.
+  Message first = pushpull(0, Values({1.f, 1.f}), wire::F32);
+  const uint64_t first_id = first.meta.request_id();
+  EXPECT_TRUE(Send(std::move(first)).empty());
+  EXPECT_EQ(server_->NumWaitingPulls(), 1);
+  Message second = pushpull(1, Values({0.5f, 0.25f}, DType::kF16), wire::F16);
+  const uint64_t second_id = second.meta.request_id();
+  auto out = Send(std::move(second));
+  ASSERT_EQ(out.size(), 2u);  // one answer per request: the waiting one, then the last
+  EXPECT_EQ(out[0].first, Worker(0));
+  EXPECT_EQ(out[0].second.meta.request_id(), first_id);
+  ASSERT_EQ(out[0].second.data.size(), 1u);
+  EXPECT_EQ(Floats(out[0].second.data[0]), (std::vector<float>{1.5f, 1.25f}));  // no optimizer: the sum
+  EXPECT_EQ(out[1].first, Worker(1));
+  EXPECT_EQ(out[1].second.meta.request_id(), second_id);
+  EXPECT_EQ(out[1].second.meta.dtype(), wire::F16);
+  ASSERT_EQ(out[1].second.data.size(), 1u);
+  EXPECT_EQ(out[1].second.data[0].dtype(), DType::kF16);
+  EXPECT_EQ(Floats(out[1].second.data[0]), (std::vector<float>{1.5f, 1.25f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 0);
+  // A refused PUSHPULL is answered once, with the error, and changes nothing.
+  Refused(pushpull(0, Values({1.f, 1.f}), wire::F32), "already applied");
+  EXPECT_EQ(server_->NumWaitingPulls(), 0);
+}
+
 TEST_F(KVServerTest, Fp16PushesUpdateAnFp32MasterAndPullsComeInTheAskedDtype) {
   Make(2);
   SetOptimizer(/*lr=*/1.0f, /*async=*/false);
