@@ -6,8 +6,7 @@
 //   Tensor sum = Tensor::Empty({n}, DType::kF32);
 //   SumInF32({rank0_grad, rank1_grad_f16}, &sum);   // sum = rank0 + rank1, in fp32
 //
-// Large arrays are split into blocks summed on the OpenMP threads. Thread-safety: none of
-// its own; the caller owns `out` and must not write the parts meanwhile.
+// Runs on the calling thread. Thread-safety: none of its own; the caller owns `out` and must not write the parts meanwhile.
 #pragma once
 
 #include <vector>
