@@ -16,13 +16,15 @@ packages=(
   libeigen3-dev libgoogle-glog-dev libgflags-dev libgtest-dev
   # oneDNN's CMake package asks for OpenCL headers even for CPU use.
   libturbojpeg0-dev libdnnl-dev ocl-icd-opencl-dev
+  # PNG decoding and encoding in the data pipeline (worker/image_codec.cc).
+  libpng-dev
   python3 python3-numpy
   # tools/launch.py's tests run real jobs through an sshd they start on 127.0.0.1 and
   # through OpenMPI's mpirun.
   openssh-server openssh-client openmpi-bin
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-torchvision)
+  packages+=(python3-torch python3-torchvision python3-pil)
 fi
 
 missing=()
