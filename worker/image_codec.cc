@@ -26,6 +26,18 @@ tjhandle Decompressor() {
   return tj_handles.decompress;
 }
 
+// After a failed call a handle can be left mid-stream (the next header read then fails on a
+// valid image), so a handle that reported an error is replaced; errors are rare.
+void DiscardDecompressor() {
+  if (tj_handles.decompress) tjDestroy(tj_handles.decompress);
+  tj_handles.decompress = nullptr;
+}
+
+Status JpegError(const std::string& what) {
+  DiscardDecompressor();
+  return Status::InvalidArgument(what);
+}
+
 tjhandle Compressor() {
   if (!tj_handles.compress) tj_handles.compress = tjInitCompress();
   return tj_handles.compress;
@@ -62,7 +74,7 @@ Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
   if (!tj) return Status::Internal("tjInitDecompress failed");
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, data, size, &width, &height, &subsamp, &colorspace) != 0) {
-    return Status::InvalidArgument(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
+    return JpegError(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
   }
   ImageInfo info{ImageFormat::kJpeg, width, height};
   TALLY_RETURN_IF_ERROR(CheckDimensions(info, options));
@@ -80,7 +92,7 @@ Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
     // libjpeg fills the missing part of a truncated stream with grey and calls it a warning;
     // for training data that is a broken record.
     if (tjGetErrorCode(tj) == TJERR_FATAL || what.find("Premature end") != std::string::npos) {
-      return Status::InvalidArgument("corrupt JPEG: " + what);
+      return JpegError("corrupt JPEG: " + what);
     }
   }
   if (cmyk) InvertedCmykToRgb(cmyk_pixels.data(), out_w * out_h, out->pixels.data());
@@ -131,7 +143,7 @@ Status ReadImageInfo(const uint8_t* data, size_t size, ImageInfo* info) {
       if (!tj) return Status::Internal("tjInitDecompress failed");
       int subsamp = 0, colorspace = 0;
       if (tjDecompressHeader3(tj, data, size, &info->width, &info->height, &subsamp, &colorspace) != 0) {
-        return Status::InvalidArgument(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
+        return JpegError(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
       }
       break;
     }
