@@ -11,6 +11,9 @@ namespace tally {
 
 int TrainCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
+int Im2recCommand(int argc, char** argv);
+int RecCommand(int argc, char** argv);
+int MakeDataCommand(int argc, char** argv);
 
 // gflags wants underscores; MXNet's users type dashes (--num-layers). Rewrites every
 // "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; gflags exits

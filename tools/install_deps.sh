@@ -18,6 +18,9 @@ packages=(
   libturbojpeg0-dev libdnnl-dev ocl-icd-opencl-dev
   # PNG decoding and encoding in the data pipeline (worker/image_codec.cc).
   libpng-dev
+  # `tally make-data fashion-mnist` packs Debian's Fashion-MNIST (its tests use it too);
+  # zlib reads its gzipped IDX files.
+  dataset-fashion-mnist zlib1g-dev
   python3 python3-numpy
   # tools/launch.py's tests run real jobs through an sshd they start on 127.0.0.1 and
   # through OpenMPI's mpirun.

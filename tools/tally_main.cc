@@ -20,11 +20,14 @@ struct Command {
 const Command kCommands[] = {
     {"train", tally::TrainCommand, "train a ResNet (MXNet image-classification flags)"},
     {"bench", tally::BenchCommand, "measure Tally against its peer: `tally bench compute`"},
+    {"im2rec", tally::Im2recCommand, "list images (--list) or pack them into RecordIO, as MXNet's im2rec"},
+    {"rec", tally::RecCommand, "inspect a RecordIO file: records, headers; --verify checks every record"},
+    {"make-data", tally::MakeDataCommand, "make data sets: fashion-mnist (.rec) or synthetic-jpeg (a folder)"},
 };
 
 void PrintUsage(FILE* out) {
   std::fprintf(out, "usage: tally <command> [flags]\n\ncommands:\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(out, "\n`tally <command> --help` lists a command's flags.\n");
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -179,6 +180,28 @@ Status RecordReader::ReadAt(uint64_t offset, std::string* payload, uint64_t* nex
     if (cflag == recordio::kCflagWhole || cflag == recordio::kCflagLast) break;
   }
   if (next_offset) *next_offset = pos;
+  return Status::Ok();
+}
+
+Status RecordReader::FindRecordStart(uint64_t from, uint64_t* offset) const {
+  uint64_t pos = recordio::PaddedLength(from);
+  std::string buf(1 << 16, '\0');
+  while (pos + recordio::kPartHeaderBytes <= file_size_) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), file_size_ - pos));
+    if (!PreadFull(fd_, buf.data(), n, pos)) return Error(pos, -1, std::string("read failed: ") + std::strerror(errno));
+    // Headers straddling the buffer's end are looked at again by the next read.
+    size_t i = 0;
+    for (; i + recordio::kPartHeaderBytes <= n; i += recordio::kAlign) {
+      if (GetLe32(buf.data() + i) != kMagic) continue;
+      const uint32_t cflag = recordio::LrecCflag(GetLe32(buf.data() + i + 4));
+      if (cflag == recordio::kCflagWhole || cflag == recordio::kCflagFirst) {
+        *offset = pos + i;
+        return Status::Ok();
+      }
+    }
+    pos += i;
+  }
+  *offset = file_size_;
   return Status::Ok();
 }
 

@@ -92,6 +92,11 @@ class RecordReader {
   // error messages (-1: unknown). Thread-safe.
   Status ReadAt(uint64_t offset, std::string* payload, uint64_t* next_offset = nullptr,
                 int64_t index = -1) const;
+  // Finds the first offset >= `from` (rounded up to 4) holding the magic word followed by
+  // cflag 0 or 1: where a record may start. Sets *offset to file_size() when there is none.
+  // For resuming after a corrupt record (and for cutting a file without its .idx, as
+  // dmlc-core's splitter does). Thread-safe.
+  Status FindRecordStart(uint64_t from, uint64_t* offset) const;
   // Reads the record of the i-th .idx line. REQUIRES: an index was loaded, i < num_indexed().
   Status ReadIndexed(size_t i, std::string* payload) const;
 
