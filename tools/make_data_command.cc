@@ -139,7 +139,8 @@ struct Rng {
 // The colour of hue `h` in [0, 1) at full saturation, scaled by `v`.
 void Hue(double h, double v, double rgb[3]) {
   for (int c = 0; c < 3; ++c) {
-    double x = std::fabs(std::fmod(h * 6 + 4 - 2 * c + 6, 6.0) - 3) - 1;  // r: h*6 + 4 ... piecewise ramp
+    // The HSV hexcone: each channel is a trapezoid over the hue circle, offset by a third.
+    double x = std::fabs(std::fmod(h * 6 + 4 - 2 * c + 6, 6.0) - 3) - 1;
     rgb[c] = v * std::min(1.0, std::max(0.0, x));
   }
 }
