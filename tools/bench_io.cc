@@ -1,0 +1,234 @@
+// `tally bench io`: images/s of the training input pipeline (JPEG decode, ImageNet training
+// augmentation, batching into NHWC fp32) at each thread count, against PIL + torchvision
+// doing the same work on the same JPEG files in the same run (tools/bench/pil_io_peer.py).
+// Both figures are divided by the thread count: the goal is throughput per core.
+//
+// Input: --data DIR (its *.jpg / *.jpeg), --data FILE.rec (its images), or, by default,
+// --images generated photo-like JPEGs of 500x375 at quality 90 (ImageNet's typical size).
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gflags/gflags.h>
+
+#include "ops/random.h"
+#include "tools/bench.h"
+#include "tools/command.h"
+#include "worker/loader.h"
+
+DECLARE_bool(json);
+DECLARE_string(python);
+DEFINE_int32(images, 512, "bench io: images per timed pass (generated, or the first N of --data)");
+DEFINE_string(data, "", "bench io: a folder of JPEGs or a .rec to read instead of generated images");
+DEFINE_string(io_threads, "1,2", "bench io: thread counts to measure (also accepted as --threads)");
+DEFINE_int32(io_batch, 32, "bench io: batch size");
+
+namespace tally {
+namespace {
+
+// A photo-like 500x375 image: smooth shading, a few textured regions and sensor-like noise,
+// so that its JPEG has the size and entropy of a photograph (~100 KB at quality 90).
+Image PhotoLike(uint64_t seed) {
+  Rng rng(seed);
+  Image img;
+  img.Resize(375, 500);
+  float base[3], grad[3], freq[4], phase[4];
+  for (int c = 0; c < 3; ++c) base[c] = 60 + 120 * rng.Uniform(), grad[c] = 80 * (rng.Uniform() - 0.5f);
+  for (int k = 0; k < 4; ++k) freq[k] = 0.02f + 0.3f * rng.Uniform(), phase[k] = 6.28f * rng.Uniform();
+  for (int y = 0; y < img.height; ++y) {
+    uint8_t* row = img.row(y);
+    for (int x = 0; x < img.width; ++x) {
+      float tex = 25 * std::sin(freq[0] * x + phase[0]) * std::sin(freq[1] * y + phase[1]) +
+                  15 * std::sin(freq[2] * (x + y) + phase[2]) + 10 * std::sin(freq[3] * x * y * 0.01f + phase[3]);
+      for (int c = 0; c < 3; ++c) {
+        float v = base[c] + grad[c] * (x + y) / 875.0f + tex * (c + 1) / 3 + 60 * (rng.Uniform() - 0.5f);
+        row[3 * x + c] = static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f));
+      }
+    }
+  }
+  return img;
+}
+
+Status CollectImages(std::vector<std::string>* images) {
+  const size_t want = static_cast<size_t>(FLAGS_images);
+  if (FLAGS_data.empty()) {
+    for (size_t i = 0; i < want; ++i) {
+      std::string jpeg;
+      TALLY_RETURN_IF_ERROR(EncodeJpeg(PhotoLike(i), 90, &jpeg));
+      images->push_back(std::move(jpeg));
+    }
+    return Status::Ok();
+  }
+  namespace fs = std::filesystem;
+  if (FLAGS_data.size() > 4 && FLAGS_data.substr(FLAGS_data.size() - 4) == ".rec") {
+    std::unique_ptr<RecordReader> reader;
+    TALLY_RETURN_IF_ERROR(RecordReader::Open(FLAGS_data, "", &reader));
+    std::string payload;
+    bool eof = false;
+    while (images->size() < want) {
+      TALLY_RETURN_IF_ERROR(reader->ReadNext(&payload, &eof));
+      if (eof) break;
+      ImageRecordHeader header;
+      std::string_view bytes;
+      TALLY_RETURN_IF_ERROR(UnpackImageRecord(payload, &header, &bytes));
+      if (DetectImageFormat(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == ImageFormat::kJpeg) {
+        images->emplace_back(bytes);
+      }
+    }
+  } else {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(FLAGS_data, ec)) {
+      std::string ext = e.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+      if (ext == ".jpg" || ext == ".jpeg") files.push_back(e.path());
+    }
+    if (ec) return Status::IoError("bench io: cannot list " + FLAGS_data + ": " + ec.message());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      if (images->size() >= want) break;
+      std::ifstream in(f, std::ios::binary);
+      images->emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+  }
+  if (images->size() < static_cast<size_t>(2 * FLAGS_io_batch)) {
+    return Status::InvalidArgument("bench io: " + FLAGS_data + " has fewer than " + std::to_string(2 * FLAGS_io_batch) +
+                                   " JPEGs");
+  }
+  return Status::Ok();
+}
+
+// Writes the images as DIR/NNNNNN.jpg (for the peer) and DIR/images.rec + .idx (for Tally).
+Status WriteInputs(const std::string& dir, const std::vector<std::string>& images) {
+  std::unique_ptr<RecordWriter> writer;
+  TALLY_RETURN_IF_ERROR(RecordWriter::Open(dir + "/images.rec", &writer));
+  for (size_t i = 0; i < images.size(); ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/%06zu.jpg", i);
+    std::ofstream out(dir + name, std::ios::binary);
+    out.write(images[i].data(), static_cast<std::streamsize>(images[i].size()));
+    if (!out) return Status::IoError("bench io: cannot write " + dir + name);
+    ImageRecordHeader header;
+    header.label = static_cast<float>(i % 1000);
+    header.id = i;
+    TALLY_RETURN_IF_ERROR(writer->Write(PackImageRecord(header, images[i]), i));
+  }
+  return writer->Close(dir + "/images.idx");
+}
+
+// Images/s of Tally's loader with `threads` decode threads over one pass of the pack.
+Status MeasureTally(const std::string& dir, int threads, double* images_per_s) {
+  LoaderConfig cfg;
+  cfg.rec_path = dir + "/images.rec";
+  cfg.idx_path = dir + "/images.idx";
+  cfg.batch_size = FLAGS_io_batch;
+  cfg.threads = threads;
+  cfg.prefetch = 2 * threads;
+  cfg.round_batch = false;
+  cfg.augment = AugmentParams::ImageNetTrain();
+  std::unique_ptr<Loader> loader;
+  TALLY_RETURN_IF_ERROR(Loader::Create(cfg, &loader));
+  const int warmup = 2;
+  const int64_t timed = loader->batches_per_epoch() - warmup;
+  Batch batch;
+  for (int i = 0; i < warmup; ++i) TALLY_RETURN_IF_ERROR(loader->NextBatch(&batch));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < timed; ++i) TALLY_RETURN_IF_ERROR(loader->NextBatch(&batch));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  *images_per_s = timed * cfg.batch_size / seconds;
+  return Status::Ok();
+}
+
+double MeasurePeer(const std::string& dir, int threads, std::string* name) {
+  std::ostringstream cmd;
+  cmd << "OMP_NUM_THREADS=1 " << FLAGS_python << " " << TALLY_SOURCE_DIR << "/tools/bench/pil_io_peer.py --dir "
+      << dir << " --threads " << threads << " --batch " << FLAGS_io_batch << " 2>/dev/null";
+  bool ok = false;
+  std::string out = RunCapture(cmd.str(), &ok);
+  size_t v = out.find("\"img_per_s\": ");
+  if (!ok || v == std::string::npos) return -1;
+  auto field = [&](const char* key) {
+    size_t k = out.find(std::string("\"") + key + "\": \"");
+    if (k == std::string::npos) return std::string("?");
+    k += std::strlen(key) + 5;
+    return out.substr(k, out.find('"', k) - k);
+  };
+  *name = "PIL-" + field("pil") + " torchvision-" + field("torchvision");
+  return std::atof(out.c_str() + v + 13);
+}
+
+}  // namespace
+
+int BenchIo(int argc, char** argv) {
+  // --threads means thread counts here; compute's integer --threads owns the gflags name.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i].rfind("--threads=", 0) == 0) args[i] = "--io_threads=" + args[i].substr(10);
+    if (args[i] == "--threads" && i + 1 < args.size()) args[i] = "--io_threads=" + args[i + 1], args.erase(args.begin() + i + 1);
+    if (args[i] == "--images" && i + 1 < args.size()) args[i] = "--images=" + args[i + 1], args.erase(args.begin() + i + 1);
+    if (args[i] == "--data" && i + 1 < args.size()) args[i] = "--data=" + args[i + 1], args.erase(args.begin() + i + 1);
+  }
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  int n = static_cast<int>(ptrs.size());
+  char** v = ptrs.data();
+  ParseFlags("tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec] [--io_batch=32]", &n, &v);
+
+  std::vector<int> thread_counts;
+  std::stringstream ss(FLAGS_io_threads);
+  for (std::string t; std::getline(ss, t, ',');) {
+    int k = std::atoi(t.c_str());
+    if (k < 1) {
+      std::fprintf(stderr, "tally bench io: --threads wants positive counts such as 1,2\n");
+      return 2;
+    }
+    thread_counts.push_back(k);
+  }
+  std::vector<std::string> images;
+  Status s = CollectImages(&images);
+  char tmpl[] = "/tmp/tally_bench_io_XXXXXX";
+  const bool made_dir = s.ok() && mkdtemp(tmpl) != nullptr;
+  if (s.ok() && !made_dir) s = Status::IoError("bench io: mkdtemp failed");
+  const std::string dir = tmpl;
+  if (s.ok()) s = WriteInputs(dir, images);
+  size_t bytes = 0;
+  for (const std::string& i : images) bytes += i.size();
+  std::vector<BenchRow> rows;
+  for (int t : thread_counts) {
+    if (!s.ok()) break;
+    double tally = 0;
+    s = MeasureTally(dir, t, &tally);
+    if (!s.ok()) break;
+    BenchRow row;
+    row.bench = "io";
+    row.name = "jpeg-imagenet-train-aug-b" + std::to_string(FLAGS_io_batch) + "-threads" + std::to_string(t);
+    row.unit = "img/s/core";
+    row.value = tally / t;
+    double peer = MeasurePeer(dir, t, &row.peer_name);
+    row.peer = peer > 0 ? peer / t : -1;
+    char note[160];
+    std::snprintf(note, sizeof note, "total img/s: tally %.1f, peer %.1f; %zu images, mean %.0f KB", tally,
+                  peer > 0 ? peer : 0.0, images.size(), bytes / 1024.0 / images.size());
+    row.note = note;
+    if (!FLAGS_json) std::fprintf(stderr, "  threads %d: tally %.1f img/s, peer %.1f img/s\n", t, tally, peer);
+    rows.push_back(row);
+  }
+  if (made_dir) std::filesystem::remove_all(dir);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tally bench io: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  Report(rows, FLAGS_json);
+  return 0;
+}
+
+}  // namespace tally
