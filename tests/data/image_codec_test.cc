@@ -111,6 +111,7 @@ TEST(ImageCodec, DctScalingPicksTheSmallestSizeAboveTheMinimum) {
   std::string jpeg;
   ASSERT_TRUE(EncodeJpeg(src, 90, &jpeg).ok());
   DecodeOptions opt;
+  opt.power_of_two_scales_only = true;
   opt.min_width = 100;
   opt.min_height = 80;
   Image out;
