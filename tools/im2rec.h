@@ -23,11 +23,6 @@ struct PackOptions {
 // Status that names the path: im2rec reports them and leaves them out.
 Status PrepareImage(const std::string& path, const PackOptions& options, std::string* out);
 
-// Resizes with a triangle filter widened by the shrink factor: bilinear when growing, an
-// average over the covered source pixels when shrinking (no aliasing).
-// REQUIRES: width, height > 0.
-void ResizeImage(const Image& in, int width, int height, Image* out);
-
 // Reads a whole file; refuses files above `max_bytes`.
 Status ReadWholeFile(const std::string& path, size_t max_bytes, std::string* out);
 
