@@ -22,35 +22,54 @@ void DistChannel::Stop() {
 }
 
 void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pending) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    const uint64_t id = next_id_++;
-    msg.meta.set_request_id(id);
-    msg.meta.set_receiver_id(node);
-    msg.meta.set_priority(priority);
-    pending.node = node;
-    pending_[id] = std::move(pending);
-    queue_.emplace(std::make_pair(-static_cast<int64_t>(priority), next_seq_++),
-                   Outgoing{node, std::move(msg)});
+  std::unique_lock<std::mutex> l(mu_);
+  const uint64_t id = next_id_++;
+  msg.meta.set_request_id(id);
+  msg.meta.set_receiver_id(node);
+  msg.meta.set_priority(priority);
+  pending.node = node;
+  pending_[id] = std::move(pending);
+  if (queue_.empty() && !sending_) {
+    // Nothing waits and nothing is on its way: this message goes first whatever its
+    // priority, so send it from here and spare the wakeup of the sending thread.
+    sending_ = true;
+    l.unlock();
+    Send(Outgoing{node, std::move(msg)});
+    l.lock();
+    sending_ = false;
+    const bool more = !queue_.empty() || stop_;
+    l.unlock();
+    if (more) send_cv_.notify_one();
+    return;
   }
+  queue_.emplace(std::make_pair(-static_cast<int64_t>(priority), next_seq_++),
+                 Outgoing{node, std::move(msg)});
+  l.unlock();
   send_cv_.notify_one();
+}
+
+void DistChannel::Send(Outgoing out) {
+  const uint64_t id = out.msg.meta.request_id();
+  const wire::Command command = out.msg.meta.command();
+  Status s = cluster_->Send(out.node, std::move(out.msg));
+  if (!s.ok()) {
+    Finish(id, Status::Unavailable("kvstore: sending " + wire::Command_Name(command) + " to server " +
+                                   std::to_string(out.node - 1) + ": " + s.message()));
+  }
 }
 
 void DistChannel::SendLoop() {
   for (;;) {
     std::unique_lock<std::mutex> l(mu_);
-    send_cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+    send_cv_.wait(l, [&] { return !sending_ && (stop_ || !queue_.empty()); });
     if (queue_.empty()) return;  // stop_, and everything is sent
     Outgoing out = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
+    sending_ = true;
     l.unlock();
-    const uint64_t id = out.msg.meta.request_id();
-    const std::string what = wire::Command_Name(out.msg.meta.command());
-    Status s = cluster_->Send(out.node, std::move(out.msg));
-    if (!s.ok()) {
-      Finish(id, Status::Unavailable("kvstore: sending " + what + " to server " +
-                                     std::to_string(out.node - 1) + ": " + s.message()));
-    }
+    Send(std::move(out));
+    l.lock();
+    sending_ = false;
   }
 }
 
@@ -59,6 +78,9 @@ void DistChannel::Finish(uint64_t id, const Status& s) {
     std::lock_guard<std::mutex> l(mu_);
     if (pending_.erase(id) == 0) return;
     if (!s.ok() && error_.ok()) error_ = s;
+    // WaitAll waits for all of them: waking it for each answer would cost a context
+    // switch per key.
+    if (!pending_.empty()) return;
   }
   done_cv_.notify_all();
 }

@@ -1,5 +1,6 @@
 // DistChannel: the request/answer machinery of DistKVStore (dist_kvstore.h), internal to
-// kvstore/. It numbers requests, queues them by priority for a sending thread, matches
+// kvstore/. It numbers requests, queues them by priority for a sending thread (or sends
+// at once from the caller's thread when nothing is queued or on its way), matches
 // answers (on the cluster's receive thread) to what they complete, copies pulled values
 // into their destination, and lets the store's thread wait for everything outstanding.
 //
@@ -65,12 +66,14 @@ class DistChannel {
     Message msg;
   };
   void SendLoop();
+  // Sends out; a failure finishes its request with the error.
+  void Send(Outgoing out);
   void Finish(uint64_t id, const Status& s);
 
   Cluster* const cluster_;
   std::mutex mu_;
-  std::condition_variable done_cv_;  // pending_ shrank, or a failure
-  std::condition_variable send_cv_;  // queue_ grew, or stop_
+  std::condition_variable done_cv_;  // pending_ emptied, or a failure
+  std::condition_variable send_cv_;  // queue_ grew, sending_ ended, or stop_
   // Ordered by (-priority, call order): begin() is the next to send.
   std::map<std::pair<int64_t, uint64_t>, Outgoing> queue_;  // GUARDED_BY(mu_)
   std::map<uint64_t, PendingRequest> pending_;              // GUARDED_BY(mu_)
@@ -79,6 +82,9 @@ class DistChannel {
   Status error_;                                            // GUARDED_BY(mu_)
   Status failure_;                                          // GUARDED_BY(mu_)
   bool stop_ = false;                                       // GUARDED_BY(mu_)
+  // A message is being sent (by the sending thread, or by Enqueue when the queue was
+  // empty): one at a time, so that messages to a node leave in queue order.
+  bool sending_ = false;  // GUARDED_BY(mu_)
   std::thread sender_;
 };
 

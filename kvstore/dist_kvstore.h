@@ -21,7 +21,8 @@
 // a push the server answers with the values after its update: one round trip, not two.
 //
 // Priority: requests wait in one queue and a sending thread takes the highest priority
-// first (equal priorities in call order). Training gives key k priority -k, so when the
+// first (equal priorities in call order); a request that finds the queue empty and nothing
+// being sent goes out at once from the caller's thread. Training gives key k priority -k, so when the
 // wire is the bottleneck the first layers' weights, which the next forward pass needs
 // first, overtake the rest. SET_LR goes ahead of everything still queued (it names the step
 // from which it applies, so overtaking older pushes is harmless).
