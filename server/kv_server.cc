@@ -270,6 +270,12 @@ float KVServer::LearningRateFor(int64_t step) const {
 }
 
 void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
+  if (!updater_ && grads.size() == 1 && grads[0].dtype() == DType::kF32) {
+    // The sum is the one push itself: keep its frame (ours alone, TakeData saw to that)
+    // as the values instead of copying it over them.
+    s->value = grads[0];
+    return;
+  }
   // A pull answered in fp32 may still be sending these values: write a fresh copy then.
   if (s->value.storage().use_count() > 1) s->value = s->value.Clone();
   if (!updater_) {

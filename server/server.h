@@ -23,7 +23,8 @@
 //
 // Memory: received gradients are kept without copying until their step is applied, unless
 // their storage is shared with someone else (the in-process transport hands over the
-// sender's own buffer), in which case they are copied first. A pull answered in fp32 sends
+// sender's own buffer), in which case they are copied first. Without an optimizer, one
+// worker's fp32 push becomes the values as it is, without a copy. A pull answered in fp32 sends
 // the master values themselves; an update that finds them still referenced by a pending
 // send writes a fresh copy instead (copy on write).
 //
