@@ -1,5 +1,5 @@
 // `tally train`: MXNet image-classification's flags and log lines, over the Trainer.
-// Without --data-train it trains on synthetic, learnable images (worker/synthetic_data.h).
+// Data: a RecordIO pack (--data-train, tools/train_data.h) or synthetic, learnable images.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -12,7 +12,7 @@
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/command.h"
-#include "worker/synthetic_data.h"
+#include "tools/train_data.h"
 #include "worker/trainer.h"
 
 DEFINE_string(network, "resnet", "the network family");
@@ -21,7 +21,6 @@ DEFINE_int32(num_classes, 10, "number of classes");
 DEFINE_string(image_shape, "3,32,32", "input image shape C,H,W");
 DEFINE_int32(batch_size, 128, "batch size of this worker, split across its devices");
 DEFINE_int32(num_epochs, 3, "epochs to train");
-DEFINE_int32(num_examples, 5120, "training examples per epoch");
 DEFINE_string(kv_store, "device", "kvstore type: local, device, dist_sync, dist_device_sync or dist_async");
 DEFINE_string(gpus, "", "GPUs to use, such as 0,1; empty: CPU");
 DEFINE_int32(cpu_devices, 1, "CPU devices this process drives when --gpus is empty");
@@ -35,8 +34,6 @@ DEFINE_int32(top_k, 0, "report top-k accuracy too when > 0");
 DEFINE_double(label_smoothing, 0.0, "label smoothing of the cross-entropy target");
 DEFINE_bool(last_gamma, false, "zero the last BN gamma of every residual block");
 DEFINE_int32(benchmark, 0, "1: train on one synthetic batch reused every step (compute only)");
-DEFINE_string(data_train, "", "training RecordIO file; empty: synthetic data");
-DEFINE_int32(num_val_examples, 1024, "synthetic validation examples evaluated after each epoch");
 DEFINE_uint64(seed, 0, "seed of initialisation and synthetic data");
 DEFINE_int32(num_threads, 0, "CPU threads for the ops; 0: one per core");
 
@@ -53,9 +50,6 @@ Status BuildConfig(TrainerConfig* cfg) {
   if (dtype != DType::kF32) {
     return Status::InvalidArgument("--dtype " + FLAGS_dtype + " needs --gpus; CPU workers compute in float32");
   }
-  if (!FLAGS_data_train.empty()) {
-    return Status::InvalidArgument("--data-train: RecordIO input is not available in this build yet; leave it empty for synthetic data");
-  }
   if (FLAGS_cpu_devices < 1 || FLAGS_cpu_devices > 64) return Status::InvalidArgument("--cpu-devices must be in 1..64");
   if (FLAGS_num_epochs < 1) return Status::InvalidArgument("--num-epochs must be positive");
   if (FLAGS_disp_batches < 1) return Status::InvalidArgument("--disp-batches must be positive");
@@ -63,7 +57,6 @@ Status BuildConfig(TrainerConfig* cfg) {
   if (FLAGS_top_k < 0 || FLAGS_top_k > FLAGS_num_classes) return Status::InvalidArgument("--top-k must be in 0..--num-classes");
   if (FLAGS_label_smoothing < 0 || FLAGS_label_smoothing >= 1) return Status::InvalidArgument("--label-smoothing must be in [0, 1)");
   TALLY_RETURN_IF_ERROR(CheckBatchSplit(FLAGS_batch_size, FLAGS_cpu_devices));
-  if (FLAGS_num_examples < FLAGS_batch_size) return Status::InvalidArgument("--num-examples must be at least --batch-size");
 
   cfg->model.network = FLAGS_network;
   cfg->model.num_layers = FLAGS_num_layers;
@@ -179,28 +172,34 @@ int TrainCommand(int argc, char** argv) {
   std::fflush(stdout);
 
   // Every worker draws its own training images; all validate on the same ones.
-  SyntheticData train_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed, /*stream=*/2 + rank);
-  SyntheticData val_data(cfg.model.image_shape, FLAGS_num_classes, FLAGS_seed, /*stream=*/1);
+  std::unique_ptr<BatchSource> train_data, val_data;
+  s = MakeTrainSource(cfg, rank, cluster ? cluster->num_workers() : 1, &train_data);
+  if (s.ok()) s = MakeValSource(cfg, &val_data);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  const int64_t batches = train_data->batches_per_epoch();
   Tensor images, labels;
-  if (FLAGS_benchmark) train_data.NextBatch(FLAGS_batch_size, &images, &labels);
-  const int batches = FLAGS_num_examples / FLAGS_batch_size;
   for (int epoch = 0; epoch < FLAGS_num_epochs; ++epoch) {
     StepStats epoch_stats, window;
     double epoch_start = Now(), tic = epoch_start;
-    for (int b = 0; b < batches; ++b) {
-      if (!FLAGS_benchmark) train_data.NextBatch(FLAGS_batch_size, &images, &labels);
+    for (int64_t b = 0; b < batches; ++b) {
+      s = train_data->Next(&images, &labels);
       StepStats step;
-      s = trainer->Step(images, labels, &step);
+      if (s.ok()) s = trainer->Step(images, labels, &step);
       if (!s.ok()) {
-        std::fprintf(stderr, "tally train: worker %d, epoch %d batch %d: %s\n", rank, epoch, b, s.ToString().c_str());
+        std::fprintf(stderr, "tally train: worker %d, epoch %d batch %ld: %s\n", rank, epoch, static_cast<long>(b),
+                     s.ToString().c_str());
         return 1;
       }
       epoch_stats.Add(step);
       window.Add(step);
       if ((b + 1) % FLAGS_disp_batches == 0) {
         double now = Now();
-        std::printf("Epoch[%d] Batch [%d-%d]\tSpeed: %.2f samples/sec\t%s\n", epoch, b + 1 - FLAGS_disp_batches,
-                    b + 1, window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str());
+        std::printf("Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t%s\n", epoch,
+                    static_cast<long>(b + 1 - FLAGS_disp_batches), static_cast<long>(b + 1),
+                    window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str());
         std::fflush(stdout);
         window = StepStats();
         tic = now;
@@ -208,14 +207,18 @@ int TrainCommand(int argc, char** argv) {
     }
     std::printf("Epoch[%d] %s\n", epoch, Prefixed("Train-", epoch_stats, FLAGS_top_k).c_str());
     std::printf("Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start);
-    StepStats val;
-    Tensor val_images, val_labels;
-    for (int done = 0; done < FLAGS_num_val_examples; done += FLAGS_batch_size) {
-      int n = std::min(FLAGS_batch_size, FLAGS_num_val_examples - done);
-      val_data.NextBatch(n, &val_images, &val_labels);
-      trainer->Evaluate(val_images, val_labels, &val);
+    if (val_data) {
+      StepStats val;
+      for (int64_t b = 0; b < val_data->batches_per_epoch() && s.ok(); ++b) {
+        s = val_data->Next(&images, &labels);
+        if (s.ok()) s = trainer->Evaluate(images, labels, &val);
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "tally train: validation after epoch %d: %s\n", epoch, s.ToString().c_str());
+        return 1;
+      }
+      std::printf("Epoch[%d] %s\n", epoch, Prefixed("Validation-", val, FLAGS_top_k).c_str());
     }
-    if (val.samples > 0) std::printf("Epoch[%d] %s\n", epoch, Prefixed("Validation-", val, FLAGS_top_k).c_str());
     std::fflush(stdout);
   }
   if (cluster) {

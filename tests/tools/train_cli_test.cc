@@ -2,6 +2,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <regex>
 #include <string>
 
@@ -14,8 +16,9 @@ struct CliRun {
   std::string output;  // stdout and stderr
 };
 
-CliRun Tally(const std::string& args) {
-  std::string cmd = std::string(TALLY_BINARY) + " " + args + " 2>&1";
+// Runs `tally args` (in `dir` when given) and collects its output.
+CliRun Tally(const std::string& args, const std::string& dir = "") {
+  std::string cmd = (dir.empty() ? "" : "cd " + dir + " && ") + TALLY_BINARY + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   CliRun r{-1, ""};
   if (!p) return r;
@@ -69,6 +72,31 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << " said:\n" << r.output;
     EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << c.args << " crashed:\n" << r.output;
   }
+}
+
+// A pack made by the project's own tools: class-coloured JPEGs, listed and packed at 32 px.
+TEST(TrainCli, TrainsAndValidatesFromARecordIOPack) {
+  char dir_template[] = "/tmp/train_cli_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto run = [&](const std::string& args) { return Tally(args, dir); };
+  ASSERT_EQ(run("make-data synthetic-jpeg --out imgs --classes 3 --per-class 12 --seed 2").exit_code, 0);
+  ASSERT_EQ(run("im2rec data imgs --list --recursive").exit_code, 0);
+  CliRun packed = run("im2rec data imgs --resize 32");
+  ASSERT_EQ(packed.exit_code, 0) << packed.output;
+  CliRun r = run("train --data-train data.rec --data-val data.rec --image-shape 3,32,32 --num-layers 8 "
+                 "--num-classes 3 --batch-size 12 --num-epochs 2 --disp-batches 1 --random-crop 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[1\] Batch \[2-3\]\tSpeed: )"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[1\] Validation-accuracy=([\d.]+))"))) << r.output;
+
+  r = run("train --data-train data.rec --image-shape 3,32,32 --num-layers 8 --num-classes 2 --batch-size 12");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--num-classes"), std::string::npos) << "labels 0..2 exceed 2 classes:\n" << r.output;
+  r = run("train --data-train nowhere.rec --image-shape 3,32,32");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--data-train"), std::string::npos) << r.output;
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(TrainCli, UnknownCommandIsRefused) {

@@ -1,0 +1,188 @@
+#include "tools/train_data.h"
+
+#include <sys/stat.h>
+
+#include <sstream>
+
+#include <gflags/gflags.h>
+
+#include "worker/loader.h"
+#include "worker/synthetic_data.h"
+
+DEFINE_string(data_train, "", "training RecordIO pack (.rec); empty: synthetic data");
+DEFINE_string(data_train_idx, "", "its index (.idx); default: the .rec's name with .idx");
+DEFINE_string(data_val, "", "validation RecordIO pack (.rec)");
+DEFINE_string(data_val_idx, "", "its index (.idx); default: the .rec's name with .idx");
+DEFINE_int32(data_nthreads, 4, "decoding threads per loader");
+DEFINE_string(rgb_mean, "123.68,116.779,103.939", "mean subtracted from R,G,B");
+DEFINE_string(rgb_std, "1,1,1", "R,G,B are divided by this after the mean");
+DEFINE_int32(random_mirror, 1, "1: flip training images left-right at random");
+DEFINE_int32(random_crop, 0, "1: crop training images at a random place (rand_crop)");
+DEFINE_int32(random_resized_crop, 0, "1: random-resized crop of training images");
+DEFINE_double(min_random_area, 1.0, "random-resized crop: smallest area fraction");
+DEFINE_double(max_random_area, 1.0, "random-resized crop: largest area fraction");
+DEFINE_double(min_random_aspect_ratio, 1.0, "random-resized crop: smallest aspect ratio");
+DEFINE_double(max_random_aspect_ratio, 1.0, "random-resized crop: largest aspect ratio");
+DEFINE_double(brightness, 0, "brightness jitter");
+DEFINE_double(contrast, 0, "contrast jitter");
+DEFINE_double(saturation, 0, "saturation jitter");
+DEFINE_double(pca_noise, 0, "PCA lighting noise");
+DEFINE_int32(num_examples, 5120, "synthetic training examples per epoch (ignored with --data-train)");
+DEFINE_int32(num_val_examples, 1024, "synthetic validation examples after each epoch (rounded up to whole batches)");
+DECLARE_int32(batch_size);
+DECLARE_int32(benchmark);
+DECLARE_uint64(seed);
+
+namespace tally {
+namespace {
+
+Status ParseTriple(const char* flag, const std::string& text, float out[3]) {
+  std::stringstream ss(text);
+  std::string part;
+  int n = 0;
+  while (std::getline(ss, part, ',')) {
+    char* end = nullptr;
+    float v = std::strtof(part.c_str(), &end);
+    if (n >= 3 || part.empty() || *end != '\0') break;
+    out[n++] = v;
+  }
+  if (n != 3 || ss.rdbuf()->in_avail() > 0) {
+    return Status::InvalidArgument(std::string(flag) + " '" + text + "' must be three numbers R,G,B");
+  }
+  return Status::Ok();
+}
+
+Status FileFlag(const char* flag, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return Status::NotFound(std::string(flag) + ": no file " + path);
+  return Status::Ok();
+}
+
+std::string IdxFor(const std::string& rec, const std::string& idx) {
+  if (!idx.empty()) return idx;
+  size_t dot = rec.rfind('.');
+  return (dot == std::string::npos ? rec : rec.substr(0, dot)) + ".idx";
+}
+
+class SyntheticSource : public BatchSource {
+ public:
+  SyntheticSource(const TrainerConfig& cfg, uint64_t stream, int64_t batches, int batch, bool reuse)
+      : data_(cfg.model.image_shape, cfg.model.num_classes, FLAGS_seed, stream),
+        batches_(batches), batch_(batch), reuse_(reuse) {}
+  Status Next(Tensor* images, Tensor* labels) override {
+    if (!reuse_ || !images_.defined()) data_.NextBatch(batch_, &images_, &labels_);
+    *images = images_;
+    *labels = labels_;
+    return Status::Ok();
+  }
+  int64_t batches_per_epoch() const override { return batches_; }
+
+ private:
+  SyntheticData data_;
+  int64_t batches_;
+  int batch_;
+  bool reuse_;  // --benchmark 1: one batch, over and over
+  Tensor images_, labels_;
+};
+
+class RecordSource : public BatchSource {
+ public:
+  RecordSource(std::unique_ptr<Loader> loader, int num_classes, bool drop_pad)
+      : loader_(std::move(loader)), num_classes_(num_classes), drop_pad_(drop_pad) {}
+  Status Next(Tensor* images, Tensor* labels) override {
+    Batch b;
+    TALLY_RETURN_IF_ERROR(loader_->NextBatch(&b));
+    const int64_t rows = b.images.dim(0) - (drop_pad_ ? b.pad : 0);
+    const int32_t* l = b.labels.data<int32_t>();
+    for (int64_t i = 0; i < rows; ++i) {
+      if (l[i] < 0 || l[i] >= num_classes_) {
+        return Status::InvalidArgument("a record has label " + std::to_string(l[i]) + ", outside --num-classes " +
+                                       std::to_string(num_classes_));
+      }
+    }
+    *images = b.images.Slice(0, rows);
+    *labels = b.labels.Slice(0, rows);
+    return Status::Ok();
+  }
+  int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+
+ private:
+  std::unique_ptr<Loader> loader_;
+  int num_classes_;
+  bool drop_pad_;
+};
+
+Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::string& idx, bool train,
+                 int rank, int workers, std::unique_ptr<Loader>* out) {
+  const char* flag = train ? "--data-train" : "--data-val";
+  TALLY_RETURN_IF_ERROR(FileFlag(flag, rec));
+  TALLY_RETURN_IF_ERROR(FileFlag(train ? "--data-train-idx" : "--data-val-idx", idx));
+  if (cfg.model.image_shape[0] != 3) {
+    return Status::InvalidArgument("--image-shape: RecordIO images are decoded to 3 channels");
+  }
+  LoaderConfig lc;
+  lc.rec_path = rec;
+  lc.idx_path = idx;
+  lc.batch_size = FLAGS_batch_size;
+  lc.num_parts = workers;
+  lc.part_index = rank;
+  lc.shuffle = train;
+  lc.seed = FLAGS_seed;
+  lc.threads = FLAGS_data_nthreads;
+  AugmentParams& a = lc.augment;
+  a.data_h = static_cast<int>(cfg.model.image_shape[1]);
+  a.data_w = static_cast<int>(cfg.model.image_shape[2]);
+  float mean[3], std[3];
+  TALLY_RETURN_IF_ERROR(ParseTriple("--rgb-mean", FLAGS_rgb_mean, mean));
+  TALLY_RETURN_IF_ERROR(ParseTriple("--rgb-std", FLAGS_rgb_std, std));
+  a.mean_r = mean[0], a.mean_g = mean[1], a.mean_b = mean[2];
+  a.std_r = std[0], a.std_g = std[1], a.std_b = std[2];
+  if (train) {
+    a.rand_mirror = FLAGS_random_mirror != 0;
+    a.rand_crop = FLAGS_random_crop != 0;
+    a.random_resized_crop = FLAGS_random_resized_crop != 0;
+    a.min_random_area = static_cast<float>(FLAGS_min_random_area);
+    a.max_random_area = static_cast<float>(FLAGS_max_random_area);
+    a.min_aspect_ratio = static_cast<float>(FLAGS_min_random_aspect_ratio);
+    a.max_aspect_ratio = static_cast<float>(FLAGS_max_random_aspect_ratio);
+    a.brightness = static_cast<float>(FLAGS_brightness);
+    a.contrast = static_cast<float>(FLAGS_contrast);
+    a.saturation = static_cast<float>(FLAGS_saturation);
+    a.pca_noise = static_cast<float>(FLAGS_pca_noise);
+  }
+  Status s = Loader::Create(lc, out);
+  if (!s.ok()) return Status::InvalidArgument(std::string(flag) + ": " + s.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, std::unique_ptr<BatchSource>* out) {
+  if (FLAGS_data_train.empty()) {
+    if (FLAGS_num_examples < FLAGS_batch_size) return Status::InvalidArgument("--num-examples must be at least --batch-size");
+    out->reset(new SyntheticSource(cfg, 2 + rank, FLAGS_num_examples / FLAGS_batch_size, FLAGS_batch_size,
+                                   FLAGS_benchmark != 0));
+    return Status::Ok();
+  }
+  std::unique_ptr<Loader> loader;
+  TALLY_RETURN_IF_ERROR(LoaderFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx), true,
+                                  rank, workers, &loader));
+  out->reset(new RecordSource(std::move(loader), cfg.model.num_classes, /*drop_pad=*/false));
+  return Status::Ok();
+}
+
+Status MakeValSource(const TrainerConfig& cfg, std::unique_ptr<BatchSource>* out) {
+  out->reset();
+  if (!FLAGS_data_val.empty()) {
+    std::unique_ptr<Loader> loader;
+    TALLY_RETURN_IF_ERROR(LoaderFor(cfg, FLAGS_data_val, IdxFor(FLAGS_data_val, FLAGS_data_val_idx), false, 0, 1,
+                                    &loader));
+    out->reset(new RecordSource(std::move(loader), cfg.model.num_classes, /*drop_pad=*/true));
+  } else if (FLAGS_data_train.empty() && FLAGS_num_val_examples > 0) {
+    const int64_t batches = (FLAGS_num_val_examples + FLAGS_batch_size - 1) / FLAGS_batch_size;
+    out->reset(new SyntheticSource(cfg, 1, batches, FLAGS_batch_size, false));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tally

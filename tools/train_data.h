@@ -1,0 +1,27 @@
+// Where `tally train` gets its batches: a RecordIO pack through the Loader (--data-train,
+// --data-val, MXNet's names), or synthetic learnable images when no pack is given.
+#pragma once
+
+#include <memory>
+
+#include "ops/tensor.h"
+#include "worker/trainer.h"
+
+namespace tally {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // images [B, H, W, C] f32, labels [B] int32. The last batch of an epoch may hold fewer
+  // rows for validation data (the rest of a padded batch is left out).
+  virtual Status Next(Tensor* images, Tensor* labels) = 0;
+  virtual int64_t batches_per_epoch() const = 0;
+};
+
+// The training source of worker `rank` of `workers` (its shard of the pack), or a synthetic
+// one. Fails naming the flag for a missing file or a shape that does not fit the model.
+Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, std::unique_ptr<BatchSource>* out);
+// The validation source (every worker sees all of it); nullptr when there is none.
+Status MakeValSource(const TrainerConfig& cfg, std::unique_ptr<BatchSource>* out);
+
+}  // namespace tally
