@@ -87,6 +87,23 @@ class DistKVStore : public KVStore {
     return m;
   }
 
+  // A PUSH or PUSHPULL of one slice of `sum` (a view: sent without copying), and the
+  // pending record that keeps the view alive until the answer.
+  Message SliceRequest(wire::Command command, int64_t step, int key, const Placement::Slice& sl,
+                       const Tensor& sum, PendingRequest* pending) const {
+    Message m = Request(command, step);
+    m.meta.set_dtype(ToWire(sum.dtype()));
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(key);
+    ks->set_offset(sl.offset);
+    ks->set_length(sl.length);
+    m.data.push_back(sum.Slice(sl.offset, sl.offset + sl.length));
+    pending->command = command;
+    pending->key = key;
+    pending->keep = m.data;
+    return m;
+  }
+
   const std::string type_;
   const int num_devices_;
   Cluster* const cluster_;
@@ -219,17 +236,8 @@ Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority)
   const Tensor sum = DeviceSum(k, vals);
   const int64_t step = k->next_step++;
   for (const Placement::Slice& sl : k->slices) {
-    Message m = Request(wire::PUSH, step);
-    m.meta.set_dtype(ToWire(sum.dtype()));
-    wire::KeySlice* ks = m.meta.add_slices();
-    ks->set_key(key);
-    ks->set_offset(sl.offset);
-    ks->set_length(sl.length);
-    m.data.push_back(sum.Slice(sl.offset, sl.offset + sl.length));
     PendingRequest p;
-    p.command = wire::PUSH;
-    p.key = key;
-    p.keep = m.data;
+    Message m = SliceRequest(wire::PUSH, step, key, sl, sum, &p);
     channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
   }
   return Status::Ok();
@@ -273,18 +281,9 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
   op->others.assign(outs.begin() + 1, outs.end());
   op->remaining = static_cast<int>(k->slices.size());
   for (const Placement::Slice& sl : k->slices) {
-    Message m = Request(wire::PUSHPULL, step);
-    m.meta.set_dtype(ToWire(sum.dtype()));
-    m.meta.set_pull_dtype(ToWire(outs[0].dtype()));
-    wire::KeySlice* ks = m.meta.add_slices();
-    ks->set_key(key);
-    ks->set_offset(sl.offset);
-    ks->set_length(sl.length);
-    m.data.push_back(sum.Slice(sl.offset, sl.offset + sl.length));
     PendingRequest p;
-    p.command = wire::PUSHPULL;
-    p.key = key;
-    p.keep = m.data;
+    Message m = SliceRequest(wire::PUSHPULL, step, key, sl, sum, &p);
+    m.meta.set_pull_dtype(ToWire(outs[0].dtype()));
     p.pull = op;
     p.offset = sl.offset;
     p.length = sl.length;
