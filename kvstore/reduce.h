@@ -6,7 +6,9 @@
 //   Tensor sum = Tensor::Empty({n}, DType::kF32);
 //   SumInF32({rank0_grad, rank1_grad_f16}, &sum);   // sum = rank0 + rank1, in fp32
 //
-// Runs on the calling thread. Thread-safety: none of its own; the caller owns `out` and must not write the parts meanwhile.
+// Runs on the calling thread, helped by short-lived threads for big sums (several million
+// elements). Thread-safety: none of its own; the caller owns `out` and must not write the
+// parts meanwhile.
 #pragma once
 
 #include <vector>
