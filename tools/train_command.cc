@@ -1,5 +1,6 @@
 // `tally train`: MXNet image-classification's flags and log lines, over the Trainer.
 // Data: a RecordIO pack (--data-train, tools/train_data.h) or synthetic, learnable images.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -13,6 +14,7 @@
 #include "server/server.h"
 #include "tools/command.h"
 #include "tools/train_data.h"
+#include "worker/lr_schedule.h"
 #include "worker/trainer.h"
 
 DEFINE_string(network, "resnet", "the network family");
@@ -25,6 +27,12 @@ DEFINE_string(kv_store, "device", "kvstore type: local, device, dist_sync, dist_
 DEFINE_string(gpus, "", "GPUs to use, such as 0,1; empty: CPU");
 DEFINE_int32(cpu_devices, 1, "CPU devices this process drives when --gpus is empty");
 DEFINE_double(lr, 0.1, "learning rate");
+DEFINE_string(lr_scheduler, "step", "learning-rate schedule: step (--lr-factor at --lr-step-epochs), poly or cosine");
+DEFINE_double(lr_factor, 0.1, "the ratio to reduce the lr by at each of --lr-step-epochs");
+DEFINE_string(lr_step_epochs, "", "epochs to reduce the lr at, such as 30,60");
+DEFINE_int32(warmup_epochs, 0, "epochs to ramp the lr up over before the schedule starts");
+DEFINE_string(warmup_strategy, "linear", "linear (from 0) or constant (the unscaled --lr)");
+DEFINE_int32(lr_batch_scale, 0, "when > 0, scale --lr by (batch size x workers) / this (0: off)");
 DEFINE_double(mom, 0.9, "momentum");
 DEFINE_double(wd, 1e-4, "weight decay");
 DEFINE_string(optimizer, "sgd", "sgd or nag");
@@ -73,6 +81,31 @@ Status BuildConfig(TrainerConfig* cfg) {
   cfg->label_smoothing = static_cast<float>(FLAGS_label_smoothing);
   cfg->top_k = FLAGS_top_k;
   return Status::Ok();
+}
+
+// The schedule's flags; base lr, batch count and warm-up lr come once the job and data are
+// known (FinishLrSchedule). Checked here too so that bad flags fail before joining a job.
+Status BuildLrSchedule(LrScheduleConfig* lr) {
+  lr->base_lr = FLAGS_lr;
+  lr->num_epochs = FLAGS_num_epochs;
+  lr->scheduler = FLAGS_lr_scheduler;
+  lr->factor = FLAGS_lr_factor;
+  TALLY_RETURN_IF_ERROR(ParseLrStepEpochs(FLAGS_lr_step_epochs, &lr->step_epochs));
+  lr->warmup_epochs = FLAGS_warmup_epochs;
+  lr->warmup_strategy = FLAGS_warmup_strategy;
+  double one_worker_lr;
+  TALLY_RETURN_IF_ERROR(BatchScaledLr(FLAGS_lr, FLAGS_batch_size, FLAGS_lr_batch_scale, &one_worker_lr));
+  return ValidateLrSchedule(*lr);
+}
+
+// Linear warm-up starts from 0 as in MXNet. Constant warm-up holds the unscaled --lr, the lr
+// of the reference batch (Goyal et al.), never above the scaled one.
+Status FinishLrSchedule(int num_workers, int64_t batches_per_epoch, LrScheduleConfig* lr) {
+  const int64_t global_batch = static_cast<int64_t>(FLAGS_batch_size) * num_workers;
+  TALLY_RETURN_IF_ERROR(BatchScaledLr(FLAGS_lr, global_batch, FLAGS_lr_batch_scale, &lr->base_lr));
+  lr->batches_per_epoch = batches_per_epoch;
+  lr->warmup_begin_lr = lr->warmup_strategy == "constant" ? std::min(FLAGS_lr, lr->base_lr) : 0.0;
+  return ValidateLrSchedule(*lr);
 }
 
 double Now() {
@@ -153,7 +186,9 @@ int TrainCommand(int argc, char** argv) {
     return RunRole(c);
   }
   TrainerConfig cfg;
+  LrScheduleConfig lr_schedule;
   Status s = BuildConfig(&cfg);
+  if (s.ok()) s = BuildLrSchedule(&lr_schedule);
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Trainer> trainer;
   if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
@@ -172,19 +207,29 @@ int TrainCommand(int argc, char** argv) {
   std::fflush(stdout);
 
   // Every worker draws its own training images; all validate on the same ones.
+  const int num_workers = cluster ? cluster->num_workers() : 1;
   std::unique_ptr<BatchSource> train_data, val_data;
-  s = MakeTrainSource(cfg, rank, cluster ? cluster->num_workers() : 1, &train_data);
+  s = MakeTrainSource(cfg, rank, num_workers, &train_data);
   if (s.ok()) s = MakeValSource(cfg, &val_data);
+  if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr_schedule);
   if (!s.ok()) {
     std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
     return 2;
   }
   const int64_t batches = train_data->batches_per_epoch();
   Tensor images, labels;
+  // Changes only: in dist modes every change is a message to the servers.
+  float applied_lr = cfg.optimizer.lr;
   for (int epoch = 0; epoch < FLAGS_num_epochs; ++epoch) {
     StepStats epoch_stats, window;
+    std::printf("Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches, lr_schedule));
     double epoch_start = Now(), tic = epoch_start;
     for (int64_t b = 0; b < batches; ++b) {
+      const float lr = static_cast<float>(LearningRate(epoch * batches + b, lr_schedule));
+      if (lr != applied_lr) {
+        trainer->SetLearningRate(lr);
+        applied_lr = lr;
+      }
       s = train_data->Next(&images, &labels);
       StepStats step;
       if (s.ok()) s = trainer->Step(images, labels, &step);

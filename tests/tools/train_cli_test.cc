@@ -105,4 +105,22 @@ TEST(TrainCli, UnknownCommandIsRefused) {
   EXPECT_NE(r.output.find("unknown command 'trian'"), std::string::npos) << r.output;
 }
 
+TEST(TrainCli, FollowsALearningRateSchedule) {
+  // 8 batches an epoch, 1 of 2 epochs of linear warm-up, then poly decay over 8 updates:
+  // epoch 0 starts at 0.64 * 1/8, epoch 1 (one update into the decay) at 0.64 * (7/8)^2.
+  CliRun r = Tally(std::string(kSmall) + " --lr 0.64 --lr-scheduler poly --warmup-epochs 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Epoch[0] lr=0.080000\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Epoch[1] lr=0.490000\n"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[1\] Batch \[4-8\]\tSpeed: )"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Epoch\[1\] Train-accuracy=([\d.]+))"))) << r.output;
+
+  for (const char* bad : {"--lr-scheduler foo", "--warmup-strategy exp", "--lr-step-epochs 6,3", "--lr-batch-scale -1"}) {
+    CliRun refused = Tally(std::string("train ") + bad);
+    std::string flag(bad, std::string(bad).find(' '));
+    EXPECT_NE(refused.exit_code, 0) << bad;
+    EXPECT_NE(refused.output.find(flag), std::string::npos) << bad << " said:\n" << refused.output;
+  }
+}
+
 }  // namespace
