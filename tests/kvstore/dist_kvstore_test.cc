@@ -2,6 +2,7 @@
 // process, over the in-process transport and over ZeroMQ on loopback.
 #include "kvstore/dist_kvstore.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -90,6 +91,45 @@ TEST_P(DistKVStoreTest, PushesSumExactlyInFp32AndFp16AndPullsReturnTheSum) {
             ASSERT_EQ(outs[key][1].data<float>()[i], Round(total, dtype)) << "key " << key << " at " << i;
             ASSERT_EQ(first.data<float>()[i], Round(total, dtype));
           }
+        }
+      }
+    }
+  });
+}
+
+// Many small keys, issued by the two workers in opposite orders, with a 5 MB key among
+// them: every key still sums exactly, in rank order, by PUSHPULL and by PUSH then PULL.
+TEST_P(DistKVStoreTest, ManySmallKeysStillSumExactly) {
+  LocalJob job(GetParam(), 2, 2);
+  job.Run([](int rank, Cluster* cluster) {
+    auto kv = MakeStore("dist_sync", 1, cluster);
+    constexpr int kKeys = 300;
+    auto size = [](int key) -> int64_t { return key == 150 ? (5 << 20) / 4 : 1 + key % 7; };
+    std::vector<int> keys;
+    std::vector<Tensor> init;
+    for (int k = 0; k < kKeys; ++k) {
+      keys.push_back(k);
+      init.push_back(Tensor::Zeros({size(k)}, DType::kF32));
+    }
+    ASSERT_TRUE(kv->Init(keys, init).ok());
+    if (rank == 1) std::reverse(keys.begin(), keys.end());
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Tensor> grads(kKeys), outs(kKeys);
+      for (int key : keys) {
+        grads[key] = Filled(size(key), DType::kF32, [&](int64_t i) { return Grad(rank, 0, key, i, step); });
+        outs[key] = Tensor::Zeros({size(key)}, DType::kF32);
+        // The last step pushes every key, then pulls every key.
+        ASSERT_TRUE((step < 2 ? kv->PushPull(key, {grads[key]}, {outs[key]}, -key) : kv->Push(key, {grads[key]}, -key)).ok());
+      }
+      if (step == 2) {
+        for (int key : keys) ASSERT_TRUE(kv->Pull(key, {outs[key]}, -key).ok());
+      }
+      Status s = kv->WaitAll();
+      ASSERT_TRUE(s.ok()) << s;
+      for (int key = 0; key < kKeys; ++key) {
+        for (int64_t i = 0; i < size(key); ++i) {
+          ASSERT_EQ(outs[key].data<float>()[i], Grad(0, 0, key, i, step) + Grad(1, 0, key, i, step))
+              << "step " << step << " key " << key << " at " << i;
         }
       }
     }

@@ -181,6 +181,54 @@ TEST_F(KVServerTest, APushPullIsAnsweredOnceWithTheValuesAfterItsStep) {
   EXPECT_EQ(server_->NumWaitingPulls(), 0);
 }
 
+// A PUSHPULL may carry slices of several keys (docs/wire.md): each is summed like a
+// request of its own, and the request is answered once, when its last slice's step is
+// applied, with every slice in the request's order.
+TEST_F(KVServerTest, AMultiSlicePushPullIsAnsweredOnceWhenAllItsSlicesAreApplied) {
+  Make(2);
+  Init(0, {1.f, 2.f});
+  Init(7, {3.f});
+  Message both = Request(wire::PUSHPULL, Worker(0), 0);
+  AddSlice(&both, 7, 0, Values({0.5f}));
+  AddSlice(&both, 0, 0, Values({1.f, 1.f}));
+  both.meta.set_pull_dtype(wire::F32);
+  const uint64_t both_id = both.meta.request_id();
+  EXPECT_TRUE(Send(std::move(both)).empty());
+  // Worker 1 sends the keys apart: key 0 completes its step, but key 7 still waits.
+  Message key0 = Request(wire::PUSHPULL, Worker(1), 0);
+  AddSlice(&key0, 0, 0, Values({2.f, 4.f}));
+  key0.meta.set_pull_dtype(wire::F32);
+  Message answer0 = Ok(std::move(key0));
+  ASSERT_EQ(answer0.data.size(), 1u);
+  EXPECT_EQ(Floats(answer0.data[0]), (std::vector<float>{3.f, 5.f}));
+  EXPECT_EQ(server_->NumWaitingPulls(), 1);
+  Message key7 = Request(wire::PUSHPULL, Worker(1), 0);
+  AddSlice(&key7, 7, 0, Values({0.25f}));
+  key7.meta.set_pull_dtype(wire::F32);
+  auto out = Send(std::move(key7));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].first, Worker(0));
+  EXPECT_EQ(out[0].second.meta.request_id(), both_id);
+  ASSERT_EQ(out[0].second.meta.slices_size(), 2);
+  EXPECT_EQ(out[0].second.meta.slices(0).key(), 7u);
+  EXPECT_EQ(out[0].second.meta.slices(1).key(), 0u);
+  ASSERT_EQ(out[0].second.data.size(), 2u);
+  EXPECT_EQ(Floats(out[0].second.data[0]), (std::vector<float>{0.75f}));
+  EXPECT_EQ(Floats(out[0].second.data[1]), (std::vector<float>{3.f, 5.f}));
+  EXPECT_EQ(out[1].first, Worker(1));
+  EXPECT_EQ(Floats(out[1].second.data[0]), (std::vector<float>{0.75f}));
+  EXPECT_EQ(server_->NumWaitingPulls(), 0);
+  // One bad slice refuses the whole request: the good one is not pushed either.
+  Message bad = Request(wire::PUSHPULL, Worker(0), 1);
+  AddSlice(&bad, 0, 0, Values({1.f, 1.f}));
+  AddSlice(&bad, 9, 0, Values({1.f}));
+  bad.meta.set_pull_dtype(wire::F32);
+  Refused(std::move(bad), "key 9");
+  Message retry = Request(wire::PUSH, Worker(0), 1);
+  AddSlice(&retry, 0, 0, Values({1.f, 1.f}));
+  Ok(std::move(retry));
+}
+
 TEST_F(KVServerTest, Fp16PushesUpdateAnFp32MasterAndPullsComeInTheAskedDtype) {
   Make(2);
   SetOptimizer(/*lr=*/1.0f, /*async=*/false);
