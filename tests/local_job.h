@@ -3,6 +3,9 @@
 // over the in-process transport or ZeroMQ on loopback. Header-only, for tests.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -32,9 +35,23 @@ inline ClusterConfig TestClusterConfig(wire::Role role, int port, int workers, i
   return c;
 }
 
+// A scheduler port. ZeroMQ: one the system has free right now (bound to port 0 and
+// released), so that tests running side by side, and the nodes' own ports, never collide.
+// In-process: any number not used before in this process.
 inline int TestPort(bool zmq) {
-  static std::atomic<int> next{26000 + static_cast<int>(getpid() % 15000)};
-  return zmq ? next++ : 45000 + next++;
+  static std::atomic<int> next_inproc{45000};
+  if (!zmq) return next_inproc++;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "no free TCP port";
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 // A job: the scheduler and the servers start at construction; Run runs one function per

@@ -8,6 +8,7 @@
 
 #include "kvstore/cluster.h"
 #include "scheduler/scheduler.h"
+#include "tests/local_job.h"
 
 namespace tally {
 namespace {
@@ -31,16 +32,12 @@ ClusterConfig Config(wire::Role role, int port, int workers, int servers) {
 
 std::unique_ptr<Transport> MakeTransport(bool zmq) { return zmq ? NewZmqTransport() : NewInProcTransport(); }
 
-int FreePort(bool zmq) {
-  static std::atomic<int> next{23000 + static_cast<int>(getpid() % 20000)};
-  return zmq ? next++ : 40000 + next++;
-}
 
 class ClusterTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ClusterTest, GathersAssignsRanksRunsBarriersAndShutsDown) {
   const bool zmq = GetParam();
-  const int port = FreePort(zmq);
+  const int port = TestPort(zmq);
   Status sched_status;
   std::thread scheduler([&] {
     sched_status = RunScheduler(Config(wire::SCHEDULER, port, 2, 2), MakeTransport(zmq));
@@ -77,7 +74,7 @@ TEST_P(ClusterTest, GathersAssignsRanksRunsBarriersAndShutsDown) {
 
 TEST_P(ClusterTest, ASilentWorkerIsDeclaredDeadAndEveryoneIsTold) {
   const bool zmq = GetParam();
-  const int port = FreePort(zmq);
+  const int port = TestPort(zmq);
   Status sched_status;
   std::thread scheduler([&] {
     sched_status = RunScheduler(Config(wire::SCHEDULER, port, 2, 1), MakeTransport(zmq));
@@ -109,7 +106,7 @@ TEST_P(ClusterTest, ASilentWorkerIsDeclaredDeadAndEveryoneIsTold) {
 
 TEST_P(ClusterTest, ASilentSchedulerIsNoticedByEveryNode) {
   const bool zmq = GetParam();
-  const int port = FreePort(zmq);
+  const int port = TestPort(zmq);
   // A fake scheduler that sends the node table and then falls silent.
   std::unique_ptr<Transport> fake = MakeTransport(zmq);
   int bound = 0;
