@@ -15,18 +15,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The shared test job's settings, with heartbeats fast enough to see a death in a test.
 ClusterConfig Config(wire::Role role, int port, int workers, int servers) {
-  ClusterConfig c;
-  c.role = role;
-  c.scheduler_host = "127.0.0.1";
-  c.scheduler_port = port;
-  c.num_workers = workers;
-  c.num_servers = servers;
-  c.host = "127.0.0.1";
+  ClusterConfig c = TestClusterConfig(role, port, workers, servers);
   c.heartbeat_interval_ms = 50;
   c.dead_timeout_ms = 400;
   c.register_timeout_ms = 5000;
-  c.exit_grace_ms = -1;  // a test process must survive the failures it provokes
   return c;
 }
 
