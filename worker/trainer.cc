@@ -60,6 +60,9 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   const bool global = kv_->type().find("_sync") != std::string::npos;
   const float grad_scale =
       1.0f / (static_cast<float>(batch) * static_cast<float>(global ? kv_->num_workers() : 1));
+  // The last replica's backward pass pushes each gradient as soon as it is final
+  // (PushGradient, through the network's callback): the earlier replicas are done by then.
+  push_status_ = Status::Ok();
   for (int d = 0; d < devices; ++d) {
     Tensor x = images.Slice(d * per_device, (d + 1) * per_device);
     Tensor y = labels.Slice(d * per_device, (d + 1) * per_device);
@@ -67,9 +70,6 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
     Tensor dlogits = Tensor::Empty(logits.shape(), DType::kF32);
     stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing, grad_scale, &dlogits);
     Count(logits, y, stats);
-    // The last replica's backward pass pushes each gradient as soon as it is final
-    // (PushGradient, through the network's callback): the earlier replicas are done by then.
-    push_status_ = Status::Ok();
     replicas_[d]->Backward(dlogits);
   }
   TALLY_RETURN_IF_ERROR(push_status_);
