@@ -273,6 +273,80 @@ Status ParseHeader(const std::string& path, const std::string& header, std::vect
   return Status::Ok();
 }
 
+// One tensor to write, viewed: nothing here is owned.
+struct OutTensor {
+  const std::string* name;
+  const char* dtype;  // the safetensors name
+  const Shape* shape;
+  const void* data;
+  uint64_t bytes;
+};
+
+// The element size of each dtype the format defines; 0 for another name.
+uint64_t RawDTypeSize(const std::string& dtype) {
+  static const std::map<std::string, uint64_t> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"U16", 2}, {"I16", 2}, {"F16", 2}, {"BF16", 2},
+      {"U32", 4},  {"I32", 4}, {"F32", 4}, {"U64", 8}, {"I64", 8}, {"F64", 8}};
+  auto it = kSizes.find(dtype);
+  return it == kSizes.end() ? 0 : it->second;
+}
+
+Status WriteTensors(const std::string& path, const std::vector<OutTensor>& tensors,
+                    const std::map<std::string, std::string>& metadata) {
+  std::ostringstream h;
+  h << '{';
+  bool first = true;
+  if (!metadata.empty()) {
+    h << JsonQuote(kSafetensorsMetadataKey) << ":{";
+    for (const auto& [k, v] : metadata) {
+      h << (first ? "" : ",") << JsonQuote(k) << ':' << JsonQuote(v);
+      first = false;
+    }
+    h << '}';
+    first = false;
+  }
+  uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const OutTensor& t : tensors) {
+    CHECK(*t.name != kSafetensorsMetadataKey && names.insert(*t.name).second)
+        << "tensor name '" << *t.name << "' is reserved or repeated";
+    h << (first ? "" : ",") << JsonQuote(*t.name) << ":{\"dtype\":\"" << t.dtype
+      << "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape->size(); ++i) h << (i ? "," : "") << (*t.shape)[i];
+    h << "],\"data_offsets\":[" << offset << ',' << offset + t.bytes << "]}";
+    offset += t.bytes;
+    first = false;
+  }
+  h << '}';
+  std::string header = h.str();
+  header.append((kSafetensorsHeaderAlign - header.size() % kSafetensorsHeaderAlign) %
+                    kSafetensorsHeaderAlign, ' ');
+  if (header.size() > kSafetensorsMaxHeaderBytes) {
+    return Status::InvalidArgument(path + ": safetensors header would exceed the size cap");
+  }
+
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return Status::IoError(tmp + ": cannot open for writing");
+    uint64_t n = header.size();
+    f.write(reinterpret_cast<const char*>(&n), sizeof(n));
+    f.write(header.data(), header.size());
+    for (const OutTensor& t : tensors) f.write(static_cast<const char*>(t.data), t.bytes);
+    f.flush();
+    if (!f) {
+      f.close();
+      std::remove(tmp.c_str());
+      return Status::IoError(tmp + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::IoError(path + ": cannot rename " + tmp + " into place");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* SafetensorsDTypeName(DType t) {
@@ -305,57 +379,26 @@ const Tensor* SafetensorsFile::Find(const std::string& name) const {
 
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
-  std::ostringstream h;
-  h << '{';
-  bool first = true;
-  if (!metadata.empty()) {
-    h << JsonQuote(kSafetensorsMetadataKey) << ":{";
-    for (const auto& [k, v] : metadata) {
-      h << (first ? "" : ",") << JsonQuote(k) << ':' << JsonQuote(v);
-      first = false;
-    }
-    h << '}';
-    first = false;
-  }
-  uint64_t offset = 0;
-  std::set<std::string> names;
+  std::vector<OutTensor> out;
   for (const NamedTensor& t : tensors) {
     CHECK(t.tensor.defined() && t.tensor.device().is_cpu()) << t.name << ": not a CPU tensor";
-    CHECK(t.name != kSafetensorsMetadataKey && names.insert(t.name).second)
-        << "tensor name '" << t.name << "' is reserved or repeated";
-    h << (first ? "" : ",") << JsonQuote(t.name) << ":{\"dtype\":\""
-      << SafetensorsDTypeName(t.tensor.dtype()) << "\",\"shape\":[";
-    for (int i = 0; i < t.tensor.ndim(); ++i) h << (i ? "," : "") << t.tensor.dim(i);
-    h << "],\"data_offsets\":[" << offset << ',' << offset + t.tensor.nbytes() << "]}";
-    offset += t.tensor.nbytes();
-    first = false;
+    out.push_back({&t.name, SafetensorsDTypeName(t.tensor.dtype()), &t.tensor.shape(),
+                   t.tensor.raw_data(), t.tensor.nbytes()});
   }
-  h << '}';
-  std::string header = h.str();
-  header.append((kSafetensorsHeaderAlign - header.size() % kSafetensorsHeaderAlign) %
-                    kSafetensorsHeaderAlign, ' ');
-  if (header.size() > kSafetensorsMaxHeaderBytes) {
-    return Status::InvalidArgument(path + ": safetensors header would exceed the size cap");
-  }
+  return WriteTensors(path, out, metadata);
+}
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status::IoError(tmp + ": cannot open for writing");
-    uint64_t n = header.size();
-    f.write(reinterpret_cast<const char*>(&n), sizeof(n));
-    f.write(header.data(), header.size());
-    for (const NamedTensor& t : tensors) {
-      f.write(static_cast<const char*>(t.tensor.raw_data()), t.tensor.nbytes());
-    }
-    f.flush();
-    if (!f) return Status::IoError(tmp + ": write failed");
+Status WriteSafetensorsRaw(const std::string& path, const std::vector<RawNamedTensor>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  std::vector<OutTensor> out;
+  for (const RawNamedTensor& t : tensors) {
+    uint64_t size = RawDTypeSize(t.dtype);
+    CHECK(size != 0) << t.name << ": '" << t.dtype << "' is not a safetensors dtype";
+    CHECK_EQ(t.data.size(), size * NumElements(t.shape))
+        << t.name << ": data size does not match " << t.dtype << ShapeString(t.shape);
+    out.push_back({&t.name, t.dtype.c_str(), &t.shape, t.data.data(), t.data.size()});
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(path + ": cannot rename " + tmp + " into place");
-  }
-  return Status::Ok();
+  return WriteTensors(path, out, metadata);
 }
 
 Status ReadSafetensors(const std::string& path, SafetensorsFile* out) {

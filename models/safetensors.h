@@ -9,12 +9,13 @@
 //   s = ReadSafetensors("/tmp/model.safetensors", &f);
 //   const Tensor* w2 = f.Find("fc.weight");   // nullptr when absent
 //
-// Supported dtypes: F32, F16, BF16, I32, U8 (Tally's). Tensors read are CPU tensors owned
-// by the SafetensorsFile's copies of them. Every failure of the outside world (missing,
-// truncated or malformed file, an oversized header, offsets out of range, an unsupported
-// dtype) is a Status naming the file. The functions are thread-compatible: concurrent
-// calls on different files are fine. Assumes a little-endian host, as the data is stored
-// little-endian and copied as is.
+// Supported dtypes: F32, F16, BF16, I32, U8 (Tally's). WriteSafetensorsRaw also writes the
+// format's other dtypes (such as I64) from raw bytes; the reader refuses those. Tensors read
+// are CPU tensors owned by the SafetensorsFile's copies of them. Every failure of the outside
+// world (missing, truncated or malformed file, an oversized header, offsets out of range, an
+// unsupported dtype) is a Status naming the file. The functions are thread-compatible:
+// concurrent calls on different files are fine. Assumes a little-endian host, as the data is
+// stored little-endian and copied as is.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,21 @@ struct SafetensorsFile {
 // half a file.
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
+
+// A tensor given as a safetensors dtype name and its little-endian bytes, for dtypes Tally's
+// tensors do not have (`tally export` writes PyTorch's I64 num_batches_tracked this way).
+struct RawNamedTensor {
+  std::string name;
+  std::string dtype;  // any dtype of the format: BOOL, U8, I8, U16, I16, F16, BF16, U32, I32,
+                      // F32, U64, I64, F64
+  Shape shape;
+  std::string data;   // NumElements(shape) x the dtype's size bytes
+};
+
+// As WriteSafetensors, for raw tensors. REQUIRES: every dtype is one listed above and every
+// data size matches its shape.
+Status WriteSafetensorsRaw(const std::string& path, const std::vector<RawNamedTensor>& tensors,
+                           const std::map<std::string, std::string>& metadata = {});
 
 Status ReadSafetensors(const std::string& path, SafetensorsFile* out);
 

@@ -3,7 +3,7 @@
 # Idempotent: packages already present are left as they are.
 #
 #   tools/install_deps.sh          build and test dependencies
-#   tools/install_deps.sh --bench  also Debian's PyTorch, the peer `tally bench` measures against
+#   tools/install_deps.sh --bench  also PIL, which `tally bench io` measures against
 #
 # The CUDA toolkit is not installed here: CMake uses /usr/local/cuda when it exists and
 # builds a CPU-only Tally when it does not.
@@ -22,12 +22,15 @@ packages=(
   # zlib reads its gzipped IDX files.
   dataset-fashion-mnist zlib1g-dev
   python3 python3-numpy
+  # tests/tools/export_test.py loads `tally export`'s files into PyTorch's ResNets; `tally
+  # bench` measures against PyTorch.
+  python3-torch python3-torchvision
   # tools/launch.py's tests run real jobs through an sshd they start on 127.0.0.1 and
   # through OpenMPI's mpirun.
   openssh-server openssh-client openmpi-bin
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-torchvision python3-pil)
+  packages+=(python3-pil)
 fi
 
 missing=()

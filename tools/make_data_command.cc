@@ -19,7 +19,7 @@
 #include "worker/image_codec.h"
 #include "worker/recordio.h"
 
-DEFINE_string(out, "", "make-data: the output folder (created if missing)");
+DEFINE_string(out, "", "make-data: the output folder (created if missing); export: the output file");
 DEFINE_string(fashion_mnist_dir, "/usr/share/datasets/fashion-mnist",
               "make-data fashion-mnist: where Debian's dataset-fashion-mnist puts its IDX files");
 DEFINE_int64(limit, -1, "make-data fashion-mnist: convert only the first N images of each split; -1: all");

@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"im2rec", tally::Im2recCommand, "list images (--list) or pack them into RecordIO, as MXNet's im2rec"},
     {"rec", tally::RecCommand, "inspect a RecordIO file: records, headers; --verify checks every record"},
     {"make-data", tally::MakeDataCommand, "make data sets: fashion-mnist (.rec) or synthetic-jpeg (a folder)"},
+    {"export", tally::ExportCommand, "convert a checkpoint's .params into safetensors for PyTorch's ResNet"},
 };
 
 void PrintUsage(FILE* out) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -69,6 +70,37 @@ TEST(SafetensorsTest, RoundTrip) {
   EXPECT_EQ(f.Find("na\"me\\\n")->dtype(), DType::kF16);
   EXPECT_EQ(HalfToFloat(f.Find("na\"me\\\n")->data<uint16_t>()[2]), 3.0f);
   EXPECT_EQ(f.Find("missing"), nullptr);
+}
+
+TEST(SafetensorsTest, WritesRawTensorsOfAnyDType) {
+  int64_t steps = -5;
+  float values[2] = {1.5f, -2.0f};
+  std::string path = TempPath("raw.safetensors");
+  ASSERT_TRUE(WriteSafetensorsRaw(
+                  path,
+                  {{"w", "F32", {2}, std::string(reinterpret_cast<char*>(values), 8)},
+                   {"bn.num_batches_tracked", "I64", {}, std::string(reinterpret_cast<char*>(&steps), 8)}},
+                  {{"format", "pt"}})
+                  .ok());
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  ASSERT_EQ(bytes.size(), 8 + header_len + 16);
+  const std::string json =
+      "{\"__metadata__\":{\"format\":\"pt\"},"
+      "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}";
+  ASSERT_EQ(header_len, (json.size() + 7) / 8 * 8);
+  EXPECT_EQ(bytes.substr(8, header_len), json + std::string(header_len - json.size(), ' '));
+  int64_t steps_read = 0;
+  std::memcpy(&steps_read, bytes.data() + 8 + header_len + 8, 8);
+  EXPECT_EQ(steps_read, -5);
+
+  // Tally's own reader knows only Tally's dtypes.
+  SafetensorsFile f;
+  Status s = ReadSafetensors(path, &f);
+  EXPECT_NE(s.message().find("unsupported dtype 'I64'"), std::string::npos) << s;
 }
 
 TEST(SafetensorsTest, ReadsEscapesAndSpacing) {
