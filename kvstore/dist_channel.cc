@@ -130,6 +130,7 @@ void DistChannel::OnMessage(Message&& m) {
     Finish(meta.request_id(), Status::Internal("kvstore: answer to " + what + ": " + s.message()));
     return;
   }
+  if (meta.stop()) stop_seen_ = true;
   // Copied on this thread, outside the lock: the store's thread waits in WaitAll meanwhile.
   p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[0]);
   if (p.pull->remaining.fetch_sub(1) == 1) {

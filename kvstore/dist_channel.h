@@ -59,6 +59,8 @@ class DistChannel {
   // the first error answered or met sending since the last call, or Unavailable after
   // timeout_ms.
   Status WaitAll(int timeout_ms);
+  // Whether an answer has carried Meta.stop: some worker asked the job to stop.
+  bool stop_seen() const { return stop_seen_.load(); }
 
  private:
   struct Outgoing {
@@ -85,6 +87,7 @@ class DistChannel {
   // A message is being sent (by the sending thread, or by Enqueue when the queue was
   // empty): one at a time, so that messages to a node leave in queue order.
   bool sending_ = false;  // GUARDED_BY(mu_)
+  std::atomic<bool> stop_seen_{false};
   std::thread sender_;
 };
 

@@ -66,6 +66,13 @@ class DistKVStore : public KVStore {
   Status PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                   int priority) override;
   Status WaitAll() override { return channel_->WaitAll(kDistWaitTimeoutMs); }
+  Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
+  Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
+  // dist_async has no common step: each worker stops once it asked or saw an answer
+  // saying another did.
+  bool StopAgreed() const override {
+    return channel_->stop_seen() || (type_ == "dist_async" && stop_requested_);
+  }
 
  private:
   struct Key {
@@ -78,6 +85,12 @@ class DistKVStore : public KVStore {
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
   // The sum of the devices' values of k, in their dtype (vals[0] itself for one device).
   Tensor DeviceSum(Key* k, const std::vector<Tensor>& vals);
+  // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
+  // keys, one message per server; WaitAll waits for the answers.
+  Status SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state);
+  // Pulls every slice of key into flat (1-D), then copies flat into others.
+  void PullSlices(int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others, int priority,
+                  bool optimizer_state);
   Message Request(wire::Command command, int64_t step) const {
     Message m;
     m.meta.set_command(command);
@@ -92,6 +105,7 @@ class DistKVStore : public KVStore {
   Message SliceRequest(wire::Command command, int64_t step, int key, const Placement::Slice& sl,
                        const Tensor& sum, PendingRequest* pending) const {
     Message m = Request(command, step);
+    m.meta.set_stop(stop_requested_);
     m.meta.set_dtype(ToWire(sum.dtype()));
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(key);
@@ -158,35 +172,75 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
         channel_->Enqueue(cluster_->ServerId(s), std::move(m), INT_MAX, std::move(p));
       }
     }
-    std::vector<Message> inits(servers);
-    for (int s = 0; s < servers; ++s) inits[s] = Request(wire::INIT, -1);
-    for (size_t k = 0; k < order.size(); ++k) {
-      const Tensor flat = Flat(values[order[k]]);
-      for (const Placement::Slice& sl : placement.slices(static_cast<int>(k))) {
-        Message& m = inits[sl.server];
-        m.meta.set_dtype(ToWire(flat.dtype()));
-        wire::KeySlice* ks = m.meta.add_slices();
-        ks->set_key(keys[order[k]]);
-        ks->set_offset(sl.offset);
-        ks->set_length(sl.length);
-        m.data.push_back(flat.Slice(sl.offset, sl.offset + sl.length));
-      }
+    TALLY_RETURN_IF_ERROR(SendInit(keys, values, /*optimizer_state=*/false));
+    TALLY_RETURN_IF_ERROR(WaitAll());
+  }
+  return Barrier();
+}
+
+Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state) {
+  const int servers = cluster_->num_servers();
+  std::vector<Message> inits(servers);
+  for (int s = 0; s < servers; ++s) {
+    inits[s] = Request(wire::INIT, -1);
+    inits[s].meta.set_optimizer_state(optimizer_state);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Tensor flat = Flat(values[i]);
+    for (const Placement::Slice& sl : keys_.at(keys[i]).slices) {
+      Message& m = inits[sl.server];
+      m.meta.set_dtype(ToWire(flat.dtype()));
+      wire::KeySlice* ks = m.meta.add_slices();
+      ks->set_key(keys[i]);
+      ks->set_offset(sl.offset);
+      ks->set_length(sl.length);
+      m.data.push_back(flat.Slice(sl.offset, sl.offset + sl.length));
     }
-    // A message has one dtype: values of mixed dtypes go as fp32.
-    for (Message& m : inits) {
-      bool mixed = false;
-      for (const Tensor& t : m.data) mixed |= t.dtype() != FromWire(m.meta.dtype());
-      if (!mixed) continue;
-      m.meta.set_dtype(wire::F32);
-      for (Tensor& t : m.data) t = t.To(DType::kF32);
+  }
+  // A message has one dtype: values of mixed dtypes go as fp32.
+  for (Message& m : inits) {
+    bool mixed = false;
+    for (const Tensor& t : m.data) mixed |= t.dtype() != FromWire(m.meta.dtype());
+    if (!mixed) continue;
+    m.meta.set_dtype(wire::F32);
+    for (Tensor& t : m.data) t = t.To(DType::kF32);
+  }
+  for (int s = 0; s < servers; ++s) {
+    if (inits[s].meta.slices_size() == 0) continue;
+    PendingRequest p;
+    p.command = wire::INIT;
+    p.keep = inits[s].data;
+    channel_->Enqueue(cluster_->ServerId(s), std::move(inits[s]), INT_MAX, std::move(p));
+  }
+  return Status::Ok();
+}
+
+Status DistKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) {
+  states->assign(keys.size(), Tensor());
+  for (int key : keys) {
+    if (!keys_.count(key)) return Status::InvalidArgument("optimizer state of key " + std::to_string(key) + " before Init");
+  }
+  if (!has_optimizer_ || optimizer_.momentum == 0) return Status::Ok();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Key& k = keys_[keys[i]];
+    (*states)[i] = Tensor::Empty({k.numel}, DType::kF32);
+    PullSlices(keys[i], k, (*states)[i], {}, INT_MAX, /*optimizer_state=*/true);
+  }
+  return WaitAll();
+}
+
+Status DistKVStore::SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) {
+  if (keys.size() != states.size()) return Status::InvalidArgument("optimizer state: keys and states differ in number");
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = keys_.find(keys[i]);
+    if (it == keys_.end()) return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " before Init");
+    const bool wanted = has_optimizer_ && optimizer_.momentum > 0;
+    if (states[i].defined() != wanted || (wanted && states[i].numel() != it->second.numel)) {
+      return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " does not fit the optimizer");
     }
-    for (int s = 0; s < servers; ++s) {
-      if (inits[s].meta.slices_size() == 0) continue;
-      PendingRequest p;
-      p.command = wire::INIT;
-      p.keep = inits[s].data;
-      channel_->Enqueue(cluster_->ServerId(s), std::move(inits[s]), INT_MAX, std::move(p));
-    }
+  }
+  if (rank() == 0 && has_optimizer_ && optimizer_.momentum > 0) {
+    TALLY_RETURN_IF_ERROR(SendInit(keys, states, /*optimizer_state=*/true));
     TALLY_RETURN_IF_ERROR(WaitAll());
   }
   return Barrier();
@@ -246,14 +300,22 @@ Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority)
 Status DistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority) {
   Key* k = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, outs, "pull", &k));
+  PullSlices(key, *k, Flat(outs[0]), std::vector<Tensor>(outs.begin() + 1, outs.end()), priority,
+             /*optimizer_state=*/false);
+  return Status::Ok();
+}
+
+void DistKVStore::PullSlices(int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others,
+                             int priority, bool optimizer_state) {
   auto op = std::make_shared<PullOp>();
-  op->flat = Flat(outs[0]);
-  op->others.assign(outs.begin() + 1, outs.end());
-  op->remaining = static_cast<int>(k->slices.size());
-  for (const Placement::Slice& sl : k->slices) {
+  op->flat = flat;
+  op->others = others;
+  op->remaining = static_cast<int>(k.slices.size());
+  for (const Placement::Slice& sl : k.slices) {
     // The values after this worker's last push of the key (-1: the initial ones).
-    Message m = Request(wire::PULL, k->next_step - 1);
-    m.meta.set_pull_dtype(ToWire(outs[0].dtype()));
+    Message m = Request(wire::PULL, k.next_step - 1);
+    m.meta.set_pull_dtype(ToWire(flat.dtype()));
+    m.meta.set_optimizer_state(optimizer_state);
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(key);
     ks->set_offset(sl.offset);
@@ -266,7 +328,6 @@ Status DistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority)
     p.length = sl.length;
     channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
   }
-  return Status::Ok();
 }
 
 Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,

@@ -77,6 +77,26 @@ class KVStore {
   // moved: a pushed tensor must not be written, and a pulled one not read, until WaitAll
   // returns. The single-process types finish every call before returning.
   virtual Status WaitAll() { return Status::Ok(); }
+
+  // Checkpoints. GetOptimizerState fills (*states)[i] with a copy of key keys[i]'s optimizer
+  // state (SGD momentum), fp32, shaped as the key's value: zeros before its first update,
+  // an undefined tensor when the optimizer keeps none (momentum 0). The distributed types
+  // read it from the servers as of the worker's last push: call it after WaitAll.
+  virtual Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) = 0;
+  // Restores what GetOptimizerState gave, after Init and before the first push. The
+  // distributed types: every worker calls it (worker 0 sends, the others wait for it).
+  virtual Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) = 0;
+
+  // Stopping together (SIGTERM). After RequestStop, this worker's pushes ask the job to stop
+  // after their step. StopAgreed says whether the job stops after the step last waited for:
+  // single-process types once RequestStop was called; dist_sync and dist_device_sync once
+  // an answer of that step carried some worker's request, which every worker sees at the
+  // same step because every answer of step t waits for every worker's push of step t.
+  virtual void RequestStop() { stop_requested_ = true; }
+  virtual bool StopAgreed() const { return stop_requested_; }
+
+ protected:
+  bool stop_requested_ = false;
 };
 
 }  // namespace tally

@@ -85,4 +85,27 @@ Status LocalKVStore::Pull(int key, const std::vector<Tensor>& outs, int /*priori
   return Status::Ok();
 }
 
+Status LocalKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) {
+  states->assign(keys.size(), Tensor());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end()) return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " before Init");
+    // Every copy's updater saw the same gradients: copy 0 speaks for all.
+    if (!updaters_.empty()) (*states)[i] = updaters_[0]->Momentum(keys[i], it->second.copies[0]);
+  }
+  return Status::Ok();
+}
+
+Status LocalKVStore::SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) {
+  if (keys.size() != states.size()) return Status::InvalidArgument("optimizer state: keys and states differ in number");
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end()) return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " before Init");
+    for (size_t c = 0; c < updaters_.size(); ++c) {
+      TALLY_RETURN_IF_ERROR(updaters_[c]->SetMomentum(keys[i], it->second.copies[c], states[i]));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace tally

@@ -25,6 +25,8 @@ class LocalKVStore : public KVStore {
   Status Init(int key, const Tensor& value) override;
   Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
+  Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
+  Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
 
  private:
   struct Entry {

@@ -23,6 +23,25 @@ Updater::State& Updater::StateFor(int key, const Tensor& weight) {
   return s;
 }
 
+Tensor Updater::Momentum(int key, const Tensor& weight) {
+  const State& s = StateFor(key, weight);
+  return s.mom.defined() ? s.mom.Clone() : Tensor();
+}
+
+Status Updater::SetMomentum(int key, const Tensor& weight, const Tensor& mom) {
+  State& s = StateFor(key, weight);
+  if (!s.mom.defined()) {
+    if (mom.defined()) return Status::InvalidArgument("optimizer state of key " + std::to_string(key) + " given, but --mom is 0");
+    return Status::Ok();
+  }
+  if (!mom.defined() || mom.numel() != s.mom.numel()) {
+    return Status::InvalidArgument("optimizer state of key " + std::to_string(key) + ": " +
+                                   (mom.defined() ? mom.ToString() : std::string("none")) + " for " + s.mom.ToString());
+  }
+  s.mom.CopyFrom(mom.Reshape(s.mom.shape()));
+  return Status::Ok();
+}
+
 void Updater::Update(int key, const Tensor& grad, Tensor* weight) {
   CHECK_EQ(grad.numel(), weight->numel()) << "update of key " << key;
   SgdParams p;

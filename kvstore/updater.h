@@ -21,6 +21,11 @@ class Updater {
   // REQUIRES: grad and weight have equal element counts; grad is fp32, or the weight's dtype.
   void Update(int key, const Tensor& grad, Tensor* weight);
 
+  // A copy of key's momentum (fp32, weight's shape): zeros before its first update,
+  // undefined when the optimizer has no momentum. SetMomentum restores it.
+  Tensor Momentum(int key, const Tensor& weight);
+  Status SetMomentum(int key, const Tensor& weight, const Tensor& mom);
+
  private:
   struct State {
     Tensor mom;     // fp32; undefined when momentum is 0

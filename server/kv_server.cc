@@ -1,6 +1,7 @@
 // KVServer: the server's side of the data commands (server.h, docs/wire.md).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <set>
 
 #include <glog/logging.h>
@@ -23,6 +24,8 @@ struct KVServer::Slice {
   Tensor value;  // fp32 master values
   Tensor grad;   // fp32 sum of a step's pushes (sync, with an optimizer)
   int64_t applied = -1;
+  // The first step whose push asked the job to stop (Meta.stop); INT64_MAX: none.
+  int64_t stop_from = INT64_MAX;
   struct Step {
     std::vector<Tensor> grads;  // by worker rank; undefined until that worker's push is in
     int count = 0;
@@ -163,6 +166,7 @@ Status KVServer::HandleInit(const Message& msg) {
                                    ", but the job has " + std::to_string(num_workers_));
   }
   if (pushed_) return Status::InvalidArgument("INIT after the first push");
+  if (m.optimizer_state()) return HandleInitState(msg);
   std::set<std::pair<uint64_t, uint64_t>> seen;
   for (const wire::KeySlice& ks : m.slices()) {
     auto id = std::make_pair(ks.key(), ks.offset());
@@ -180,6 +184,17 @@ Status KVServer::HandleInit(const Message& msg) {
     s->length = static_cast<int64_t>(ks.length());
     s->value = msg.data[i].To(DType::kF32);  // always a copy: the frame may be the sender's buffer
     slices_[{ks.key(), ks.offset()}] = std::move(s);
+  }
+  return Status::Ok();
+}
+
+Status KVServer::HandleInitState(const Message& msg) {
+  std::vector<Slice*> slices;
+  TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
+  if (!updater_) return Status::InvalidArgument("optimizer state without an optimizer");
+  if (updater_->config().momentum == 0) return Status::InvalidArgument("optimizer state, but the momentum is 0");
+  for (size_t i = 0; i < slices.size(); ++i) {
+    TALLY_RETURN_IF_ERROR(updater_->SetMomentum(slices[i]->id, slices[i]->value, msg.data[i].To(DType::kF32)));
   }
   return Status::Ok();
 }
@@ -227,6 +242,7 @@ Status KVServer::HandlePush(Message* msg) {
   pushed_ = true;
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice* s = slices[i];
+    if (m.stop()) s->stop_from = std::min(s->stop_from, step);
     if (async_) {
       Apply(s, {data[i]}, step);
       s->applied = std::max(s->applied, step);
@@ -328,9 +344,18 @@ void KVServer::AnswerPull(const PendingPull& p) {
   r.meta.set_dtype(p.request.pull_dtype());
   *r.meta.mutable_slices() = p.request.slices();
   const DType dtype = FromWire(p.request.pull_dtype());
+  bool stop = false;
   for (Slice* s : p.slices) {
-    r.data.push_back(dtype == DType::kF32 ? s->value : s->value.To(dtype));
+    stop |= async_ ? s->stop_from != INT64_MAX : s->stop_from <= p.request.step();
+    if (p.request.optimizer_state()) {
+      Tensor mom = updater_ ? updater_->Momentum(s->id, s->value) : Tensor();
+      if (!mom.defined()) mom = Tensor::Zeros({s->length}, DType::kF32);
+      r.data.push_back(dtype == DType::kF32 ? mom : mom.To(dtype));
+    } else {
+      r.data.push_back(dtype == DType::kF32 ? s->value : s->value.To(dtype));
+    }
   }
+  r.meta.set_stop(stop);
   Status st = send_(p.request.sender_id(), std::move(r));
   if (!st.ok()) LOG(WARNING) << "server: pull answer to node " << p.request.sender_id() << " failed: " << st;
 }

@@ -17,6 +17,8 @@
 //   PULL step t    the values after step t's update (t = -1: the initial values), in the
 //                  dtype asked for; a sync pull waits for that update, an async one does not.
 //   PUSHPULL step t  a PUSH of step t whose answer is the PULL of step t (one round trip).
+//   INIT/PULL with optimizer_state: the same, for the slices' momentum (checkpoints).
+//   Meta.stop      a push asking the job to stop; every answer of that step or later says so.
 //   SET_LR         the learning rate of the updates of steps >= Meta.step (async: at once).
 // Every request gets one RESPONSE with the request's id; a malformed or out-of-place request
 // gets one with `error` set and a log line, and changes nothing.
@@ -71,6 +73,8 @@ class KVServer {
 
   Status HandleSetOptimizer(const Message& msg);
   Status HandleInit(const Message& msg);
+  // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
+  Status HandleInitState(const Message& msg);
   Status HandlePush(Message* msg);
   Status HandlePull(const Message& msg);
   Status HandleSetLr(const Message& msg);

@@ -1,7 +1,15 @@
 // `tally train`: MXNet image-classification's flags and log lines, over the Trainer.
 // Data: a RecordIO pack (--data-train, tools/train_data.h) or synthetic, learnable images.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -13,7 +21,9 @@
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/command.h"
+#include "tools/progress.h"
 #include "tools/train_data.h"
+#include "worker/checkpoint.h"
 #include "worker/lr_schedule.h"
 #include "worker/trainer.h"
 
@@ -44,6 +54,12 @@ DEFINE_bool(last_gamma, false, "zero the last BN gamma of every residual block")
 DEFINE_int32(benchmark, 0, "1: train on one synthetic batch reused every step (compute only)");
 DEFINE_uint64(seed, 0, "seed of initialisation and synthetic data");
 DEFINE_int32(num_threads, 0, "CPU threads for the ops; 0: one per core");
+DEFINE_string(model_prefix, "", "checkpoint files PREFIX-NNNN.params and .states (empty: none)");
+DEFINE_int32(save_period, 1, "save a checkpoint every this many epochs (and after the last)");
+DEFINE_int32(load_epoch, -1, "resume from checkpoint PREFIX-NNNN of --model-prefix (-1: a fresh start)");
+DEFINE_string(resume, "", "auto: resume from the latest loadable checkpoint of --model-prefix, if any");
+DECLARE_string(data_train);
+DEFINE_bool(progress, true, "draw a live progress bar with ETA when stderr is a terminal");
 
 namespace tally {
 namespace {
@@ -65,6 +81,22 @@ Status BuildConfig(TrainerConfig* cfg) {
   if (FLAGS_top_k < 0 || FLAGS_top_k > FLAGS_num_classes) return Status::InvalidArgument("--top-k must be in 0..--num-classes");
   if (FLAGS_label_smoothing < 0 || FLAGS_label_smoothing >= 1) return Status::InvalidArgument("--label-smoothing must be in [0, 1)");
   TALLY_RETURN_IF_ERROR(CheckBatchSplit(FLAGS_batch_size, FLAGS_cpu_devices));
+  if (FLAGS_save_period < 1) return Status::InvalidArgument("--save-period must be positive");
+  if (FLAGS_resume != "" && FLAGS_resume != "auto") {
+    return Status::InvalidArgument("--resume '" + FLAGS_resume + "': the only value is auto");
+  }
+  if (FLAGS_load_epoch < -1) return Status::InvalidArgument("--load-epoch must be a checkpoint number (>= 0)");
+  if (FLAGS_load_epoch >= 0 && !FLAGS_resume.empty()) {
+    return Status::InvalidArgument("--load-epoch and --resume auto both say where to resume from: give one");
+  }
+  if ((FLAGS_load_epoch >= 0 || !FLAGS_resume.empty()) && FLAGS_model_prefix.empty()) {
+    return Status::InvalidArgument(std::string(FLAGS_load_epoch >= 0 ? "--load-epoch" : "--resume") +
+                                   " needs --model-prefix, the checkpoints' path prefix");
+  }
+  if (FLAGS_load_epoch >= FLAGS_num_epochs) {
+    return Status::InvalidArgument("--load-epoch " + std::to_string(FLAGS_load_epoch) + " is not before --num-epochs " +
+                                   std::to_string(FLAGS_num_epochs) + ": nothing would be left to train");
+  }
 
   cfg->model.network = FLAGS_network;
   cfg->model.num_layers = FLAGS_num_layers;
@@ -171,6 +203,133 @@ int ThreadsPerWorker(const Cluster* cluster) {
   return std::max(1, cores / std::max(1, local));
 }
 
+// SIGTERM (a spot instance's notice, or the launcher stopping the job): the worker finishes
+// its step, the job agrees on the step to stop after (KVStore::RequestStop), worker 0
+// saves a checkpoint there, and every process exits with 128 + SIGTERM.
+std::atomic<bool> g_terminate{false};
+constexpr int kTerminatedExit = 128 + SIGTERM;
+
+extern "C" void OnWorkerTerminate(int) { g_terminate = true; }
+
+// A scheduler or server keeps serving after SIGTERM until the workers have saved and
+// finished (the job's end stops it; a dead worker too, through the heartbeats).
+extern "C" void OnRoleTerminate(int) {
+  const char msg[] = "tally: SIGTERM: serving on until the workers have saved their checkpoint and finished\n";
+  ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+void OnSigterm(void (*handler)(int)) {
+  struct sigaction sa = {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// What the run is; a resumed run must be the same model (and, inside an epoch, read the
+// same batches).
+std::map<std::string, std::string> RunInfo(int num_workers) {
+  return {{"network", FLAGS_network},
+          {"num_layers", std::to_string(FLAGS_num_layers)},
+          {"num_classes", std::to_string(FLAGS_num_classes)},
+          {"image_shape", FLAGS_image_shape},
+          {"batch_size", std::to_string(FLAGS_batch_size)},
+          {"num_workers", std::to_string(num_workers)},
+          {"kv_store", FLAGS_kv_store},
+          {"optimizer", FLAGS_optimizer},
+          {"seed", std::to_string(FLAGS_seed)},
+          {"data_train", FLAGS_data_train}};
+}
+
+Status CheckResumable(const Checkpoint& c, int64_t number, int num_workers) {
+  const std::string file = CheckpointPath(FLAGS_model_prefix, number, ".params");
+  const std::map<std::string, std::string> now = RunInfo(num_workers);
+  std::vector<std::string> must_match = {"network", "num_layers", "num_classes", "image_shape"};
+  if (c.batch > 0) {  // inside an epoch: the data position means something only for the same split
+    must_match.insert(must_match.end(), {"batch_size", "num_workers", "seed", "data_train"});
+  }
+  for (const std::string& key : must_match) {
+    auto it = c.info.find(key);
+    if (it == c.info.end() || it->second != now.at(key)) {
+      std::string flag = "--" + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      if (key == "num_workers") flag = "the worker count";
+      return Status::InvalidArgument(file + " was written with " + flag + " '" +
+                                     (it == c.info.end() ? "?" : it->second) + "', this run has '" + now.at(key) +
+                                     "'" + (c.batch > 0 ? " (it was taken inside an epoch)" : ""));
+    }
+  }
+  return Status::Ok();
+}
+
+// The checkpoint to resume from (--load-epoch, --resume auto); *found false: a fresh start.
+Status FindResumePoint(int num_workers, Checkpoint* c, bool* found) {
+  *found = false;
+  int64_t number = FLAGS_load_epoch;
+  if (FLAGS_resume == "auto") {
+    Status s = LatestCheckpoint(FLAGS_model_prefix, &number);
+    if (s.code() == Status::Code::kNotFound) {
+      std::printf("tally train: no checkpoint %s-NNNN.params yet: starting from the beginning\n",
+                  FLAGS_model_prefix.c_str());
+      return Status::Ok();
+    }
+    TALLY_RETURN_IF_ERROR(s);
+  } else if (number < 0) {
+    return Status::Ok();
+  }
+  TALLY_RETURN_IF_ERROR(LoadCheckpoint(FLAGS_model_prefix, number, c));
+  TALLY_RETURN_IF_ERROR(CheckResumable(*c, number, num_workers));
+  if (c->epoch >= FLAGS_num_epochs) {
+    return Status::InvalidArgument(CheckpointPath(FLAGS_model_prefix, number, ".params") + " resumes in epoch " +
+                                   std::to_string(c->epoch) + ", but --num-epochs is " +
+                                   std::to_string(FLAGS_num_epochs) + ": the run is complete");
+  }
+  std::printf("tally train: resuming from %s: epoch %lld, batch %lld, step %lld\n",
+              CheckpointPath(FLAGS_model_prefix, number, ".params").c_str(), static_cast<long long>(c->epoch),
+              static_cast<long long>(c->batch), static_cast<long long>(c->step));
+  *found = true;
+  return Status::Ok();
+}
+
+Status SaveAt(Trainer* trainer, int num_workers, int64_t epoch, int64_t batch, int64_t step) {
+  Checkpoint c;
+  c.info = RunInfo(num_workers);
+  c.epoch = epoch;
+  c.batch = batch;
+  c.step = step;
+  TALLY_RETURN_IF_ERROR(trainer->Snapshot(&c));
+  TALLY_RETURN_IF_ERROR(SaveCheckpoint(FLAGS_model_prefix, c));
+  std::printf("Saved checkpoint to \"%s\"\n", CheckpointPath(FLAGS_model_prefix, epoch, ".params").c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+// Creates the checkpoints' directory up front, so that a bad --model-prefix fails now and
+// not after the first epoch.
+Status MakePrefixDirectory() {
+  if (FLAGS_model_prefix.empty()) return Status::Ok();
+  const size_t slash = FLAGS_model_prefix.rfind('/');
+  if (slash == std::string::npos || slash == 0) return Status::Ok();
+  const std::string dir = FLAGS_model_prefix.substr(0, slash);
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string part = dir.substr(0, i);
+    if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      return Status::IoError("--model-prefix " + FLAGS_model_prefix + ": cannot create directory " + part + ": " +
+                             std::strerror(errno));
+    }
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return Status::IoError("--model-prefix " + FLAGS_model_prefix + ": directory " + dir + " is not writable");
+  }
+  return Status::Ok();
+}
+
+int Fail(const std::string& what, const Status& s) {
+  std::fprintf(stderr, "tally train: %s%s\n", what.c_str(), s.ToString().c_str());
+  return what.empty() ? 2 : 1;
+}
+
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
@@ -179,12 +338,11 @@ int TrainCommand(int argc, char** argv) {
   if (role != nullptr && std::string(role) != "worker") {
     ClusterConfig c;
     Status s = ClusterConfigFromEnv(&c);
-    if (!s.ok()) {
-      std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
-      return 2;
-    }
+    if (!s.ok()) return Fail("", s);
+    OnSigterm(OnRoleTerminate);
     return RunRole(c);
   }
+  OnSigterm(OnWorkerTerminate);
   TrainerConfig cfg;
   LrScheduleConfig lr_schedule;
   Status s = BuildConfig(&cfg);
@@ -192,56 +350,67 @@ int TrainCommand(int argc, char** argv) {
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Trainer> trainer;
   if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
+  const int num_workers = cluster ? cluster->num_workers() : 1;
+  const int rank = cluster ? cluster->me().rank() : 0;
+  Checkpoint resume;
+  bool resumed = false;
+  if (s.ok() && rank == 0) s = MakePrefixDirectory();
+  if (s.ok()) s = FindResumePoint(num_workers, &resume, &resumed);
   if (s.ok()) {
     SetNumThreads(FLAGS_num_threads > 0 ? FLAGS_num_threads : ThreadsPerWorker(cluster.get()));
-    s = Trainer::Create(cfg, &trainer);
+    s = Trainer::Create(cfg, &trainer, resumed ? &resume : nullptr);
   }
-  if (!s.ok()) {
-    std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  const int rank = cluster ? cluster->me().rank() : 0;
+  if (!s.ok()) return Fail("", s);
   std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %d cpu device(s), kvstore %s, %d threads\n",
               FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
               FLAGS_batch_size, FLAGS_cpu_devices, FLAGS_kv_store.c_str(), NumThreads());
   std::fflush(stdout);
 
   // Every worker draws its own training images; all validate on the same ones.
-  const int num_workers = cluster ? cluster->num_workers() : 1;
+  const DataPosition start{resume.epoch, resume.batch};
   std::unique_ptr<BatchSource> train_data, val_data;
-  s = MakeTrainSource(cfg, rank, num_workers, &train_data);
+  s = MakeTrainSource(cfg, rank, num_workers, start, &train_data);
   if (s.ok()) s = MakeValSource(cfg, &val_data);
   if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr_schedule);
-  if (!s.ok()) {
-    std::fprintf(stderr, "tally train: %s\n", s.ToString().c_str());
-    return 2;
-  }
+  if (!s.ok()) return Fail("", s);
   const int64_t batches = train_data->batches_per_epoch();
+  const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
+  ProgressBar bar(FLAGS_progress);
   Tensor images, labels;
   // Changes only: in dist modes every change is a message to the servers.
   float applied_lr = cfg.optimizer.lr;
-  for (int epoch = 0; epoch < FLAGS_num_epochs; ++epoch) {
+  int64_t step = resume.step;
+  const int64_t run_batches = (FLAGS_num_epochs - start.epoch) * batches - start.batch;
+  int64_t run_done = 0;
+  const double run_start = Now();
+  for (int epoch = static_cast<int>(start.epoch); epoch < FLAGS_num_epochs; ++epoch) {
     StepStats epoch_stats, window;
-    std::printf("Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches, lr_schedule));
+    const int64_t first = epoch == start.epoch ? start.batch : 0;
+    std::printf("Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches + first, lr_schedule));
     double epoch_start = Now(), tic = epoch_start;
-    for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t b = first; b < batches; ++b) {
+      if (g_terminate) trainer->RequestStop();
       const float lr = static_cast<float>(LearningRate(epoch * batches + b, lr_schedule));
       if (lr != applied_lr) {
         trainer->SetLearningRate(lr);
         applied_lr = lr;
       }
       s = train_data->Next(&images, &labels);
-      StepStats step;
-      if (s.ok()) s = trainer->Step(images, labels, &step);
+      StepStats step_stats;
+      if (s.ok()) s = trainer->Step(images, labels, &step_stats);
       if (!s.ok()) {
-        std::fprintf(stderr, "tally train: worker %d, epoch %d batch %ld: %s\n", rank, epoch, static_cast<long>(b),
-                     s.ToString().c_str());
-        return 1;
+        bar.Clear();
+        return Fail("worker " + std::to_string(rank) + ", epoch " + std::to_string(epoch) + " batch " +
+                        std::to_string(b) + ": ",
+                    s);
       }
-      epoch_stats.Add(step);
-      window.Add(step);
+      ++step;
+      ++run_done;
+      epoch_stats.Add(step_stats);
+      window.Add(step_stats);
+      const double now = Now();
       if ((b + 1) % FLAGS_disp_batches == 0) {
-        double now = Now();
+        bar.Clear();
         std::printf("Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t%s\n", epoch,
                     static_cast<long>(b + 1 - FLAGS_disp_batches), static_cast<long>(b + 1),
                     window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str());
@@ -249,29 +418,47 @@ int TrainCommand(int argc, char** argv) {
         window = StepStats();
         tic = now;
       }
+      const double per_batch = (now - run_start) / static_cast<double>(run_done);
+      bar.Update(epoch, b + 1, batches, static_cast<double>(epoch_stats.samples) / (now - epoch_start),
+                 per_batch * static_cast<double>(run_batches - run_done));
+      if (trainer->StopAgreed()) {
+        bar.Clear();
+        const bool epoch_done = b + 1 == batches;
+        std::printf("Epoch[%d] Batch [%ld]: stopping, the job was asked to (SIGTERM)\n", epoch,
+                    static_cast<long>(b + 1));
+        std::fflush(stdout);
+        if (saves) {
+          s = SaveAt(trainer.get(), num_workers, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : b + 1, step);
+          if (!s.ok()) return Fail("checkpoint on SIGTERM: ", s);
+        } else if (rank == 0) {
+          std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
+        }
+        if (cluster) cluster->Finish(/*timeout_ms=*/60000);
+        return kTerminatedExit;
+      }
     }
+    bar.Clear();
     std::printf("Epoch[%d] %s\n", epoch, Prefixed("Train-", epoch_stats, FLAGS_top_k).c_str());
     std::printf("Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start);
+    std::fflush(stdout);
+    if (saves && ((epoch + 1) % FLAGS_save_period == 0 || epoch + 1 == FLAGS_num_epochs)) {
+      s = SaveAt(trainer.get(), num_workers, epoch + 1, 0, step);
+      if (!s.ok()) return Fail("checkpoint after epoch " + std::to_string(epoch) + ": ", s);
+    }
     if (val_data) {
       StepStats val;
       for (int64_t b = 0; b < val_data->batches_per_epoch() && s.ok(); ++b) {
         s = val_data->Next(&images, &labels);
         if (s.ok()) s = trainer->Evaluate(images, labels, &val);
       }
-      if (!s.ok()) {
-        std::fprintf(stderr, "tally train: validation after epoch %d: %s\n", epoch, s.ToString().c_str());
-        return 1;
-      }
+      if (!s.ok()) return Fail("validation after epoch " + std::to_string(epoch) + ": ", s);
       std::printf("Epoch[%d] %s\n", epoch, Prefixed("Validation-", val, FLAGS_top_k).c_str());
     }
     std::fflush(stdout);
   }
   if (cluster) {
     s = cluster->Finish(/*timeout_ms=*/60000);
-    if (!s.ok()) {
-      std::fprintf(stderr, "tally train: worker %d: %s\n", rank, s.ToString().c_str());
-      return 1;
-    }
+    if (!s.ok()) return Fail("worker " + std::to_string(rank) + ": ", s);
   }
   return 0;
 }

@@ -66,11 +66,18 @@ std::string IdxFor(const std::string& rec, const std::string& idx) {
 
 class SyntheticSource : public BatchSource {
  public:
-  SyntheticSource(const TrainerConfig& cfg, uint64_t stream, int64_t batches, int batch, bool reuse)
+  // Batch number `position` of the stream comes first; validation (cycle) restarts the
+  // stream every epoch, so every epoch validates on the same images.
+  SyntheticSource(const TrainerConfig& cfg, uint64_t stream, int64_t batches, int batch, bool reuse,
+                  int64_t position, bool cycle)
       : data_(cfg.model.image_shape, cfg.model.num_classes, FLAGS_seed, stream),
-        batches_(batches), batch_(batch), reuse_(reuse) {}
+        batches_(batches), batch_(batch), reuse_(reuse), position_(position), cycle_(cycle) {}
   Status Next(Tensor* images, Tensor* labels) override {
-    if (!reuse_ || !images_.defined()) data_.NextBatch(batch_, &images_, &labels_);
+    if (!reuse_ || !images_.defined()) {
+      data_.Seek(static_cast<uint64_t>(cycle_ ? position_ % batches_ : position_));
+      ++position_;
+      data_.NextBatch(batch_, &images_, &labels_);
+    }
     *images = images_;
     *labels = labels_;
     return Status::Ok();
@@ -82,6 +89,8 @@ class SyntheticSource : public BatchSource {
   int64_t batches_;
   int batch_;
   bool reuse_;  // --benchmark 1: one batch, over and over
+  int64_t position_;
+  bool cycle_;
   Tensor images_, labels_;
 };
 
@@ -113,7 +122,7 @@ class RecordSource : public BatchSource {
 };
 
 Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::string& idx, bool train,
-                 int rank, int workers, std::unique_ptr<Loader>* out) {
+                 int rank, int workers, const DataPosition& start, std::unique_ptr<Loader>* out) {
   const char* flag = train ? "--data-train" : "--data-val";
   TALLY_RETURN_IF_ERROR(FileFlag(flag, rec));
   TALLY_RETURN_IF_ERROR(FileFlag(train ? "--data-train-idx" : "--data-val-idx", idx));
@@ -128,6 +137,8 @@ Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::st
   lc.part_index = rank;
   lc.shuffle = train;
   lc.seed = FLAGS_seed;
+  lc.first_epoch = start.epoch;
+  lc.first_batch = start.batch;
   lc.threads = FLAGS_data_nthreads;
   AugmentParams& a = lc.augment;
   a.data_h = static_cast<int>(cfg.model.image_shape[1]);
@@ -157,16 +168,22 @@ Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::st
 
 }  // namespace
 
-Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, std::unique_ptr<BatchSource>* out) {
+Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const DataPosition& start,
+                       std::unique_ptr<BatchSource>* out) {
   if (FLAGS_data_train.empty()) {
     if (FLAGS_num_examples < FLAGS_batch_size) return Status::InvalidArgument("--num-examples must be at least --batch-size");
-    out->reset(new SyntheticSource(cfg, 2 + rank, FLAGS_num_examples / FLAGS_batch_size, FLAGS_batch_size,
-                                   FLAGS_benchmark != 0));
+    const int64_t batches = FLAGS_num_examples / FLAGS_batch_size;
+    if (start.batch >= batches) return Status::InvalidArgument("the resume position is past the epoch's end");
+    out->reset(new SyntheticSource(cfg, 2 + rank, batches, FLAGS_batch_size, FLAGS_benchmark != 0,
+                                   start.epoch * batches + start.batch, /*cycle=*/false));
     return Status::Ok();
   }
   std::unique_ptr<Loader> loader;
   TALLY_RETURN_IF_ERROR(LoaderFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx), true,
-                                  rank, workers, &loader));
+                                  rank, workers, start, &loader));
+  if (start.batch >= loader->batches_per_epoch()) {
+    return Status::InvalidArgument("the resume position is past the epoch's end (the pack or the job changed)");
+  }
   out->reset(new RecordSource(std::move(loader), cfg.model.num_classes, /*drop_pad=*/false));
   return Status::Ok();
 }
@@ -176,11 +193,11 @@ Status MakeValSource(const TrainerConfig& cfg, std::unique_ptr<BatchSource>* out
   if (!FLAGS_data_val.empty()) {
     std::unique_ptr<Loader> loader;
     TALLY_RETURN_IF_ERROR(LoaderFor(cfg, FLAGS_data_val, IdxFor(FLAGS_data_val, FLAGS_data_val_idx), false, 0, 1,
-                                    &loader));
+                                    DataPosition(), &loader));
     out->reset(new RecordSource(std::move(loader), cfg.model.num_classes, /*drop_pad=*/true));
   } else if (FLAGS_data_train.empty() && FLAGS_num_val_examples > 0) {
     const int64_t batches = (FLAGS_num_val_examples + FLAGS_batch_size - 1) / FLAGS_batch_size;
-    out->reset(new SyntheticSource(cfg, 1, batches, FLAGS_batch_size, false));
+    out->reset(new SyntheticSource(cfg, 1, batches, FLAGS_batch_size, false, 0, /*cycle=*/true));
   }
   return Status::Ok();
 }

@@ -125,8 +125,9 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
   const DType dtype = config_.output == OutputType::kF32   ? DType::kF32
                       : config_.output == OutputType::kF16 ? DType::kF16
                                                            : DType::kU8;
-  batch->epoch = config_.first_epoch + seq / batches_per_epoch_;
-  batch->index = seq % batches_per_epoch_;
+  const int64_t position = config_.first_batch + seq;
+  batch->epoch = config_.first_epoch + position / batches_per_epoch_;
+  batch->index = position % batches_per_epoch_;
   batch->images = Tensor::Empty({bs, ap.data_h, ap.data_w, 3}, dtype);
   batch->labels = Tensor::Empty({bs}, DType::kI32);
   if (config_.label_width > 1) batch->label_matrix = Tensor::Empty({bs, config_.label_width}, DType::kF32);

@@ -60,6 +60,7 @@ struct LoaderConfig {
   bool shuffle = true;
   uint64_t seed = 0;
   int64_t first_epoch = 0;  // resume: start from this epoch's permutation and seeds
+  int64_t first_batch = 0;  // resume: ... at this batch of it
   bool round_batch = true;
   int threads = 4;          // MXNet's preprocess_threads
   int prefetch = 4;         // batches decoded ahead (MXNet's prefetch_buffer)

@@ -9,7 +9,8 @@ SyntheticData::SyntheticData(const Shape& chw, int num_classes, uint64_t seed, u
       width_(static_cast<int>(chw[2])),
       num_classes_(num_classes),
       templates_(static_cast<size_t>(num_classes) * kGrid * kGrid * chw[0]),
-      rng_(SplitMix64Hash(SplitMix64Hash(seed) ^ stream)) {  // far-apart states: streams never overlap
+      stream_seed_(SplitMix64Hash(SplitMix64Hash(seed) ^ stream)),
+      rng_(stream_seed_) {  // far-apart states: streams never overlap
   Rng t(SplitMix64Hash(seed ^ 0x7e3a9u));
   for (float& v : templates_) v = signal * t.Normal();
 }

@@ -26,11 +26,15 @@ class SyntheticData {
   SyntheticData(const Shape& image_shape_chw, int num_classes, uint64_t seed, uint64_t stream = 0,
                 float signal = 0.15f);
   void NextBatch(int batch_size, Tensor* images, Tensor* labels);
+  // Makes the next batches those of position `position` of the stream (a batch number):
+  // a run resumed at a batch draws the images the uninterrupted run drew there.
+  void Seek(uint64_t position) { rng_ = Rng(SplitMix64Hash(stream_seed_ ^ SplitMix64Hash(position + 1))); }
 
  private:
   static constexpr int kGrid = 8;
   int channels_, height_, width_, num_classes_;
   std::vector<float> templates_;  // [class][kGrid][kGrid][channel]
+  uint64_t stream_seed_;
   Rng rng_;
 };
 

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <map>
+
 #include "kvstore/dist_kvstore.h"
 #include "ops/ops.h"
 
@@ -15,7 +17,7 @@ Status CheckBatchSplit(int batch_size, int num_devices) {
   return Status::Ok();
 }
 
-Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out) {
+Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out, const Checkpoint* resume) {
   if (config.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
@@ -24,6 +26,7 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     TALLY_RETURN_IF_ERROR(CreateNetwork(config.model, &net));  // same seed: identical replicas
     t->replicas_.push_back(std::move(net));
   }
+  if (resume != nullptr) TALLY_RETURN_IF_ERROR(t->LoadParameters(*resume));
   if (config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0) {
     TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, config.num_devices, config.cluster, &t->kv_));
   } else {
@@ -38,9 +41,55 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     values.push_back(params[i]->value);
   }
   TALLY_RETURN_IF_ERROR(t->kv_->Init(t->trainable_, values));
+  if (resume != nullptr) {
+    std::map<std::string, const Tensor*> by_name;
+    for (const NamedTensor& n : resume->states) by_name[n.name] = &n.tensor;
+    std::vector<Tensor> states;
+    for (int i : t->trainable_) {
+      auto it = by_name.find(params[i]->name);
+      states.push_back(it == by_name.end() ? Tensor() : *it->second);
+    }
+    Status s = t->kv_->SetOptimizerState(t->trainable_, states);
+    if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
+  }
   Trainer* self = t.get();
   t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
   *out = std::move(t);
+  return Status::Ok();
+}
+
+Status Trainer::LoadParameters(const Checkpoint& c) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const NamedTensor& n : c.params) by_name[n.name] = &n.tensor;
+  const std::vector<Parameter*>& params = replicas_[0]->Parameters();
+  if (by_name.size() != params.size()) {
+    return Status::InvalidArgument("the checkpoint has " + std::to_string(by_name.size()) + " parameters, the model " +
+                                   std::to_string(params.size()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = by_name.find(params[i]->name);
+    if (it == by_name.end()) return Status::InvalidArgument("the checkpoint has no parameter " + params[i]->name);
+    const Tensor& v = *it->second;
+    if (v.shape() != params[i]->value.shape() || v.dtype() != DType::kF32) {
+      return Status::InvalidArgument("the checkpoint's " + params[i]->name + " is " + v.ToString() + ", the model's " +
+                                     params[i]->value.ToString());
+    }
+    for (auto& replica : replicas_) replica->Parameters()[i]->value.CopyFrom(v);
+  }
+  return Status::Ok();
+}
+
+Status Trainer::Snapshot(Checkpoint* c) {
+  c->params.clear();
+  c->states.clear();
+  const std::vector<Parameter*>& params = replicas_[0]->Parameters();
+  for (const Parameter* p : params) c->params.push_back({p->name, p->value.Clone()});
+  std::vector<Tensor> states;
+  TALLY_RETURN_IF_ERROR(kv_->GetOptimizerState(trainable_, &states));
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    if (!states[i].defined()) continue;
+    c->states.push_back({params[trainable_[i]]->name, states[i].Reshape(params[trainable_[i]]->value.shape())});
+  }
   return Status::Ok();
 }
 

@@ -21,6 +21,7 @@
 #include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
 #include "models/network.h"
+#include "worker/checkpoint.h"
 
 namespace tally {
 
@@ -51,7 +52,10 @@ struct StepStats {
 
 class Trainer {
  public:
-  static Status Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out);
+  // resume: a checkpoint whose parameters and optimizer state the run starts from (its
+  // names and shapes must match the model's), or nullptr for a fresh start.
+  static Status Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out,
+                       const Checkpoint* resume = nullptr);
 
   // images: [B, H, W, C] fp32; labels: [B] int32. Fails naming --batch-size when B does not
   // divide across the devices.
@@ -60,6 +64,14 @@ class Trainer {
   Status Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats);
 
   void SetLearningRate(float lr) { kv_->SetLearningRate(lr); }
+
+  // Copies replica 0's parameters and the optimizer state (read from the servers in dist
+  // modes) into c->params and c->states. Between steps only.
+  Status Snapshot(Checkpoint* c);
+  // Stopping together (KVStore::RequestStop): ask before a step; after it, StopAgreed says
+  // whether the job stops there.
+  void RequestStop() { kv_->RequestStop(); }
+  bool StopAgreed() const { return kv_->StopAgreed(); }
   Network& replica(int d) { return *replicas_[d]; }
   int num_devices() const { return static_cast<int>(replicas_.size()); }
   KVStore& kvstore() { return *kv_; }
@@ -68,6 +80,8 @@ class Trainer {
   Trainer() = default;
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
   void PushGradient(int key);
+  // Copies the checkpoint's parameters into every replica.
+  Status LoadParameters(const Checkpoint& c);
 
   TrainerConfig config_;
   std::vector<std::unique_ptr<Network>> replicas_;

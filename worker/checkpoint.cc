@@ -1,0 +1,220 @@
+#include "worker/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+namespace tally {
+namespace {
+
+constexpr char kParamsFormat[] = "tally-params";
+constexpr char kStatesFormat[] = "tally-states";
+constexpr char kVersion[] = "1";
+
+std::string Errno() { return std::strerror(errno); }
+
+std::string DirOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Status SyncPath(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(path + ": cannot open to sync: " + Errno());
+  int rc = ::fsync(fd);
+  std::string why = Errno();
+  ::close(fd);
+  if (rc != 0) return Status::IoError(path + ": fsync failed: " + why);
+  return Status::Ok();
+}
+
+Status Rename(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    return Status::IoError(to + ": cannot rename " + from + " into place: " + Errno());
+  }
+  return Status::Ok();
+}
+
+// The crash tests kill the writer after stage n of the commit (a test setting, documented
+// in docs/checkpoint.md); it is never set otherwise.
+void CrashPoint(int stage) {
+  static const int kill_at = [] {
+    const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  if (kill_at == stage) ::raise(SIGKILL);
+}
+
+std::string NewId() {
+  std::random_device rd;
+  uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(r));
+  return buf;
+}
+
+std::map<std::string, std::string> Metadata(const Checkpoint& c, const char* format, const std::string& id) {
+  std::map<std::string, std::string> m = c.info;
+  m["format"] = format;
+  m["version"] = kVersion;
+  m["checkpoint"] = id;
+  m["epoch"] = std::to_string(c.epoch);
+  m["batch"] = std::to_string(c.batch);
+  m["step"] = std::to_string(c.step);
+  return m;
+}
+
+// Writes path's new contents to path.tmp and syncs them.
+Status WriteSynced(const std::string& path, const std::vector<NamedTensor>& tensors,
+                   const std::map<std::string, std::string>& meta) {
+  const std::string tmp = path + ".tmp";
+  TALLY_RETURN_IF_ERROR(WriteSafetensors(tmp, tensors, meta));
+  Status s = SyncPath(tmp, false);
+  if (!s.ok()) std::remove(tmp.c_str());
+  return s;
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+Status ReadChecked(const std::string& path, const char* format, SafetensorsFile* f) {
+  TALLY_RETURN_IF_ERROR(ReadSafetensors(path, f));
+  auto it = f->metadata.find("format");
+  if (it == f->metadata.end() || it->second != format) {
+    return Status::InvalidArgument(path + ": not a Tally checkpoint file (format is not " + std::string(format) + ")");
+  }
+  if (f->metadata["version"] != kVersion) {
+    return Status::InvalidArgument(path + ": checkpoint version '" + f->metadata["version"] + "', this Tally reads " +
+                                   kVersion);
+  }
+  return Status::Ok();
+}
+
+Status ParseInt(const std::string& path, const std::map<std::string, std::string>& m, const char* key,
+                int64_t* out) {
+  auto it = m.find(key);
+  char* end = nullptr;
+  if (it != m.end()) *out = std::strtoll(it->second.c_str(), &end, 10);
+  if (it == m.end() || it->second.empty() || *end != '\0') {
+    return Status::InvalidArgument(path + ": metadata '" + key + "' is missing or not a number");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& prefix, int64_t number, const char* extension) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "-%04lld", static_cast<long long>(number));
+  return prefix + buf + extension;
+}
+
+Status SaveCheckpoint(const std::string& prefix, const Checkpoint& c) {
+  const std::string params = CheckpointPath(prefix, c.epoch, ".params");
+  const std::string states = CheckpointPath(prefix, c.epoch, ".states");
+  const std::string prev = states + ".prev";
+  const std::string id = NewId();
+  TALLY_RETURN_IF_ERROR(WriteSynced(params, c.params, Metadata(c, kParamsFormat, id)));
+  Status s = WriteSynced(states, c.states, Metadata(c, kStatesFormat, id));
+  if (!s.ok()) {
+    std::remove((params + ".tmp").c_str());
+    return s;
+  }
+  CrashPoint(1);
+  // The .states being replaced stays reachable as .prev until the .params matches again.
+  if (Exists(states)) {
+    const std::string link_tmp = prev + ".tmp";
+    std::remove(link_tmp.c_str());
+    if (::link(states.c_str(), link_tmp.c_str()) != 0) return Status::IoError(link_tmp + ": cannot link: " + Errno());
+    TALLY_RETURN_IF_ERROR(Rename(link_tmp, prev));
+    TALLY_RETURN_IF_ERROR(SyncPath(DirOf(states), true));
+  }
+  CrashPoint(2);
+  TALLY_RETURN_IF_ERROR(Rename(states + ".tmp", states));
+  TALLY_RETURN_IF_ERROR(SyncPath(DirOf(states), true));
+  CrashPoint(3);
+  TALLY_RETURN_IF_ERROR(Rename(params + ".tmp", params));
+  TALLY_RETURN_IF_ERROR(SyncPath(DirOf(params), true));
+  CrashPoint(4);
+  std::remove(prev.c_str());
+  return Status::Ok();
+}
+
+Status LoadCheckpoint(const std::string& prefix, int64_t number, Checkpoint* c) {
+  const std::string params = CheckpointPath(prefix, number, ".params");
+  const std::string states = CheckpointPath(prefix, number, ".states");
+  SafetensorsFile p, s;
+  TALLY_RETURN_IF_ERROR(ReadChecked(params, kParamsFormat, &p));
+  const std::string id = p.metadata["checkpoint"];
+  Status read = ReadChecked(states, kStatesFormat, &s);
+  if (!read.ok() || s.metadata["checkpoint"] != id) {
+    // Killed between the two renames: the .states the .params belongs to is .prev.
+    SafetensorsFile older;
+    if (Exists(states + ".prev") && ReadChecked(states + ".prev", kStatesFormat, &older).ok() &&
+        older.metadata["checkpoint"] == id) {
+      s = std::move(older);
+    } else if (!read.ok()) {
+      return read;
+    } else {
+      return Status::InvalidArgument(states + " does not belong to " + params + " (checkpoint ids differ)");
+    }
+  }
+  Checkpoint out;
+  TALLY_RETURN_IF_ERROR(ParseInt(params, p.metadata, "epoch", &out.epoch));
+  TALLY_RETURN_IF_ERROR(ParseInt(params, p.metadata, "batch", &out.batch));
+  TALLY_RETURN_IF_ERROR(ParseInt(params, p.metadata, "step", &out.step));
+  if (out.epoch != number) {
+    return Status::InvalidArgument(params + ": holds epoch " + std::to_string(out.epoch) + ", not " +
+                                   std::to_string(number));
+  }
+  out.params = std::move(p.tensors);
+  out.states = std::move(s.tensors);
+  out.info = std::move(p.metadata);
+  for (const char* k : {"format", "version", "checkpoint", "epoch", "batch", "step"}) out.info.erase(k);
+  *c = std::move(out);
+  return Status::Ok();
+}
+
+Status LatestCheckpoint(const std::string& prefix, int64_t* number) {
+  const std::string dir = DirOf(prefix);
+  const std::string base = prefix.substr(prefix.rfind('/') == std::string::npos ? 0 : prefix.rfind('/') + 1);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::NotFound("no checkpoint: cannot read directory " + dir + ": " + Errno());
+  std::vector<int64_t> numbers;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const std::string ext = ".params";
+    if (name.size() <= base.size() + 1 + ext.size() || name.compare(0, base.size() + 1, base + "-") != 0 ||
+        name.compare(name.size() - ext.size(), ext.size(), ext) != 0) {
+      continue;
+    }
+    const std::string digits = name.substr(base.size() + 1, name.size() - base.size() - 1 - ext.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    numbers.push_back(std::strtoll(digits.c_str(), nullptr, 10));
+  }
+  ::closedir(d);
+  std::sort(numbers.rbegin(), numbers.rend());
+  for (int64_t n : numbers) {
+    Checkpoint c;
+    Status s = LoadCheckpoint(prefix, n, &c);
+    if (s.ok()) {
+      *number = n;
+      return Status::Ok();
+    }
+    std::fprintf(stderr, "tally: skipping checkpoint %s: %s\n", CheckpointPath(prefix, n, "").c_str(),
+                 s.message().c_str());
+  }
+  return Status::NotFound("no loadable checkpoint " + prefix + "-NNNN.params");
+}
+
+}  // namespace tally
