@@ -354,8 +354,8 @@ int TrainCommand(int argc, char** argv) {
   const int rank = cluster ? cluster->me().rank() : 0;
   Checkpoint resume;
   bool resumed = false;
-  if (s.ok() && rank == 0) s = MakePrefixDirectory();
   if (s.ok()) s = FindResumePoint(num_workers, &resume, &resumed);
+  if (s.ok() && rank == 0) s = MakePrefixDirectory();
   if (s.ok()) {
     SetNumThreads(FLAGS_num_threads > 0 ? FLAGS_num_threads : ThreadsPerWorker(cluster.get()));
     s = Trainer::Create(cfg, &trainer, resumed ? &resume : nullptr);

@@ -48,11 +48,8 @@ Status Rename(const std::string& from, const std::string& to) {
 // The crash tests kill the writer after stage n of the commit (a test setting, documented
 // in docs/checkpoint.md); it is never set otherwise.
 void CrashPoint(int stage) {
-  static const int kill_at = [] {
-    const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  if (kill_at == stage) ::raise(SIGKILL);
+  const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT");
+  if (v != nullptr && std::atoi(v) == stage) ::raise(SIGKILL);
 }
 
 std::string NewId() {

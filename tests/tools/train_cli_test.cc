@@ -65,6 +65,14 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--optimizer adam", "--optimizer"},
       {"--gpus 0", "--gpus"},
       {"--no-such-flag 1", "no-such-flag"},
+      {"--load-epoch 1", "--model-prefix"},
+      {"--resume auto", "--model-prefix"},
+      {"--resume yes --model-prefix /tmp/x", "--resume"},
+      {"--resume auto --load-epoch 1 --model-prefix /tmp/x", "--load-epoch"},
+      {"--save-period 0", "--save-period"},
+      {"--load-epoch 5 --num-epochs 3 --model-prefix /tmp/x", "--num-epochs"},
+      {"--load-epoch 1 --model-prefix /tmp/no/such/run/m", "/tmp/no/such/run/m-0001.params"},
+      {"--model-prefix /proc/no/m", "--model-prefix"},
   };
   for (const Case& c : cases) {
     CliRun r = Tally(std::string("train ") + c.args);

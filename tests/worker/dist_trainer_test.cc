@@ -89,6 +89,109 @@ TEST_P(DistTrainerTest, TwoWorkersWithHalfTheBatchTrainLikeOneProcess) {
   }
 }
 
+double MaxRelativeDifference(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].tensor.numel(), b[i].tensor.numel()) << a[i].name;
+    for (int64_t j = 0; j < std::min(a[i].tensor.numel(), b[i].tensor.numel()); ++j) {
+      const double x = a[i].tensor.data<float>()[j], y = b[i].tensor.data<float>()[j];
+      worst = std::max(worst, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
+    }
+  }
+  return worst;
+}
+
+// Checkpoints in dist_sync: worker 0's snapshot reads the momentum from the servers; a new
+// job started from it continues as single-process training does.
+TEST_P(DistTrainerTest, ASnapshotFromTheServersResumesExactly) {
+  constexpr int kSteps = 10, kBatch = 16, kHalf = kBatch / 2;
+  TrainerConfig ref_cfg = SmallConfig("local");
+  ref_cfg.model.bn_use_global_stats = true;
+  std::unique_ptr<Trainer> ref;
+  ASSERT_TRUE(Trainer::Create(ref_cfg, &ref).ok());
+  SyntheticData ref_data(ref_cfg.model.image_shape, 4, 5);
+  Checkpoint ref_mid, ref_end;
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == kSteps / 2) {
+      ASSERT_TRUE(ref->Snapshot(&ref_mid).ok());
+    }
+    Tensor x, y;
+    ref_data.NextBatch(kBatch, &x, &y);
+    StepStats s;
+    ASSERT_TRUE(ref->Step(x, y, &s).ok());
+  }
+  ASSERT_TRUE(ref->Snapshot(&ref_end).ok());
+  size_t trainable = 0;
+  for (const Parameter* p : ref->replica(0).Parameters()) trainable += p->trainable;
+  ASSERT_EQ(ref_end.states.size(), trainable) << "every trainable parameter has momentum";
+
+  // Steps [first, last) of the two-worker job, from `resume` when given; worker 0's snapshot.
+  auto run = [&](int first, int last, const Checkpoint* resume, Checkpoint* snapshot) {
+    LocalJob job(GetParam(), 2, 2);
+    job.Run([&](int rank, Cluster* cluster) {
+      TrainerConfig cfg = SmallConfig("dist_sync");
+      cfg.model.bn_use_global_stats = true;
+      cfg.cluster = cluster;
+      std::unique_ptr<Trainer> t;
+      Status st = Trainer::Create(cfg, &t, resume);
+      ASSERT_TRUE(st.ok()) << st;
+      SyntheticData data(cfg.model.image_shape, 4, 5);
+      for (int step = 0; step < last; ++step) {
+        Tensor x, y;
+        data.NextBatch(kBatch, &x, &y);
+        if (step < first) continue;
+        StepStats s;
+        st = t->Step(x.Slice(rank * kHalf, (rank + 1) * kHalf), y.Slice(rank * kHalf, (rank + 1) * kHalf), &s);
+        ASSERT_TRUE(st.ok()) << st;
+      }
+      if (rank == 0) {
+        st = t->Snapshot(snapshot);
+        ASSERT_TRUE(st.ok()) << st;
+      }
+    });
+  };
+  Checkpoint mid, end;
+  run(0, kSteps / 2, nullptr, &mid);
+  EXPECT_LT(MaxRelativeDifference(mid.states, ref_mid.states), 1e-5);
+  EXPECT_LT(MaxRelativeDifference(mid.params, ref_mid.params), 1e-5);
+  run(kSteps / 2, kSteps, &mid, &end);
+  EXPECT_LT(MaxRelativeDifference(end.states, ref_end.states), 1e-5);
+  EXPECT_LT(MaxRelativeDifference(end.params, ref_end.params), 1e-5);
+}
+
+// SIGTERM reaches one worker: its request rides on its pushes, and every worker learns
+// of it in the answers of the same step.
+TEST_P(DistTrainerTest, AStopAskedByOneWorkerIsAgreedByAllAtTheSameStep) {
+  std::mutex mu;
+  std::vector<int> stopped_after(2, -1);
+  LocalJob job(GetParam(), 2, 1);
+  job.Run([&](int rank, Cluster* cluster) {
+    TrainerConfig cfg = SmallConfig("dist_sync");
+    cfg.cluster = cluster;
+    std::unique_ptr<Trainer> t;
+    Status st = Trainer::Create(cfg, &t);
+    ASSERT_TRUE(st.ok()) << st;
+    SyntheticData data(cfg.model.image_shape, 4, 5, /*stream=*/rank);
+    for (int step = 0; step < 8; ++step) {
+      if (rank == 1 && step == 3) t->RequestStop();
+      Tensor x, y;
+      data.NextBatch(8, &x, &y);
+      StepStats s;
+      st = t->Step(x, y, &s);
+      ASSERT_TRUE(st.ok()) << st;
+      if (t->StopAgreed()) {
+        std::lock_guard<std::mutex> l(mu);
+        stopped_after[rank] = step;
+        break;
+      }
+    }
+  });
+  EXPECT_EQ(stopped_after[0], 3);
+  EXPECT_EQ(stopped_after[1], 3);
+}
+
 // dist_async: each push is applied when it arrives; two workers still learn the classes.
 TEST_P(DistTrainerTest, AsyncTrainingLearnsTheSyntheticClasses) {
   LocalJob job(GetParam(), 2, 2);
