@@ -43,8 +43,8 @@ def build_parser():
     parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="after the workers finish, how long scheduler and servers "
                              "may take to exit before they are stopped (default: 30)")
-    parser.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
-                        help="time between SIGTERM and SIGKILL when stopping (default: 5)")
+    parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                        help="time between SIGTERM and SIGKILL when stopping (default: 30)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the command of every process, one per line, and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER,
