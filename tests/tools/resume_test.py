@@ -115,6 +115,39 @@ class SingleProcessTest(Case):
         self.assertSameCheckpoint(prefix + "-0002", os.path.join(self.dir, "ref", "m-0002"))
 
 
+class ProgressBarTest(Case):
+    """On a terminal, a live bar with ETA on stderr; in a file or a pipe, none."""
+
+    def test_bar_on_a_terminal_only(self):
+        import pty
+        master, slave = pty.openpty()
+        args = [TALLY, "train"] + MODEL + ["--num-epochs", "1"]
+        out_path = os.path.join(self.dir, "stdout.log")
+        with open(out_path, "w") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=slave)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(master)
+        self.assertEqual(proc.wait(timeout=60), 0, seen.decode(errors="replace"))
+        text = seen.decode(errors="replace")
+        self.assertRegex(text, r"Epoch\[0\] \[=*>? *\] \d+/150 .* samples/s  ETA \d+:\d\d:\d\d")
+        self.assertIn("\r\x1b[K", text, "the bar is not cleared before log lines")
+        log = open(out_path).read()
+        self.assertNotIn("ETA", log, "the bar leaked into stdout")
+        self.assertRegex(log, r"Epoch\[0\] Batch \[0-10\]\tSpeed: [\d.]+ samples/sec")
+        piped = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        self.assertEqual(piped.returncode, 0, piped.stderr)
+        self.assertNotIn("ETA", piped.stderr + piped.stdout, "a bar was drawn into a pipe")
+
+
 class DistSyncTest(Case):
     """Every role is `tally train` with MXNet's DMLC_* environment, as tools/launch.py starts it."""
 
