@@ -7,7 +7,8 @@
 #
 # Environment: TALLY_DATA (default data/fashion-mnist) holds the packs, made once;
 # TALLY_RUN (default runs/fashion-mnist) the log and the checkpoints (run/resnet20-NNNN).
-# Run it again after an interruption and it resumes from the latest checkpoint.
+# Run it again after an interruption and it resumes from the latest checkpoint; after a run
+# that ended it only prints the result again (delete $TALLY_RUN for a new run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${TALLY_DATA:-data/fashion-mnist}
@@ -30,7 +31,7 @@ python3 tools/launch.py -n 2 -s 1 --launcher local \
     --rgb-mean 72.94,72.94,72.94 --rgb-std 90.0,90.0,90.0 --random-mirror 1 \
     --batch-size 64 --num-epochs 8 --lr 0.2 --lr-scheduler cosine --mom 0.9 --wd 5e-4 \
     --data-nthreads 1 --disp-batches 100 --top-k 0 \
-    --model-prefix "$RUN/resnet20" --resume auto "$@" 2>&1 | tee "$LOG"
+    --model-prefix "$RUN/resnet20" --resume auto "$@" 2>&1 | tee -a "$LOG"
 status=$?
 set -e
 if [ "$status" != 0 ]; then

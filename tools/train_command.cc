@@ -263,8 +263,10 @@ Status CheckResumable(const Checkpoint& c, int64_t number, int num_workers) {
 }
 
 // The checkpoint to resume from (--load-epoch, --resume auto); *found false: a fresh start.
-Status FindResumePoint(int num_workers, Checkpoint* c, bool* found) {
+// *complete: --resume auto found the run already finished.
+Status FindResumePoint(int num_workers, Checkpoint* c, bool* found, bool* complete) {
   *found = false;
+  *complete = false;
   int64_t number = FLAGS_load_epoch;
   if (FLAGS_resume == "auto") {
     Status s = LatestCheckpoint(FLAGS_model_prefix, &number);
@@ -280,6 +282,12 @@ Status FindResumePoint(int num_workers, Checkpoint* c, bool* found) {
   TALLY_RETURN_IF_ERROR(LoadCheckpoint(FLAGS_model_prefix, number, c));
   TALLY_RETURN_IF_ERROR(CheckResumable(*c, number, num_workers));
   if (c->epoch >= FLAGS_num_epochs) {
+    if (FLAGS_resume == "auto") {  // the same command run again after the run ended
+      std::printf("tally train: %s ends the run (--num-epochs %d): nothing left to train\n",
+                  CheckpointPath(FLAGS_model_prefix, number, ".params").c_str(), FLAGS_num_epochs);
+      *complete = true;
+      return Status::Ok();
+    }
     return Status::InvalidArgument(CheckpointPath(FLAGS_model_prefix, number, ".params") + " resumes in epoch " +
                                    std::to_string(c->epoch) + ", but --num-epochs is " +
                                    std::to_string(FLAGS_num_epochs) + ": the run is complete");
@@ -353,8 +361,12 @@ int TrainCommand(int argc, char** argv) {
   const int num_workers = cluster ? cluster->num_workers() : 1;
   const int rank = cluster ? cluster->me().rank() : 0;
   Checkpoint resume;
-  bool resumed = false;
-  if (s.ok()) s = FindResumePoint(num_workers, &resume, &resumed);
+  bool resumed = false, complete = false;
+  if (s.ok()) s = FindResumePoint(num_workers, &resume, &resumed, &complete);
+  if (s.ok() && complete) {
+    if (cluster) s = cluster->Finish(/*timeout_ms=*/60000);
+    return s.ok() ? 0 : Fail("", s);
+  }
   if (s.ok() && rank == 0) s = MakePrefixDirectory();
   if (s.ok()) {
     SetNumThreads(FLAGS_num_threads > 0 ? FLAGS_num_threads : ThreadsPerWorker(cluster.get()));
