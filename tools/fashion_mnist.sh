@@ -29,7 +29,7 @@ python3 tools/launch.py -n 2 -s 1 --launcher local \
     --network resnet --num-layers 20 --image-shape 3,28,28 --num-classes 10 \
     --data-train "$DATA/train.rec" --data-val "$DATA/test.rec" \
     --rgb-mean 72.94,72.94,72.94 --rgb-std 90.0,90.0,90.0 --random-mirror 1 \
-    --batch-size 64 --num-epochs 8 --lr 0.2 --lr-scheduler cosine --mom 0.9 --wd 5e-4 \
+    --batch-size 64 --num-epochs 7 --lr 0.2 --lr-scheduler cosine --mom 0.9 --wd 5e-4 \
     --data-nthreads 1 --disp-batches 100 --top-k 0 \
     --model-prefix "$RUN/resnet20" --resume auto "$@" 2>&1 | tee -a "$LOG"
 status=$?
