@@ -1,13 +1,11 @@
 // `tally train`: MXNet image-classification's flags and log lines, over the Trainer.
 // Data: a RecordIO pack (--data-train, tools/train_data.h) or synthetic, learnable images.
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cstring>
+#include <filesystem>
 #include <chrono>
 #include <map>
 #include <cstdio>
@@ -315,20 +313,16 @@ Status SaveAt(Trainer* trainer, int num_workers, int64_t epoch, int64_t batch, i
 // Creates the checkpoints' directory up front, so that a bad --model-prefix fails now and
 // not after the first epoch.
 Status MakePrefixDirectory() {
-  if (FLAGS_model_prefix.empty()) return Status::Ok();
-  const size_t slash = FLAGS_model_prefix.rfind('/');
-  if (slash == std::string::npos || slash == 0) return Status::Ok();
-  const std::string dir = FLAGS_model_prefix.substr(0, slash);
-  for (size_t i = 1; i <= dir.size(); ++i) {
-    if (i < dir.size() && dir[i] != '/') continue;
-    const std::string part = dir.substr(0, i);
-    if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      return Status::IoError("--model-prefix " + FLAGS_model_prefix + ": cannot create directory " + part + ": " +
-                             std::strerror(errno));
-    }
+  const std::filesystem::path dir = std::filesystem::path(FLAGS_model_prefix).parent_path();
+  if (dir.empty()) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return Status::IoError("--model-prefix " + FLAGS_model_prefix + ": cannot create directory " + dir.string() +
+                           ": " + ec.message());
   }
   if (access(dir.c_str(), W_OK) != 0) {
-    return Status::IoError("--model-prefix " + FLAGS_model_prefix + ": directory " + dir + " is not writable");
+    return Status::IoError("--model-prefix " + FLAGS_model_prefix + ": directory " + dir.string() + " is not writable");
   }
   return Status::Ok();
 }

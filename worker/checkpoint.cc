@@ -1,6 +1,5 @@
 #include "worker/checkpoint.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 namespace tally {
@@ -184,22 +184,22 @@ Status LoadCheckpoint(const std::string& prefix, int64_t number, Checkpoint* c) 
 
 Status LatestCheckpoint(const std::string& prefix, int64_t* number) {
   const std::string dir = DirOf(prefix);
-  const std::string base = prefix.substr(prefix.rfind('/') == std::string::npos ? 0 : prefix.rfind('/') + 1);
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return Status::NotFound("no checkpoint: cannot read directory " + dir + ": " + Errno());
+  const std::string stem = std::filesystem::path(prefix).filename().string() + "-";
+  const std::string ext = ".params";
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) return Status::NotFound("no checkpoint: cannot read directory " + dir + ": " + ec.message());
   std::vector<int64_t> numbers;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    const std::string ext = ".params";
-    if (name.size() <= base.size() + 1 + ext.size() || name.compare(0, base.size() + 1, base + "-") != 0 ||
+  for (const auto& entry : it) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= stem.size() + ext.size() || name.compare(0, stem.size(), stem) != 0 ||
         name.compare(name.size() - ext.size(), ext.size(), ext) != 0) {
       continue;
     }
-    const std::string digits = name.substr(base.size() + 1, name.size() - base.size() - 1 - ext.size());
+    const std::string digits = name.substr(stem.size(), name.size() - stem.size() - ext.size());
     if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
     numbers.push_back(std::strtoll(digits.c_str(), nullptr, 10));
   }
-  ::closedir(d);
   std::sort(numbers.rbegin(), numbers.rend());
   for (int64_t n : numbers) {
     Checkpoint c;

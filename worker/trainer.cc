@@ -6,6 +6,15 @@
 #include "ops/ops.h"
 
 namespace tally {
+namespace {
+
+std::map<std::string, const Tensor*> ByName(const std::vector<NamedTensor>& tensors) {
+  std::map<std::string, const Tensor*> out;
+  for (const NamedTensor& n : tensors) out[n.name] = &n.tensor;
+  return out;
+}
+
+}  // namespace
 
 Status CheckBatchSplit(int batch_size, int num_devices) {
   if (batch_size <= 0) return Status::InvalidArgument("--batch-size must be positive");
@@ -42,8 +51,7 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   }
   TALLY_RETURN_IF_ERROR(t->kv_->Init(t->trainable_, values));
   if (resume != nullptr) {
-    std::map<std::string, const Tensor*> by_name;
-    for (const NamedTensor& n : resume->states) by_name[n.name] = &n.tensor;
+    const std::map<std::string, const Tensor*> by_name = ByName(resume->states);
     std::vector<Tensor> states;
     for (int i : t->trainable_) {
       auto it = by_name.find(params[i]->name);
@@ -59,8 +67,7 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
 }
 
 Status Trainer::LoadParameters(const Checkpoint& c) {
-  std::map<std::string, const Tensor*> by_name;
-  for (const NamedTensor& n : c.params) by_name[n.name] = &n.tensor;
+  const std::map<std::string, const Tensor*> by_name = ByName(c.params);
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
   if (by_name.size() != params.size()) {
     return Status::InvalidArgument("the checkpoint has " + std::to_string(by_name.size()) + " parameters, the model " +
