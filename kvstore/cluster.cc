@@ -3,6 +3,8 @@
 // thread that beats to the scheduler and watches that the scheduler still beats back.
 #include "kvstore/cluster.h"
 
+#include "ops/profile/records.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -188,7 +190,9 @@ class Cluster::Impl {
           cv_.notify_all();
           break;
         }
-        case wire::HEARTBEAT: break;
+        case wire::HEARTBEAT:
+          if (m.meta.clock_echo_us() != 0) AddClockSample(m.meta);
+          break;
         case wire::SHUTDOWN:
           if (!m.meta.error().empty()) {
             Fail(Status::Unavailable("the scheduler ended the job: " + m.meta.error()));
@@ -208,6 +212,31 @@ class Cluster::Impl {
     }
   }
 
+  // One round trip: sent at t0 (echoed), answered at t1 on the scheduler's clock, back at
+  // t2. Assuming equal delays both ways, the scheduler read t1 at our (t0 + t2) / 2.
+  void AddClockSample(const wire::Meta& meta) {
+    const int64_t t2 = profile::NowUs();
+    const int64_t t0 = meta.clock_echo_us();
+    if (t2 < t0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    clock_samples_.push_back({meta.clock_us() - (t0 + t2) / 2, t2 - t0});
+    if (clock_samples_.size() > 64) clock_samples_.pop_front();
+  }
+
+ public:
+  bool ClockOffset(int64_t* offset_us, int64_t* rtt_us) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (clock_samples_.empty()) return false;
+    const ClockSample* best = &clock_samples_.front();
+    for (const ClockSample& c : clock_samples_) {
+      if (c.rtt_us < best->rtt_us) best = &c;
+    }
+    *offset_us = best->offset_us;
+    *rtt_us = best->rtt_us;
+    return true;
+  }
+
+ private:
   void HandleNodeTable(const Message& m) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!nodes_.empty()) return;
@@ -254,6 +283,7 @@ class Cluster::Impl {
       lock.unlock();
       Message beat;
       beat.meta.set_command(wire::HEARTBEAT);
+      beat.meta.set_clock_us(profile::NowUs());
       Status s = Send(0, std::move(beat));
       if (!s.ok()) LOG(WARNING) << "heartbeat: " << s.message();
       lock.lock();
@@ -274,6 +304,10 @@ class Cluster::Impl {
   Status failure_;                             // GUARDED_BY(mu_)
   Clock::time_point last_heard_;               // GUARDED_BY(mu_)
   std::vector<std::function<void(const Status&)>> failure_callbacks_;  // GUARDED_BY(mu_)
+  struct ClockSample {
+    int64_t offset_us, rtt_us;
+  };
+  std::deque<ClockSample> clock_samples_;  // GUARDED_BY(mu_)
 
   std::mutex handler_mu_;
   std::function<void(Message&&)> handler_;  // GUARDED_BY(handler_mu_)
@@ -302,5 +336,6 @@ Status Cluster::Finish(int timeout_ms) { return impl_->Finish(timeout_ms); }
 Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
 Status Cluster::failure() const { return impl_->failure(); }
 void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
+bool Cluster::ClockOffset(int64_t* offset_us, int64_t* rtt_us) const { return impl_->ClockOffset(offset_us, rtt_us); }
 
 }  // namespace tally

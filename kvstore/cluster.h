@@ -92,6 +92,11 @@ class Cluster {
   // Ok while the job is healthy; afterwards, why it is not. Waiters elsewhere (the
   // kvstore) poll this, or register with OnFailure to be woken.
   Status failure() const;
+
+  // The scheduler's clock minus this node's trace clock (profile::NowUs), in µs, from the
+  // heartbeat with the shortest round trip among the last 64 (*rtt_us). False before the
+  // first answer.
+  bool ClockOffset(int64_t* offset_us, int64_t* rtt_us) const;
   void OnFailure(std::function<void(const Status&)> callback);
 
  private:

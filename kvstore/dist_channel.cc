@@ -4,6 +4,8 @@
 
 #include <glog/logging.h>
 
+#include "ops/profile/trace.h"
+
 namespace tally {
 
 DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster) {}
@@ -51,7 +53,16 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
 void DistChannel::Send(Outgoing out) {
   const uint64_t id = out.msg.meta.request_id();
   const wire::Command command = out.msg.meta.command();
+  profile::Tracer& tracer = profile::Tracer::Get();
+  const int64_t t0 = tracer.enabled() ? profile::NowUs() : 0;
+  const double key = out.msg.meta.slices_size() > 0 ? static_cast<double>(out.msg.meta.slices(0).key()) : -1;
+  int64_t bytes = 0;
+  for (const Tensor& t : out.msg.data) bytes += t.nbytes();
   Status s = cluster_->Send(out.node, std::move(out.msg));
+  if (t0 != 0) {
+    tracer.Complete(wire::Command_Name(command).c_str(), "comm", t0, profile::NowUs() - t0, "key", key, "bytes",
+                    static_cast<double>(bytes));
+  }
   if (!s.ok()) {
     Finish(id, Status::Unavailable("kvstore: sending " + wire::Command_Name(command) + " to server " +
                                    std::to_string(out.node - 1) + ": " + s.message()));
@@ -132,10 +143,15 @@ void DistChannel::OnMessage(Message&& m) {
   }
   if (meta.stop()) stop_seen_ = true;
   // Copied on this thread, outside the lock: the store's thread waits in WaitAll meanwhile.
+  const int64_t t0 = profile::NowUs();
   p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[0]);
   if (p.pull->remaining.fetch_sub(1) == 1) {
     for (Tensor& o : p.pull->others) o.CopyFrom(p.pull->flat);
   }
+  const int64_t dur = profile::NowUs() - t0;
+  pull_us_ += dur;
+  profile::Tracer::Get().Complete("pull", "comm", t0, dur, "key", static_cast<double>(p.key), "bytes",
+                                  static_cast<double>(m.data[0].nbytes()));
   Finish(meta.request_id(), Status::Ok());
 }
 

@@ -61,6 +61,8 @@ class DistChannel {
   Status WaitAll(int timeout_ms);
   // Whether an answer has carried Meta.stop: some worker asked the job to stop.
   bool stop_seen() const { return stop_seen_.load(); }
+  // µs spent copying pulled values in since the last call (the profiler's pull time).
+  int64_t TakePullMicros() { return pull_us_.exchange(0); }
 
  private:
   struct Outgoing {
@@ -73,6 +75,7 @@ class DistChannel {
   void Finish(uint64_t id, const Status& s);
 
   Cluster* const cluster_;
+  std::atomic<int64_t> pull_us_{0};
   std::mutex mu_;
   std::condition_variable done_cv_;  // pending_ emptied, or a failure
   std::condition_variable send_cv_;  // queue_ grew, sending_ ended, or stop_

@@ -66,6 +66,12 @@ class DistKVStore : public KVStore {
   Status PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                   int priority) override;
   Status WaitAll() override { return channel_->WaitAll(kDistWaitTimeoutMs); }
+  Times TakeTimes() override {
+    Times t;
+    t.pull_us = channel_->TakePullMicros();
+    t.on_caller_thread = false;
+    return t;
+  }
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
   // dist_async has no common step: each worker stops once it asked or saw an answer

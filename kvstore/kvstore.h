@@ -95,6 +95,17 @@ class KVStore {
   virtual void RequestStop() { stop_requested_ = true; }
   virtual bool StopAgreed() const { return stop_requested_; }
 
+  // For the profiler: time this store spent since the last call, in µs. pull: copying
+  // pulled values into their destination; update: the optimizer (single-process types).
+  // on_caller_thread: spent inside the caller's Push/Pull/PushPull calls (single-process
+  // types), rather than on the store's own threads (the distributed types).
+  struct Times {
+    int64_t pull_us = 0;
+    int64_t update_us = 0;
+    bool on_caller_thread = true;
+  };
+  virtual Times TakeTimes() { return Times(); }
+
  protected:
   bool stop_requested_ = false;
 };

@@ -1,5 +1,7 @@
 #include "kvstore/local_kvstore.h"
 
+#include "ops/profile/records.h"
+
 namespace tally {
 
 LocalKVStore::LocalKVStore(int num_devices, bool update_on_devices)
@@ -69,7 +71,9 @@ Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priori
     if (updaters_.empty()) {
       e->copies[c].CopyFrom(e->merged);
     } else {
+      const int64_t t0 = profile::NowUs();
       updaters_[c]->Update(key, e->merged, &e->copies[c]);
+      times_.update_us += profile::NowUs() - t0;
     }
   }
   return Status::Ok();
@@ -78,11 +82,19 @@ Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priori
 Status LocalKVStore::Pull(int key, const std::vector<Tensor>& outs, int /*priority*/) {
   Entry* e = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, outs, "pull", &e));
+  const int64_t t0 = profile::NowUs();
   for (size_t d = 0; d < outs.size(); ++d) {
     Tensor out = outs[d];
     out.CopyFrom(e->copies[update_on_devices_ ? d : 0]);
   }
+  times_.pull_us += profile::NowUs() - t0;
   return Status::Ok();
+}
+
+KVStore::Times LocalKVStore::TakeTimes() {
+  Times t = times_;
+  times_ = Times();
+  return t;
 }
 
 Status LocalKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) {

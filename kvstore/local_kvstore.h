@@ -27,6 +27,7 @@ class LocalKVStore : public KVStore {
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
+  Times TakeTimes() override;
 
  private:
   struct Entry {
@@ -40,6 +41,7 @@ class LocalKVStore : public KVStore {
   const std::string type_;
   std::vector<std::unique_ptr<Updater>> updaters_;  // one per copy; empty: no optimizer
   std::map<int, Entry> entries_;
+  Times times_;
 };
 
 }  // namespace tally

@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include "kvstore/reduce.h"
+#include "ops/profile/trace.h"
 #include "server/server.h"
 
 namespace tally {
@@ -88,8 +89,42 @@ void KVServer::Respond(const wire::Meta& request, const std::string& error) {
   if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
 }
 
+void KVServer::SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder) {
+  recorder_ = std::move(recorder);
+}
+
+profile::StepRecord* KVServer::StepLoad(int64_t step, int64_t now_us) {
+  auto [it, fresh] = open_steps_.try_emplace(step);
+  profile::StepRecord& r = it->second;
+  if (fresh) {
+    r.step = step;
+    r.start_us = now_us;
+    // Synchronous steps follow one another: once step t's pushes come, step t - 2 is done
+    // (asynchronous ones overlap more; what is left is recorded by FlushSteps).
+    while (open_steps_.begin()->first < step - 1) {
+      if (recorder_) recorder_(open_steps_.begin()->second);
+      open_steps_.erase(open_steps_.begin());
+    }
+  }
+  r.dur_us = std::max(r.dur_us, now_us - r.start_us);
+  return &r;
+}
+
+void KVServer::FlushSteps() {
+  if (recorder_) {
+    for (const auto& [step, r] : open_steps_) recorder_(r);
+  }
+  open_steps_.clear();
+}
+
 void KVServer::Handle(Message&& msg) {
   const wire::Meta& m = msg.meta;
+  profile::TraceScope trace(wire::Command_Name(m.command()).c_str(), "server");
+  if (recorder_ && m.step() >= 0 && (m.command() == wire::PUSH || m.command() == wire::PUSHPULL)) {
+    profile::StepRecord* r = StepLoad(m.step(), profile::NowUs());
+    ++r->requests;
+    for (const Tensor& t : msg.data) r->bytes_in += static_cast<int64_t>(t.nbytes());
+  }
   const std::string what = wire::Command_Name(m.command()) + " from node " +
                            std::to_string(m.sender_id());
   if (m.command() == wire::RESPONSE) {
@@ -294,8 +329,10 @@ void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
   }
   // A pull answered in fp32 may still be sending these values: write a fresh copy then.
   if (s->value.storage().use_count() > 1) s->value = s->value.Clone();
+  const int64_t t0 = profile::NowUs();
   if (!updater_) {
     SumInF32(grads, &s->value);
+    RecordApply(step, s->key, t0, profile::NowUs(), -1);
     return;
   }
   Tensor g;
@@ -306,8 +343,20 @@ void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
     SumInF32(grads, &s->grad);
     g = s->grad;
   }
+  const int64_t t1 = profile::NowUs();
   updater_->set_learning_rate(LearningRateFor(step));
   updater_->Update(s->id, g, &s->value);
+  RecordApply(step, s->key, t0, t1, profile::NowUs());
+}
+
+void KVServer::RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2) {
+  profile::Tracer& tracer = profile::Tracer::Get();
+  tracer.Complete("sum", "server", t0, t1 - t0, "key", static_cast<double>(key));
+  if (t2 >= 0) tracer.Complete("update", "server", t1, t2 - t1, "key", static_cast<double>(key));
+  if (!recorder_) return;
+  profile::StepRecord* r = StepLoad(step, std::max(t1, t2));
+  r->phase(profile::Phase::kSum) += t1 - t0;
+  if (t2 >= 0) r->phase(profile::Phase::kUpdate) += t2 - t1;
 }
 
 Status KVServer::HandlePull(const Message& msg) {
@@ -356,6 +405,10 @@ void KVServer::AnswerPull(const PendingPull& p) {
     }
   }
   r.meta.set_stop(stop);
+  if (recorder_ && p.request.step() >= 0) {
+    profile::StepRecord* load = StepLoad(p.request.step(), profile::NowUs());
+    for (const Tensor& t : r.data) load->bytes_out += static_cast<int64_t>(t.nbytes());
+  }
   Status st = send_(p.request.sender_id(), std::move(r));
   if (!st.ok()) LOG(WARNING) << "server: pull answer to node " << p.request.sender_id() << " failed: " << st;
 }

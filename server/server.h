@@ -44,6 +44,7 @@
 #include "kvstore/cluster.h"
 #include "kvstore/transport.h"
 #include "kvstore/updater.h"
+#include "ops/profile/records.h"
 
 namespace tally {
 
@@ -67,6 +68,12 @@ class KVServer {
   // Pulls waiting for an update.
   int NumWaitingPulls() const;
 
+  // The profiler: each step's record (sum and update time, requests, payload bytes in and
+  // out) goes to `recorder` once a push two steps later arrives, and the rest on
+  // FlushSteps. With --profile, sums and updates are trace events too.
+  void SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder);
+  void FlushSteps();
+
  private:
   struct Slice;
   struct PendingPull;
@@ -88,6 +95,8 @@ class KVServer {
   // learning rate of `step`, or, without an optimizer, makes the sum the value.
   void Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step);
   float LearningRateFor(int64_t step) const;
+  // The profiler's record of one Apply: sum from t0 to t1, update from t1 to t2 (-1: none).
+  void RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2);
   void AnswerPull(const PendingPull& p);
   void Respond(const wire::Meta& request, const std::string& error);
 
@@ -101,6 +110,11 @@ class KVServer {
   std::map<int64_t, float> lr_from_step_;  // sync: SET_LR's learning rates by first step
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
   int num_waiting_ = 0;  // pulls not yet answered
+
+  // The step record of `step` (creating it), touched now.
+  profile::StepRecord* StepLoad(int64_t step, int64_t now_us);
+  std::function<void(const profile::StepRecord&)> recorder_;
+  std::map<int64_t, profile::StepRecord> open_steps_;  // by step, until recorded
 };
 
 // Joins the job as a server, serves data messages on one thread until the scheduler ends

@@ -18,6 +18,9 @@ packages=(
   libturbojpeg0-dev libdnnl-dev ocl-icd-opencl-dev
   # PNG decoding and encoding in the data pipeline (worker/image_codec.cc).
   libpng-dev
+  # The profiler's run files (JSON) and `tally report`; its test renders the report in
+  # headless Chromium.
+  nlohmann-json3-dev chromium
   # `tally make-data fashion-mnist` packs Debian's Fashion-MNIST (its tests use it too);
   # zlib reads its gzipped IDX files.
   dataset-fashion-mnist zlib1g-dev

@@ -1,12 +1,29 @@
 #include "worker/trainer.h"
 
+#include <cmath>
 #include <map>
 
 #include "kvstore/dist_kvstore.h"
 #include "ops/ops.h"
+#include "ops/profile/trace.h"
 
 namespace tally {
 namespace {
+
+// Sum of squares of the devices' sum of one gradient (fp32 only; -1 otherwise).
+double GradientSumSquares(const std::vector<Tensor>& grads) {
+  for (const Tensor& g : grads) {
+    if (g.dtype() != DType::kF32 || !g.device().is_cpu()) return -1;
+  }
+  const int64_t n = grads[0].numel();
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0;
+    for (const Tensor& g : grads) v += g.data<float>()[i];
+    total += static_cast<double>(v) * v;
+  }
+  return total;
+}
 
 std::map<std::string, const Tensor*> ByName(const std::vector<NamedTensor>& tensors) {
   std::map<std::string, const Tensor*> out;
@@ -107,6 +124,8 @@ void Trainer::Count(const Tensor& logits, const Tensor& labels, StepStats* stats
 }
 
 Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stats) {
+  using profile::NowUs;
+  using profile::Phase;
   const int batch = static_cast<int>(images.dim(0));
   const int devices = num_devices();
   TALLY_RETURN_IF_ERROR(CheckBatchSplit(batch, devices));
@@ -119,17 +138,43 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   // The last replica's backward pass pushes each gradient as soon as it is final
   // (PushGradient, through the network's callback): the earlier replicas are done by then.
   push_status_ = Status::Ok();
+  push_us_ = 0;
+  grad_sumsq_ = 0;
+  last_step_ = profile::StepRecord();
+  profile::Tracer& tracer = profile::Tracer::Get();
   for (int d = 0; d < devices; ++d) {
     Tensor x = images.Slice(d * per_device, (d + 1) * per_device);
     Tensor y = labels.Slice(d * per_device, (d + 1) * per_device);
+    const int64_t t0 = NowUs();
     Tensor logits = replicas_[d]->Forward(x, /*training=*/true);
     Tensor dlogits = Tensor::Empty(logits.shape(), DType::kF32);
     stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing, grad_scale, &dlogits);
     Count(logits, y, stats);
+    const int64_t t1 = NowUs();
     replicas_[d]->Backward(dlogits);
+    const int64_t t2 = NowUs();
+    last_step_.phase(Phase::kForward) += t1 - t0;
+    last_step_.phase(Phase::kBackward) += t2 - t1;
+    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);
+    tracer.Complete("bwd", "compute", t1, t2 - t1, "device", d);
   }
   TALLY_RETURN_IF_ERROR(push_status_);
-  return kv_->WaitAll();
+  const int64_t t_wait = NowUs();
+  Status waited = kv_->WaitAll();
+  const int64_t wait = NowUs() - t_wait;
+  tracer.Complete("wait", "comm", t_wait, wait);
+  // The pushes ran inside the backward pass; with a single-process kvstore, so did the
+  // optimizer and the copies back.
+  const KVStore::Times kv = kv_->TakeTimes();
+  int64_t push = push_us_;
+  if (kv.on_caller_thread) push -= kv.pull_us + kv.update_us;
+  last_step_.phase(Phase::kBackward) -= push_us_;
+  last_step_.phase(Phase::kPush) = push;
+  last_step_.phase(Phase::kPull) = kv.pull_us;
+  last_step_.phase(Phase::kUpdate) = kv.update_us;
+  last_step_.phase(Phase::kWait) = wait;
+  last_step_.grad_norm = grad_sumsq_ >= 0 ? std::sqrt(grad_sumsq_) : -1;
+  return waited;
 }
 
 void Trainer::PushGradient(int key) {
@@ -141,8 +186,16 @@ void Trainer::PushGradient(int key) {
     grads[d] = p->grad;
     weights[d] = p->value;
   }
+  if (grad_sumsq_ >= 0) {
+    const double sq = GradientSumSquares(grads);
+    grad_sumsq_ = sq < 0 ? -1 : grad_sumsq_ + sq;
+  }
   // Keys of the first layers go first: the next forward pass needs them first.
+  const int64_t t0 = profile::NowUs();
   push_status_ = kv_->PushPull(key, grads, weights, /*priority=*/-key);
+  const int64_t dur = profile::NowUs() - t0;
+  push_us_ += dur;
+  profile::Tracer::Get().Complete("push", "comm", t0, dur, "key", key);
 }
 
 Status Trainer::Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats) {

@@ -21,6 +21,7 @@
 #include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
 #include "models/network.h"
+#include "ops/profile/records.h"
 #include "worker/checkpoint.h"
 
 namespace tally {
@@ -65,6 +66,11 @@ class Trainer {
 
   void SetLearningRate(float lr) { kv_->SetLearningRate(lr); }
 
+  // The last Step's time split (fwd, bwd, push, pull, wait, and update with the
+  // single-process kvstore types; µs) and its gradients' L2 norm (the sum over the
+  // devices, before the kvstore). The caller adds the rest (data wait, step, samples).
+  const profile::StepRecord& last_step() const { return last_step_; }
+
   // Copies replica 0's parameters and the optimizer state (read from the servers in dist
   // modes) into c->params and c->states. Between steps only.
   Status Snapshot(Checkpoint* c);
@@ -88,6 +94,9 @@ class Trainer {
   std::unique_ptr<KVStore> kv_;
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
   Status push_status_;          // the first failed push of the current step
+  profile::StepRecord last_step_;
+  int64_t push_us_ = 0;         // inside PushGradient during this step
+  double grad_sumsq_ = 0;       // of this step's gradients so far
 };
 
 // Checks that a global batch divides across the devices; the message names --batch-size.
