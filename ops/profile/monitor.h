@@ -27,7 +27,9 @@ struct MonitorOptions {
 
 // Reads /proc (stat, meminfo, net/dev, diskstats, self/stat) and turns two readings into
 // rates. The first Sample after construction fills what needs no earlier reading (memory,
-// GPUs) and leaves the rates 0.
+// GPUs) and leaves the rates 0 (cpu holds one 0 per core). docs/monitor.md gives the files
+// and the formulas. Not thread-safe: one thread calls Sample; gpu_status() is constant
+// after construction and may be read from any thread.
 class ProcSampler {
  public:
   explicit ProcSampler(const MonitorOptions& options);
@@ -42,8 +44,12 @@ class ProcSampler {
   std::unique_ptr<Impl> impl_;
 };
 
+// Start takes the first reading itself (so a missing /proc fails it) and only to prime the
+// rates; on_sample then runs on the monitor's thread once per interval, first one interval
+// after Start. A reading that fails later is skipped and logged once.
 class SystemMonitor {
  public:
+  // Fails naming --monitor-interval-ms unless options.interval_ms is in 50..60000.
   static Status Start(const MonitorOptions& options, std::function<void(const MonitorSample&)> on_sample,
                       std::unique_ptr<SystemMonitor>* out);
   ~SystemMonitor();  // stops and joins the sampling thread
