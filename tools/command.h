@@ -15,6 +15,7 @@ int Im2recCommand(int argc, char** argv);
 int RecCommand(int argc, char** argv);
 int MakeDataCommand(int argc, char** argv);
 int ExportCommand(int argc, char** argv);
+int ReportCommand(int argc, char** argv);
 
 // gflags wants underscores; MXNet's users type dashes (--num-layers). Rewrites every
 // "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; gflags exits
