@@ -114,6 +114,16 @@ def write_synthetic_run(path):
     return run
 
 
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def run(args, timeout=120):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
@@ -197,7 +207,7 @@ class ReportTest(Case):
         self.assertTrue(starved, "no data_starvation finding printed:\n" + res.stdout)
         self.assertEqual(set(starved), {"worker-1"}, "a finding names the wrong worker:\n" + res.stdout)
 
-        html = open(page, encoding="utf-8").read()
+        html = read(page)
         for loads in [r"(?i)<(script|link|img|iframe|object|embed)[^>]+(src|href|data)=", r"(?i)url\(\s*['\"]?(?!#)",
                       r"(?i)@import", r"(?i)\b(fetch|XMLHttpRequest|importScripts)\b"]:
             m = re.search(loads, html)
@@ -249,7 +259,7 @@ class ReportTest(Case):
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
         page = os.path.join(path, "report.html")
         self.assertLess(os.path.getsize(page), 600_000)
-        data = embedded_data(open(page, encoding="utf-8").read())
+        data = embedded_data(read(page))
         w = data["workers"][0]
         self.assertLessEqual(len(w["step"]), 500)
         self.assertEqual(w["per"], 10)
@@ -363,9 +373,9 @@ class ErrorTest(Case):
         path = os.path.join(self.dir, "run")
         write_synthetic_run(path)
         steps = os.path.join(path, "worker-0.steps.jsonl")
-        lines = open(steps).read().splitlines()
+        lines = read(steps).splitlines()
         lines[2] = '{"step": 2, "start_us": '
-        open(steps, "w").write("\n".join(lines) + "\n")
+        write(steps, "\n".join(lines) + "\n")
         err = self.report(path)
         self.assertIn(steps + " line 3", err)
 
@@ -380,10 +390,10 @@ class ErrorTest(Case):
         path = os.path.join(self.dir, "run")
         write_synthetic_run(path)
         trace = os.path.join(path, "worker-0.trace.json")
-        open(trace, "w").write('{"traceEvents":[\n{"ph":"X","ts":1,"pid":1,"tid":1,"dur":2},\n{"ph":"X",,}\n]}\n')
+        write(trace, '{"traceEvents":[\n{"ph":"X","ts":1,"pid":1,"tid":1,"dur":2},\n{"ph":"X",,}\n]}\n')
         err = self.report("--merge", path)
         self.assertIn(trace + " line 3", err)
-        open(trace, "w").write('{"traceEvents":[\n{"ts":1,"pid":1,"tid":1}\n]}\n')
+        write(trace, '{"traceEvents":[\n{"ts":1,"pid":1,"tid":1}\n]}\n')
         err = self.report("--merge", path)
         self.assertIn(trace, err)
         self.assertIn('no "ph"', err)
@@ -414,7 +424,7 @@ class JobTest(Case):
 
         res = run([TALLY, "report", path])
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
-        data = embedded_data(open(os.path.join(path, "report.html"), encoding="utf-8").read())
+        data = embedded_data(read(os.path.join(path, "report.html")))
         self.assertEqual([n["node"] for n in data["nodes"]], nodes)
         steps = {w["node"]: w for w in data["workers"]}
         self.assertEqual(set(steps), {"worker-0", "worker-1"})
