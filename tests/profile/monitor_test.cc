@@ -2,6 +2,7 @@
 // out by hand, the real /proc, NVML's absence, and the sampling thread.
 #include "ops/profile/monitor.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -174,15 +175,24 @@ int CpuLines() {
   return n;
 }
 
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 TEST(ProcSamplerTest, RealProcGivesSaneValues) {
   ProcSampler sampler(MonitorOptions{});
   MonitorSample s;
-  ASSERT_TRUE(sampler.Sample(NowUs(), &s).ok());
-  // Keep one core busy, so that the process's own CPU shows.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  const int64_t t0 = NowUs();
+  const double cpu0 = ProcessCpuSeconds();
+  ASSERT_TRUE(sampler.Sample(t0, &s).ok());
+  // Spin until this process has used 200 ms of CPU, however busy the machine is.
   volatile double sink = 0;
-  while (std::chrono::steady_clock::now() < until) sink = sink + 1;
-  ASSERT_TRUE(sampler.Sample(NowUs(), &s).ok());
+  while (ProcessCpuSeconds() - cpu0 < 0.2 && NowUs() - t0 < 5000000) sink = sink + 1;
+  const double cpu1 = ProcessCpuSeconds();
+  const int64_t t1 = NowUs();
+  ASSERT_TRUE(sampler.Sample(t1, &s).ok());
   EXPECT_EQ(static_cast<int>(s.cpu.size()), CpuLines());
   EXPECT_GE(static_cast<int>(s.cpu.size()), 1);
   for (double c : s.cpu) {
@@ -196,8 +206,9 @@ TEST(ProcSamplerTest, RealProcGivesSaneValues) {
   EXPECT_GT(s.mem_total, 0);
   EXPECT_GT(s.mem_used, 0);
   EXPECT_LE(s.mem_used, s.mem_total);
-  EXPECT_GT(s.process_cpu, 20);  // one core spun for the whole interval
-  EXPECT_LE(s.process_cpu, 100.0 * s.cpu.size() + 10);
+  // /proc/self/stat counts whole clock ticks (10 ms): allow a few of them over the interval.
+  const double seconds = (t1 - t0) / 1e6;
+  EXPECT_NEAR(s.process_cpu, 100 * (cpu1 - cpu0) / seconds, 100 * 0.04 / seconds);
   EXPECT_GE(s.net_rx_bps, 0);
   EXPECT_GE(s.disk_read_bps, 0);
 }
@@ -238,12 +249,13 @@ TEST(SystemMonitorTest, DeliversSamplesAtItsInterval) {
   std::this_thread::sleep_for(std::chrono::milliseconds(550));
   mon.reset();
   std::lock_guard<std::mutex> lock(mu);
-  ASSERT_GE(times.size(), 4u);
+  // About 5; a loaded machine may wake the thread late, never early.
+  ASSERT_GE(times.size(), 3u);
   ASSERT_LE(times.size(), 6u);
-  EXPECT_GE(times[0] - start, 80000);  // the first comes one interval after Start
+  EXPECT_GE(times[0] - start, 90000);  // the first comes one interval after Start
   for (size_t i = 1; i < times.size(); ++i) {
     EXPECT_GE(times[i] - times[i - 1], 50000);
-    EXPECT_LE(times[i] - times[i - 1], 200000);
+    EXPECT_LE(times[i] - times[i - 1], 300000);
   }
 }
 
