@@ -3,7 +3,7 @@
 // thread that beats to the scheduler and watches that the scheduler still beats back.
 #include "kvstore/cluster.h"
 
-#include "ops/profile/records.h"
+#include "ops/profile/trace.h"
 
 #include <unistd.h>
 
@@ -171,6 +171,7 @@ class Cluster::Impl {
   }
 
   void ReceiveLoop() {
+    profile::Tracer::Get().NameThread("receive");
     while (true) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -268,6 +269,7 @@ class Cluster::Impl {
   }
 
   void HeartbeatLoop() {
+    profile::Tracer::Get().NameThread("heartbeat");
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       cv_.wait_for(lock, std::chrono::milliseconds(cfg_.heartbeat_interval_ms));

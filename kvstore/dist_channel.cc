@@ -70,6 +70,7 @@ void DistChannel::Send(Outgoing out) {
 }
 
 void DistChannel::SendLoop() {
+  profile::Tracer::Get().NameThread("sender");
   for (;;) {
     std::unique_lock<std::mutex> l(mu_);
     send_cv_.wait(l, [&] { return !sending_ && (stop_ || !queue_.empty()); });

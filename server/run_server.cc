@@ -9,19 +9,23 @@
 
 namespace tally {
 
-Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport) {
+Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport, const ServerObserver& observer) {
   CHECK(cfg.role == wire::SERVER) << "RunServer for role " << wire::Role_Name(cfg.role);
   std::unique_ptr<Cluster> cluster;
   TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, std::move(transport), &cluster));
   LOG(INFO) << "server: joined as " << DescribeNode(cluster->me()) << ", "
             << cluster->num_workers() << " workers, " << cluster->num_servers() << " servers";
   Cluster* c = cluster.get();
+  if (observer.joined) observer.joined(*c);
   KVServer server(c->num_servers(), c->num_workers(),
                   [c](int id, Message m) { return c->Send(id, std::move(m)); });
+  if (observer.step) server.SetStepRecorder(observer.step);
   c->SetDataHandler([&server](Message&& m) { server.Handle(std::move(m)); });
   Status s = c->WaitForShutdown();
   // Waits for a message being handled: the server must not be destroyed under it.
   c->SetDataHandler([](Message&&) {});
+  server.FlushSteps();
+  if (observer.ending) observer.ending(*c);
   if (s.ok()) {
     LOG(INFO) << "server: the job has ended";
   } else {

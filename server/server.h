@@ -117,9 +117,19 @@ class KVServer {
   std::map<int64_t, profile::StepRecord> open_steps_;  // by step, until recorded
 };
 
+// What a server's caller may watch (the profiler): `joined` once the node has joined (its
+// rank is known), `step` with each step's record (KVServer::SetStepRecorder), `ending`
+// when the job has ended, while the cluster is still there. Each may be empty.
+struct ServerObserver {
+  std::function<void(const Cluster&)> joined;
+  std::function<void(const profile::StepRecord&)> step;
+  std::function<void(const Cluster&)> ending;
+};
+
 // Joins the job as a server, serves data messages on one thread until the scheduler ends
 // the job, and returns Ok then; returns the failure if a node dies or joining fails.
 // REQUIRES: cfg.role == wire::SERVER.
-Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport);
+Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
+                 const ServerObserver& observer = ServerObserver());
 
 }  // namespace tally

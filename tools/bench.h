@@ -30,6 +30,7 @@ std::string RunCapture(const std::string& command, bool* ok);
 int BenchCompute(int argc, char** argv);
 int BenchPs(int argc, char** argv);
 int BenchIo(int argc, char** argv);
+int BenchProfile(int argc, char** argv);
 
 // Limits measured on this machine in the same run (tools/bench_tcp.cc).
 double TcpStreamGBps(size_t total_bytes);                      // one loopback TCP stream

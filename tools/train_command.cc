@@ -16,9 +16,11 @@
 
 #include "kvstore/cluster.h"
 #include "ops/ops.h"
+#include "ops/profile/trace.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/command.h"
+#include "tools/node_profiler.h"
 #include "tools/progress.h"
 #include "tools/train_data.h"
 #include "worker/checkpoint.h"
@@ -57,6 +59,7 @@ DEFINE_int32(save_period, 1, "save a checkpoint every this many epochs (and afte
 DEFINE_int32(load_epoch, -1, "resume from checkpoint PREFIX-NNNN of --model-prefix (-1: a fresh start)");
 DEFINE_string(resume, "", "auto: resume from the latest loadable checkpoint of --model-prefix, if any");
 DECLARE_string(data_train);
+DECLARE_int32(data_nthreads);
 DEFINE_bool(progress, true, "draw a live progress bar with ETA when stderr is a terminal");
 
 namespace tally {
@@ -164,12 +167,61 @@ std::string Prefixed(const char* prefix, const StepStats& s, int top_k) {
   return out;
 }
 
+// Who this process is, for the profiler's files.
+profile::NodeMeta MakeNodeMeta(const std::string& role, int rank, const std::string& host) {
+  profile::NodeMeta m;
+  m.role = role;
+  m.rank = rank;
+  m.node = profile::NodeName(role, rank);
+  m.host = host;
+  m.pid = static_cast<int>(getpid());
+  m.config = {{"network", FLAGS_network},        {"num_layers", std::to_string(FLAGS_num_layers)},
+              {"image_shape", FLAGS_image_shape}, {"batch_size", std::to_string(FLAGS_batch_size)},
+              {"kv_store", FLAGS_kv_store},        {"data_nthreads", std::to_string(FLAGS_data_nthreads)},
+              {"dtype", FLAGS_dtype},              {"data_train", FLAGS_data_train},
+              {"gpus", FLAGS_gpus}};
+  return m;
+}
+
 // As in MXNet, the training command started by tools/launch.py as a scheduler or a server
-// runs that role instead, until the job ends.
+// runs that role instead, until the job ends. With --run-dir, it profiles itself too.
 int RunRole(const ClusterConfig& c) {
-  Status s = c.role == wire::SCHEDULER ? RunScheduler(c, NewZmqTransport()) : RunServer(c, NewZmqTransport());
+  const bool scheduler = c.role == wire::SCHEDULER;
+  const char* name = scheduler ? "scheduler" : "server";
+  ProfilerOptions options;
+  Status s = ProfilerOptionsFromFlags(&options);
+  std::unique_ptr<NodeProfiler> prof;
+  if (s.ok() && scheduler && !options.run_dir.empty()) {
+    s = NodeProfiler::Start(options, MakeNodeMeta("scheduler", 0, c.scheduler_host), &prof);
+  }
+  if (s.ok() && scheduler) {
+    s = RunScheduler(c, NewZmqTransport());
+  } else if (s.ok()) {
+    ServerObserver observer;
+    if (!options.run_dir.empty()) {
+      observer.joined = [&](const Cluster& cluster) {
+        Status started = NodeProfiler::Start(options, MakeNodeMeta("server", cluster.me().rank(), cluster.me().host()), &prof);
+        if (!started.ok()) {
+          std::fprintf(stderr, "tally server: profiler: %s\n", started.ToString().c_str());
+          return;
+        }
+        prof->SetClock([&cluster](int64_t* offset, int64_t* rtt) { return cluster.ClockOffset(offset, rtt); });
+      };
+      observer.step = [&](const profile::StepRecord& r) {
+        if (prof) prof->AddStep(r);
+      };
+      observer.ending = [&](const Cluster&) {
+        if (prof) prof->Finish().ok();
+      };
+    }
+    s = RunServer(c, NewZmqTransport(), observer);
+  }
+  if (prof) {
+    Status f = prof->Finish();
+    if (s.ok()) s = f;
+  }
   if (!s.ok()) {
-    std::fprintf(stderr, "tally %s: %s\n", c.role == wire::SCHEDULER ? "scheduler" : "server", s.ToString().c_str());
+    std::fprintf(stderr, "tally %s: %s\n", name, s.ToString().c_str());
     return 1;
   }
   return 0;
@@ -367,6 +419,22 @@ int TrainCommand(int argc, char** argv) {
     s = Trainer::Create(cfg, &trainer, resumed ? &resume : nullptr);
   }
   if (!s.ok()) return Fail("", s);
+  ProfilerOptions prof_options;
+  std::unique_ptr<NodeProfiler> prof;  // after `cluster`: destroyed first
+  s = ProfilerOptionsFromFlags(&prof_options);
+  if (s.ok()) {
+    s = NodeProfiler::Start(prof_options, MakeNodeMeta("worker", rank, cluster ? cluster->me().host() : "localhost"),
+                            &prof);
+  }
+  if (!s.ok()) return Fail("", s);
+  if (cluster) {
+    Cluster* c = cluster.get();
+    prof->SetClock([c](int64_t* offset, int64_t* rtt) { return c->ClockOffset(offset, rtt); });
+  }
+  if (!prof_options.run_dir.empty() && rank == 0) {
+    std::printf("tally train: profiler files in %s (see: tally report %s)\n", prof_options.run_dir.c_str(),
+                prof_options.run_dir.c_str());
+  }
   std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %d cpu device(s), kvstore %s, %d threads\n",
               FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
               FLAGS_batch_size, FLAGS_cpu_devices, FLAGS_kv_store.c_str(), NumThreads());
@@ -401,7 +469,10 @@ int TrainCommand(int argc, char** argv) {
         trainer->SetLearningRate(lr);
         applied_lr = lr;
       }
+      const int64_t step_start = profile::NowUs();
       s = train_data->Next(&images, &labels);
+      const int64_t data_end = profile::NowUs();
+      profile::Tracer::Get().Complete("data", "data", step_start, data_end - step_start);
       StepStats step_stats;
       if (s.ok()) s = trainer->Step(images, labels, &step_stats);
       if (!s.ok()) {
@@ -410,6 +481,17 @@ int TrainCommand(int argc, char** argv) {
                         std::to_string(b) + ": ",
                     s);
       }
+      profile::StepRecord record = trainer->last_step();
+      record.step = step;
+      record.epoch = epoch;
+      record.batch = b;
+      record.start_us = step_start;
+      record.dur_us = profile::NowUs() - step_start;
+      record.phase(profile::Phase::kData) = data_end - step_start;
+      record.samples = step_stats.samples;
+      record.loss = step_stats.loss_sum / std::max<int64_t>(1, step_stats.samples);
+      record.accuracy = static_cast<double>(step_stats.correct) / std::max<int64_t>(1, step_stats.samples);
+      prof->AddStep(record);
       ++step;
       ++run_done;
       epoch_stats.Add(step_stats);
@@ -417,9 +499,12 @@ int TrainCommand(int argc, char** argv) {
       const double now = Now();
       if ((b + 1) % FLAGS_disp_batches == 0) {
         bar.Clear();
-        std::printf("Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t%s\n", epoch,
+        // With --profile the line ends with the window's time split (MXNet's parsers read
+        // the fields before it).
+        const std::string split = prof->tracing() ? "\t" + prof->TakeSplit() : "";
+        std::printf("Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t%s%s\n", epoch,
                     static_cast<long>(b + 1 - FLAGS_disp_batches), static_cast<long>(b + 1),
-                    window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str());
+                    window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str(), split.c_str());
         std::fflush(stdout);
         window = StepStats();
         tic = now;
@@ -440,6 +525,7 @@ int TrainCommand(int argc, char** argv) {
           std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
         }
         if (cluster) cluster->Finish(/*timeout_ms=*/60000);
+        prof->Finish().ok();
         return kTerminatedExit;
       }
     }
@@ -466,6 +552,8 @@ int TrainCommand(int argc, char** argv) {
     s = cluster->Finish(/*timeout_ms=*/60000);
     if (!s.ok()) return Fail("worker " + std::to_string(rank) + ": ", s);
   }
+  s = prof->Finish();
+  if (!s.ok()) return Fail("profiler: ", s);
   return 0;
 }
 
