@@ -89,14 +89,17 @@ void KVServer::Respond(const wire::Meta& request, const std::string& error) {
   if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
 }
 
-void KVServer::SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder) {
+void KVServer::SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder,
+                               std::function<void(int64_t step)> step_begins) {
   recorder_ = std::move(recorder);
+  step_begins_ = std::move(step_begins);
 }
 
 profile::StepRecord* KVServer::StepLoad(int64_t step, int64_t now_us) {
   auto [it, fresh] = open_steps_.try_emplace(step);
   profile::StepRecord& r = it->second;
   if (fresh) {
+    if (step_begins_) step_begins_(step);
     r.step = step;
     r.start_us = now_us;
     // Synchronous steps follow one another: once step t's pushes come, step t - 2 is done

@@ -19,7 +19,7 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
   if (observer.joined) observer.joined(*c);
   KVServer server(c->num_servers(), c->num_workers(),
                   [c](int id, Message m) { return c->Send(id, std::move(m)); });
-  if (observer.step) server.SetStepRecorder(observer.step);
+  if (observer.step) server.SetStepRecorder(observer.step, observer.step_begins);
   c->SetDataHandler([&server](Message&& m) { server.Handle(std::move(m)); });
   Status s = c->WaitForShutdown();
   // Waits for a message being handled: the server must not be destroyed under it.

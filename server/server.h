@@ -71,7 +71,8 @@ class KVServer {
   // The profiler: each step's record (sum and update time, requests, payload bytes in and
   // out) goes to `recorder` once a push two steps later arrives, and the rest on
   // FlushSteps. With --profile, sums and updates are trace events too.
-  void SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder);
+  void SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder,
+                       std::function<void(int64_t step)> step_begins = nullptr);
   void FlushSteps();
 
  private:
@@ -114,6 +115,7 @@ class KVServer {
   // The step record of `step` (creating it), touched now.
   profile::StepRecord* StepLoad(int64_t step, int64_t now_us);
   std::function<void(const profile::StepRecord&)> recorder_;
+  std::function<void(int64_t step)> step_begins_;
   std::map<int64_t, profile::StepRecord> open_steps_;  // by step, until recorded
 };
 
@@ -123,6 +125,7 @@ class KVServer {
 struct ServerObserver {
   std::function<void(const Cluster&)> joined;
   std::function<void(const profile::StepRecord&)> step;
+  std::function<void(int64_t step)> step_begins;  // the first request of a step arrived
   std::function<void(const Cluster&)> ending;
 };
 

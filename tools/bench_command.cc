@@ -87,7 +87,7 @@ int BenchCommand(int argc, char** argv) {
                "usage: tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20]\n"
                "       tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20]\n"
                "       tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec]\n"
-               "       tally bench profile [--json] [--workers=2] [--servers=1] [--pairs=3]\n");
+               "       tally bench profile [--json] [--workers=2] [--servers=1] [--runs=3]\n");
   return 2;
 }
 

@@ -1,5 +1,6 @@
 #include "tools/node_profiler.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <gflags/gflags.h>
@@ -12,6 +13,8 @@ DEFINE_bool(profile, false, "also write a Chrome/Perfetto trace per process into
             "and add the step's time split to the Speedometer lines");
 DEFINE_int32(monitor_interval_ms, 500, "system monitor sampling interval (0: no monitor)");
 DEFINE_string(profile_rules, "", "rule thresholds, such as data_wait_share=0.3,window=50 (docs/rules.md)");
+DEFINE_int32(profile_overhead_blocks, 0, "measuring the profiler's cost: alternate this many steps with the trace "
+             "and step files on and as many off, and print each half's median step time at the end");
 
 namespace tally {
 
@@ -25,6 +28,8 @@ Status ProfilerOptionsFromFlags(ProfilerOptions* o) {
   }
   o->monitor = FLAGS_monitor_interval_ms != 0;
   o->monitor_interval_ms = FLAGS_monitor_interval_ms;
+  if (FLAGS_profile_overhead_blocks < 0) return Status::InvalidArgument("--profile-overhead-blocks must be >= 0");
+  o->overhead_blocks = FLAGS_profile_overhead_blocks;
   Status s = profile::ParseRuleConfig(FLAGS_profile_rules, &o->rules);
   if (!s.ok()) return Status::InvalidArgument("--profile-rules: " + s.message());
   return Status::Ok();
@@ -88,8 +93,33 @@ void NodeProfiler::OnSample(const profile::MonitorSample& s) {
   Report(rules_->TakeNew());
 }
 
+void NodeProfiler::BeginStep(int64_t step) {
+  const int n = options_.overhead_blocks;
+  if (n <= 0) return;
+  // Blocks pair up as (0,1), (2,3), ...; the pairs run on-off, off-on, on-off, ..., so a
+  // drift of the machine's speed during the run favours neither half.
+  const int64_t block = step / n, pair = block / 2;
+  const bool on = block % 2 == pair % 2;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (on == recording_) return;
+  recording_ = on;
+  profile::Tracer::Get().SetPaused(!on);
+}
+
 void NodeProfiler::AddStep(const profile::StepRecord& r) {
-  if (writer_) writer_->AddStep(r);
+  bool recording;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording = recording_;
+    // The first pair of blocks (start-up) and the first step of each block (it pays for
+    // the switch) are left out.
+    const int n = options_.overhead_blocks;
+    if (n > 0 && r.step >= 2 * n && r.step % n != 0) {
+      (recording ? on_ms_ : off_ms_).push_back(r.dur_us / 1000.0);
+      block_ms_[r.step / n].push_back(r.dur_us / 1000.0);
+    }
+  }
+  if (writer_ && recording) writer_->AddStep(r);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int p = 0; p < profile::kNumPhases; ++p) split_[p] += r.phase_us[p];
@@ -126,6 +156,28 @@ Status NodeProfiler::Finish() {
     clock = clock_;
   }
   monitor_.reset();
+  if (options_.overhead_blocks > 0 && meta_.role == "worker") {
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    std::lock_guard<std::mutex> lock(mu_);
+    // Each complete pair of blocks: the median step of its on block over its off block's.
+    std::vector<double> ratios;
+    for (const auto& [block, ms] : block_ms_) {
+      if (block % 2 != 0) continue;
+      auto next = block_ms_.find(block + 1);
+      if (next == block_ms_.end() || next->second.size() != ms.size()) continue;
+      const bool first_on = (block / 2) % 2 == 0;
+      const double a = median(ms), b = median(next->second);
+      ratios.push_back(first_on ? a / b : b / a);
+    }
+    std::printf("tally: profiler overhead: %s: on %zu steps median %.4f ms, off %zu steps median %.4f ms, "
+                "%zu block pairs median ratio %.4f\n",
+                meta_.node.c_str(), on_ms_.size(), median(on_ms_), off_ms_.size(), median(off_ms_), ratios.size(),
+                median(ratios));
+    std::fflush(stdout);
+  }
   if (clock) {
     int64_t offset = 0, rtt = -1;
     if (clock(&offset, &rtt)) {

@@ -12,9 +12,12 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/profile/monitor.h"
 #include "ops/profile/records.h"
@@ -29,6 +32,9 @@ struct ProfilerOptions {
   int monitor_interval_ms = 500;
   bool monitor = true;
   profile::RuleConfig rules;
+  // Measuring the profiler's cost (tally bench profile): steps alternate, this many with
+  // the trace and the step files on, as many off; Finish prints each half's median step.
+  int overhead_blocks = 0;
 };
 
 // From --run-dir, --profile, --monitor-interval-ms and --profile-rules; fails naming the
@@ -44,6 +50,9 @@ class NodeProfiler {
   // Where the clock offset comes from (Cluster::ClockOffset); none: offset 0 (the
   // scheduler itself, a single process).
   void SetClock(std::function<bool(int64_t*, int64_t*)> clock);
+
+  // Step `step` begins (with overhead_blocks: the profiler turns on or off here).
+  void BeginStep(int64_t step);
 
   // Records a step: the file, the rules (findings printed to stderr and written), and the
   // Speedometer's window. Thread-safe.
@@ -74,6 +83,9 @@ class NodeProfiler {
   int64_t split_[profile::kNumPhases] = {};  // GUARDED_BY(mu_): the Speedometer window
   int64_t split_wall_us_ = 0;                // GUARDED_BY(mu_)
   bool finished_ = false;
+  bool recording_ = true;                     // GUARDED_BY(mu_): overhead_blocks' current half
+  std::vector<double> on_ms_, off_ms_;        // GUARDED_BY(mu_): step times of each half
+  std::map<int64_t, std::vector<double>> block_ms_;  // GUARDED_BY(mu_): step times by block
 };
 
 }  // namespace tally

@@ -210,6 +210,9 @@ int RunRole(const ClusterConfig& c) {
       observer.step = [&](const profile::StepRecord& r) {
         if (prof) prof->AddStep(r);
       };
+      observer.step_begins = [&](int64_t step) {
+        if (prof) prof->BeginStep(step);
+      };
       observer.ending = [&](const Cluster&) {
         if (prof) prof->Finish().ok();
       };
@@ -469,6 +472,7 @@ int TrainCommand(int argc, char** argv) {
         trainer->SetLearningRate(lr);
         applied_lr = lr;
       }
+      prof->BeginStep(step);
       const int64_t step_start = profile::NowUs();
       s = train_data->Next(&images, &labels);
       const int64_t data_end = profile::NowUs();

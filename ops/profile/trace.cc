@@ -100,7 +100,12 @@ void Tracer::Enable(const std::string& path, const std::string& process_name) {
     r.path = path;
     r.process_name = process_name;
   }
+  armed_.store(true);
   enabled_.store(true);
+}
+
+void Tracer::SetPaused(bool paused) {
+  if (armed_.load()) enabled_.store(!paused);
 }
 
 void Tracer::NameThread(const std::string& name) {
@@ -154,7 +159,8 @@ void Tracer::Counter(const char* name, int64_t ts, const std::vector<std::pair<s
 }
 
 Status Tracer::Finish(const std::map<std::string, std::string>& other) {
-  if (!enabled_.exchange(false)) return Status::Ok();
+  if (!armed_.exchange(false)) return Status::Ok();
+  enabled_.store(false);
   Registry& r = Reg();
   std::lock_guard<std::mutex> lock(r.mu);
   const std::string tmp = r.path + ".tmp";

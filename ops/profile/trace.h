@@ -45,6 +45,8 @@ class Tracer {
   // the trace ("worker 0").
   void Enable(const std::string& path, const std::string& process_name);
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  // Stops and resumes recording between Enable and Finish (measuring the tracer's cost).
+  void SetPaused(bool paused);
   // Names the calling thread in the trace ("trainer", "sender", "receive", "monitor").
   void NameThread(const std::string& name);
 
@@ -62,7 +64,8 @@ class Tracer {
   Tracer() = default;
   struct Buffer;
   Buffer* ThreadBuffer();
-  std::atomic<bool> enabled_{false};
+  std::atomic<bool> enabled_{false};  // recording now
+  std::atomic<bool> armed_{false};    // between Enable and Finish
 };
 
 // An X event from construction to destruction, on the calling thread; nothing when the

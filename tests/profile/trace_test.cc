@@ -185,7 +185,9 @@ TEST(TracerTest, EventsOfEveryThreadLandInOneValidChromeTrace) {
     }
     before += name == "before";
     threads += name == "thread_name";
-    if (name == "cpu %") EXPECT_TRUE(e["args"]["iowait"].is_null());
+    if (name == "cpu %") {
+      EXPECT_TRUE(e["args"]["iowait"].is_null());
+    }
   }
   EXPECT_EQ(pushes, 100);
   EXPECT_EQ(fwd, 1);
