@@ -1,6 +1,6 @@
 #include "scheduler/scheduler.h"
 
-#include "ops/profile/records.h"
+#include "ops/profile/trace.h"
 
 #include <unistd.h>
 
@@ -181,6 +181,7 @@ class Scheduler {
           case wire::BARRIER: {
             const uint32_t group = m.meta.barrier_group();
             auto& arrived = barriers[group];
+            if (arrived.empty()) barrier_start_[group] = profile::NowUs();
             arrived.insert(from);
             size_t members = 0;
             for (const wire::Node& n : nodes_) members += n.id() != 0 && (GroupOf(n.id()) & group);
@@ -195,10 +196,14 @@ class Scheduler {
                 transport_->Send(id, d).ok();
               }
               arrived.clear();
+              // From the first arrival to the release: how long the nodes waited for the last.
+              const int64_t start = barrier_start_[group];
+              profile::Tracer::Get().Complete("barrier", "scheduler", start, profile::NowUs() - start, "group", group);
             }
             break;
           }
           case wire::WORKER_DONE:
+            profile::Tracer::Get().Instant("worker done", "scheduler", profile::NowUs());
             done_workers.insert(from);
             if (static_cast<int>(done_workers.size()) == cfg_.num_workers) {
               wire::Meta bye;
@@ -256,6 +261,7 @@ class Scheduler {
   std::vector<wire::Node> nodes_;  // by id
   std::map<int, Clock::time_point> last_heard_;
   std::set<int> dead_;
+  std::map<uint32_t, int64_t> barrier_start_;  // by group: the first arrival's time
 };
 
 }  // namespace
