@@ -12,6 +12,9 @@ the most specific entry wins, and with no entry the process exits 0. Actions:
     sleep            sleep until killed
     grandchild       start a child that sleeps, then sleep until killed
     ignoreterm       ignore SIGTERM, then sleep until killed
+    stop             stop itself with SIGSTOP; once continued, sleep until killed
+    once:ACTION      ACTION the first time this role and rank runs, exit 0 after that
+                     (a restarted job); a file under FAKE_STATE_DIR remembers the runs
 FAKE_PRINT_VARS="A,B" also prints those variables, one `var NAME=VALUE` line each.
 """
 
@@ -71,6 +74,10 @@ def main():
         print(f"var {name}={os.environ.get(name)}", flush=True)
     print(f"{role} {rank} on stderr", file=sys.stderr, flush=True)
     action = action_for(role, rank, os.environ.get("FAKE_ROLE_PLAN", ""))
+    if action.startswith("once:"):
+        marker = os.path.join(os.environ["FAKE_STATE_DIR"], f"{role}{rank}.ran")
+        action = "exit0" if os.path.exists(marker) else action[5:]
+        open(marker, "w").close()
     if action.startswith("exit"):
         status, _, delay = action[4:].partition(":")
         time.sleep(float(delay or 0))
@@ -79,6 +86,8 @@ def main():
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({SLEEP_SECONDS})"])
     elif action == "ignoreterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     elif action != "sleep":
         fail(f"unknown action {action!r}")
     time.sleep(SLEEP_SECONDS)

@@ -112,9 +112,9 @@ class LaunchCase(unittest.TestCase):
                 found[match.group(1)] = match.groups()[1:]
         return found
 
-    def interrupt_when_started(self, args, plan, signum, expected_roles):
+    def interrupt_when_started(self, args, plan, signum, expected_roles, command=None):
         """Starts a job, waits until every role has printed, sends signum to launch.py."""
-        launcher = self.start(args, plan)
+        launcher = self.start(args, plan, command=command)
         lines, started = [], threading.Event()
 
         def read():
@@ -219,6 +219,107 @@ class LocalLauncherTest(LaunchCase):
         self.assertEqual(rc, 127)
         self.assertIn("cannot start scheduler on localhost", err)
         self.assertNothingLeft()
+
+
+class RestartTest(LaunchCase):
+    """--max-restarts: the whole job starts again after a failure, up to K times."""
+
+    RESUMABLE = ["--model-prefix", "run/m", "--resume", "auto"]
+
+    def setUp(self):
+        super().setUp()
+        state = tempfile.TemporaryDirectory()
+        self.addCleanup(state.cleanup)
+        self.env = {"FAKE_STATE_DIR": state.name}
+
+    def launch_resumable(self, args, plan, timeout=25):
+        return self.launch(args, plan, timeout=timeout, env=self.env,
+                           command=[sys.executable, FAKE] + self.RESUMABLE)
+
+    def starts(self, out):
+        """[(name, scheduler address)] of every role line, in order."""
+        return [(m.group(1), m.group(4)) for m in map(ROLE_LINE.match, out.splitlines()) if m]
+
+    def test_a_failed_process_restarts_the_whole_job_on_a_new_port(self):
+        rc, out, err, _ = self.launch_resumable(["-n", "2", "-s", "1", "--max-restarts", "2"],
+                                                "worker1=once:exit3:1,*=once:sleep")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: worker 1 on localhost exited with status 3; stopping the job", err)
+        self.assertIn("launch.py: restart 1 of 2 after worker 1 on localhost exited with status 3: "
+                      "starting every process again", err)
+        self.assertIn("launch.py: the job completed on attempt 2 of 3", err)
+        self.assertNotIn("restart 2 of 2", err)
+        starts = self.starts(out)
+        names = sorted(name for name, _ in starts)
+        self.assertEqual(names, sorted(["scheduler", "server 0", "worker 0", "worker 1"] * 2), out)
+        ports = [root for name, root in starts if name == "scheduler"]
+        self.assertNotEqual(ports[0], ports[1], "the restart reused the scheduler's port")
+        self.assertEqual({root for _, root in starts}, set(ports))
+        self.assertNothingLeft()
+
+    def test_a_given_port_is_kept(self):
+        port = job.free_port()
+        rc, out, err, _ = self.launch_resumable(
+            ["-n", "1", "-s", "1", "--max-restarts", "1", "--port", str(port)],
+            "server0=once:exit4:1,*=once:sleep")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("restart 1 of 1 after server 0 on localhost exited with status 4", err)
+        self.assertEqual({root for _, root in self.starts(out)}, {f"127.0.0.1:{port}"})
+        self.assertNothingLeft()
+
+    def test_gives_up_after_k_restarts_with_the_last_status(self):
+        rc, out, err, _ = self.launch_resumable(
+            ["-n", "2", "-s", "1", "--max-restarts", "2", "--grace", "1"],
+            "worker1=exit3:0.5,*=sleep")
+        self.assertEqual(rc, 3, err)
+        for attempt in (1, 2):
+            self.assertIn(f"restart {attempt} of 2 after worker 1 on localhost exited with status 3",
+                          err)
+        self.assertIn("launch.py: no restarts left (2 used); the last failure: worker 1 on "
+                      "localhost exited with status 3", err)
+        self.assertEqual([name for name, _ in self.starts(out)].count("worker 1"), 3, out)
+        self.assertNothingLeft()
+
+    def test_without_max_restarts_a_failure_ends_the_job(self):
+        rc, out, err, _ = self.launch_resumable(["-n", "1", "-s", "1"], "worker0=once:exit3:0.5")
+        self.assertEqual(rc, 3, err)
+        self.assertNotIn("restart", err)
+        self.assertNothingLeft()
+
+    def test_a_signal_to_the_launcher_is_not_restarted(self):
+        rc, err, seconds = self.interrupt_when_started(
+            ["-n", "1", "-s", "1", "--max-restarts", "3"], "*=sleep", signal.SIGINT, 3,
+            command=[sys.executable, FAKE] + self.RESUMABLE)
+        self.assertEqual(rc, 130, err)
+        self.assertNotIn("restart", err)
+        self.assertLess(seconds, 4)
+        self.assertNothingLeft()
+
+    def test_a_stopped_process_is_continued_so_that_sigterm_ends_it(self):
+        rc, _, err, seconds = self.launch_resumable(["-n", "2", "-s", "1", "--grace", "20"],
+                                                    "worker1=stop,worker0=exit3:1,*=sleep")
+        self.assertEqual(rc, 3, err)
+        self.assertNotIn("still running after", err)
+        self.assertLess(seconds, 10, "the stopped worker waited for SIGKILL")
+        self.assertNothingLeft()
+
+    def test_the_command_must_continue_from_its_checkpoints(self):
+        message = "--max-restarts restarts the job from its latest checkpoint; the command needs "
+        for extra, missing in (([], "--model-prefix PREFIX and --resume auto"),
+                               (["--model-prefix", "m"], "--resume auto"),
+                               (["--resume=auto"], "--model-prefix PREFIX"),
+                               (["--model-prefix", "m", "--resume", "no"], "--resume auto")):
+            with self.subTest(extra=extra):
+                rc, _, err, _ = self.launch(["-n", "1", "--max-restarts", "1"],
+                                            command=[sys.executable, FAKE] + extra)
+                self.assertEqual(rc, 2, err)
+                self.assertIn(message + missing, err)
+        rc, _, err, _ = self.launch(["-n", "1", "--max-restarts", "-1"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--max-restarts must be at least 0", err)
+        for command in (["--model_prefix=m", "-resume", "auto"], ["-model-prefix", "m", "--resume=auto"]):
+            with self.subTest(command=command):
+                job.check_restartable(["tally", "train"] + command)
 
 
 class SshLauncherTest(LaunchCase):

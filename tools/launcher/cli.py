@@ -9,8 +9,9 @@ import sys
 import threading
 
 from . import commands
-from .job import UsageError, free_port, parse_env_options, parse_hostfile, plan_job
-from .supervise import Child, Job, RemoteChild, say
+from .job import (UsageError, check_restartable, free_port, parse_env_options, parse_hostfile,
+                  plan_job, set_root_port)
+from .supervise import Child, RemoteChild, run_with_restarts, say
 
 LAUNCHERS = ("local", "ssh", "mpi", "slurm")
 
@@ -45,6 +46,10 @@ def build_parser():
                              "may take to exit before they are stopped (default: 30)")
     parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                         help="time between SIGTERM and SIGKILL when stopping (default: 30)")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                        help="after a process fails, stop the job and start it again, up to "
+                             "K times; the command must have --model-prefix and --resume auto "
+                             "(default: 0)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the command of every process, one per line, and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER,
@@ -75,6 +80,10 @@ def plan(args):
     num_servers = args.num_workers if args.num_servers is None else args.num_servers
     if num_servers < 1:
         raise UsageError("-s must be at least 1")
+    if args.max_restarts < 0:
+        raise UsageError("--max-restarts must be at least 0")
+    if args.max_restarts:
+        check_restartable(command)
     remote_only = {"--sync-dst-dir": args.sync_dst_dir, "--ssh-opts": args.ssh_opts,
                    "--ssh-port": args.ssh_port}
     for option, value in remote_only.items():
@@ -140,7 +149,14 @@ def main(argv=None):
     try:
         procs, cwd, hosts = plan(args)
         out_lock = threading.Lock()
-        children = [make_child(args, proc, cwd, out_lock) for proc in procs]
+
+        def make_children(attempt):
+            # The last attempt's scheduler port may linger in TIME_WAIT or be taken by now.
+            if attempt and args.port is None:
+                set_root_port(procs, free_port())
+            return [make_child(args, proc, cwd, out_lock) for proc in procs]
+
+        children = make_children(0)
         if args.dry_run:
             if args.sync_dst_dir:
                 sync_all(args, hosts, dry_run=True)
@@ -155,4 +171,5 @@ def main(argv=None):
         return 2
     except KeyboardInterrupt:  # before any role started: nothing to stop
         return 130
-    return Job(children, args.shutdown_timeout, args.grace).run()
+    return run_with_restarts(lambda attempt: make_children(attempt) if attempt else children,
+                             args.shutdown_timeout, args.grace, args.max_restarts)

@@ -96,6 +96,47 @@ def parse_env_options(items, environ):
     return result
 
 
+def flag_values(command, name):
+    """The values `command` gives the gflags flag `name` (dashed, e.g. "model-prefix"):
+    `--name=V`, `--name V`, with one dash or two, `_` for `-` as gflags allows."""
+    values = []
+    for i, arg in enumerate(command):
+        if not arg.startswith("-"):
+            continue
+        flag, eq, value = arg.lstrip("-").partition("=")
+        if flag.replace("_", "-") != name:
+            continue
+        if eq:
+            values.append(value)
+        elif i + 1 < len(command):
+            values.append(command[i + 1])
+    return values
+
+
+def check_restartable(command):
+    """Raises UsageError unless a rerun of `command` continues from its latest checkpoint.
+
+    `tally train` does with --model-prefix PREFIX and --resume auto: the first attempt
+    starts from the beginning when PREFIX has no checkpoint yet, each restart from the
+    newest one that loads. The launcher does not add the flags itself: a command that
+    never saved would silently start over on every restart.
+    """
+    missing = []
+    if not any(flag_values(command, "model-prefix")):
+        missing.append("--model-prefix PREFIX")
+    if "auto" not in flag_values(command, "resume"):
+        missing.append("--resume auto")
+    if missing:
+        raise UsageError("--max-restarts restarts the job from its latest checkpoint; the "
+                         "command needs " + " and ".join(missing))
+
+
+def set_root_port(procs, port):
+    """Points every process at a scheduler listening on `port` (a restart's new port)."""
+    for proc in procs:
+        proc.env["DMLC_PS_ROOT_PORT"] = str(port)
+
+
 def free_port(host=""):
     """A TCP port that nothing on this machine listens on at the moment."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -5,7 +5,8 @@ reaches everything it started. Output is forwarded line by line with a `[worker 
 prefix. The job ends when all of it exits 0, when any process fails, when the launcher
 is interrupted, or when scheduler and servers outlive the workers by the shutdown
 timeout; in the last three cases every process still running gets SIGTERM and, after
-the grace period, SIGKILL.
+the grace period, SIGKILL. With --max-restarts, a job that ended because a process failed
+is then started again whole (`run_with_restarts`).
 """
 
 import os
@@ -173,6 +174,8 @@ class Child:
 
     def terminate(self, table):
         self.signal_group(signal.SIGTERM, table)
+        # A stopped process (SIGSTOP, a debugger) acts on SIGTERM only once it runs again.
+        self.signal_group(signal.SIGCONT, table)
 
     def kill(self, table):
         self.signal_group(signal.SIGKILL, table)
@@ -238,21 +241,34 @@ class RemoteChild(Child):
                 killer.wait()
 
 
-class Job:
-    """Starts the children, watches them and returns the launcher's exit status."""
+class Interrupts:
+    """Ctrl-C, SIGTERM and SIGHUP to the launcher, remembered across restarts."""
 
-    def __init__(self, children, shutdown_timeout, grace):
-        self.children = children
-        self.shutdown_timeout = shutdown_timeout
-        self.grace = grace
+    def __init__(self):
         self.received = None
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.on_signal)
 
     def on_signal(self, signum, frame):
         self.received = signum
 
+
+class Job:
+    """Starts the children, watches them and returns the launcher's exit status."""
+
+    def __init__(self, children, shutdown_timeout, grace, interrupts):
+        self.children = children
+        self.shutdown_timeout = shutdown_timeout
+        self.grace = grace
+        self.interrupts = interrupts
+        # The child whose failure ended the job; None when it ended otherwise.
+        self.failed = None
+
+    @property
+    def received(self):
+        return self.interrupts.received
+
     def run(self):
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, self.on_signal)
         status = self.watch()
         self.stop()
         return status
@@ -285,6 +301,7 @@ class Job:
                 code = child.poll()
                 if code is not None and code != 0:
                     say(f"{child.label} {describe_status(code)}; stopping the job")
+                    self.failed = child
                     return exit_code(code)
             if workers_done_at is None:
                 if all(c.poll() == 0 for c in workers):
@@ -336,3 +353,32 @@ class Job:
         deadline = time.monotonic() + 5
         for child in started:
             child.finish(timeout=max(0.1, deadline - time.monotonic()))
+
+
+def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts):
+    """Runs the job and, after a process fails, stops it and starts it whole again, up to
+    max_restarts times; make_children(attempt) gives each attempt's children (attempt 0
+    is the first). Returns the exit status of the last attempt.
+
+    Only a failed process leads to a restart: a signal to the launcher, a process that
+    cannot be started or a scheduler or server that outlives the workers end the run.
+    """
+    interrupts = Interrupts()
+    attempt = 0
+    while True:
+        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts)
+        status = job.run()
+        if status == 0:
+            if attempt:
+                say(f"the job completed on attempt {attempt + 1} of {max_restarts + 1}")
+            return status
+        if job.failed is None or interrupts.received is not None:
+            return status
+        failure = f"{job.failed.label} {describe_status(job.failed.returncode)}"
+        if attempt == max_restarts:
+            if max_restarts:
+                say(f"no restarts left ({max_restarts} used); the last failure: {failure}")
+            return status
+        attempt += 1
+        say(f"restart {attempt} of {max_restarts} after {failure}: starting every process "
+            f"again, to continue from the latest checkpoint")
