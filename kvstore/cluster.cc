@@ -40,24 +40,39 @@ class Cluster::Impl {
     TALLY_RETURN_IF_ERROR(transport_->Connect(0, cfg_.scheduler_host, cfg_.scheduler_port));
     Message reg;
     reg.meta.set_command(wire::REGISTER);
+    reg.meta.set_sender_id(-1);  // no id until the node table comes
     wire::Node* n = reg.meta.add_nodes();
     n->set_role(cfg_.role);
     n->set_rank(cfg_.rank);
     n->set_host(cfg_.host);
     n->set_port(port);
     n->set_pid(static_cast<int>(getpid()));
-    TALLY_RETURN_IF_ERROR(transport_->Send(0, reg));
     last_heard_ = Clock::now();
     receiver_ = std::thread([this] { ReceiveLoop(); });
 
+    // REGISTER is the one message sent before this node has an id, so the transport cannot
+    // number it and resend it: it is sent again every second until the table comes (the
+    // scheduler ignores repeats).
+    const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.register_timeout_ms);
     std::unique_lock<std::mutex> lock(mu_);
-    bool ready = cv_.wait_for(lock, std::chrono::milliseconds(cfg_.register_timeout_ms),
-                              [&] { return !nodes_.empty() || !failure_.ok(); });
+    bool ready = false;
+    while (!ready && failure_.ok() && Clock::now() < deadline) {
+      lock.unlock();
+      Status sent = transport_->Send(0, reg);
+      lock.lock();
+      if (!sent.ok()) {
+        LOG_EVERY_N(WARNING, 10) << "register with the scheduler: " << sent.message();
+      }
+      ready = cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::seconds(1)),
+                             [&] { return !nodes_.empty() || !failure_.ok(); });
+    }
     if (!failure_.ok()) return failure_;
     if (!ready) {
       return Status::Unavailable("the scheduler at " + cfg_.scheduler_host + ":" + std::to_string(cfg_.scheduler_port) +
                                  " did not answer within " + std::to_string(cfg_.register_timeout_ms) +
-                                 " ms (TALLY_REGISTER_TIMEOUT_MS); is it running, and did every node start?");
+                                 " ms (TALLY_REGISTER_TIMEOUT_MS); is it running, did every node start" +
+                                 (cfg_.job_secret.empty() ? std::string("?")
+                                                          : ", and does this process have the job's secret?"));
     }
     for (const wire::Node& node : nodes_) {
       if (node.id() == 0 || node.id() == me_.id()) continue;

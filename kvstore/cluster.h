@@ -52,10 +52,21 @@ struct ClusterConfig {
   int dead_timeout_ms = 2000;                // TALLY_DEAD_TIMEOUT_MS
   int register_timeout_ms = 60000;           // TALLY_REGISTER_TIMEOUT_MS: the whole job must gather
   int exit_grace_ms = 1000;                  // after a failure, before the watchdog exits; < 0: never (tests)
+  // The job's secret (32 raw bytes) from TALLY_JOB_SECRET or TALLY_JOB_SECRET_FILE: every
+  // connection is authenticated and encrypted (docs/security.md). Empty: plain, which
+  // ClusterConfigFromEnv allows only with TALLY_PLAIN=1.
+  std::string job_secret;
+  int resend_ms = 1000;  // TALLY_RESEND_MS: unacknowledged messages are sent again after this
+  FaultSpec faults;      // TALLY_TEST_FAULTS: test-only fault injection (docs/faults.md)
 };
 
+// The transport a node of this job uses: ZeroMQ, with CURVE when cfg.job_secret is set,
+// the test fault injector when cfg.faults asks for it, and exactly-once in-order delivery.
+Status NewJobTransport(const ClusterConfig& cfg, std::unique_ptr<Transport>* out);
+
 // Reads the DMLC_* and TALLY_* variables above. Fails naming the variable that is missing
-// or malformed. DMLC_ROLE is one of scheduler, server, worker.
+// or malformed. DMLC_ROLE is one of scheduler, server, worker. Without a job secret it
+// fails unless TALLY_PLAIN=1 says the network is trusted.
 Status ClusterConfigFromEnv(ClusterConfig* cfg);
 
 // "worker 1 (10.0.0.3:40123, pid 4242)"

@@ -62,7 +62,7 @@ class InProcTransport : public Transport {
     return Status::Ok();
   }
 
-  Status Connect(int id, const std::string& host, int port) override {
+  Status Connect(int id, const std::string& host, int port, const std::string& /*peer*/) override {
     std::lock_guard<std::mutex> lock(mu_);
     peers_[id] = host + ":" + std::to_string(port);
     return Status::Ok();

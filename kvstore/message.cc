@@ -1,5 +1,8 @@
 #include "kvstore/transport.h"
 
+#include <cstdint>
+#include <cstring>
+
 namespace tally {
 
 DType FromWire(wire::DType t) {
@@ -50,6 +53,49 @@ Status ValidateMessage(const Message& msg) {
                                      std::to_string(s.length()) + " " + DTypeName(dtype) + " values");
     }
   }
+  return Status::Ok();
+}
+
+Status DecodeMessage(std::vector<WireFrame> frames, Message* msg) {
+  // Frees whatever frames are still owned here when it goes out of scope.
+  struct Release {
+    std::vector<WireFrame>* frames;
+    ~Release() {
+      for (WireFrame& f : *frames) {
+        if (f.release) f.release();
+      }
+    }
+  } release{&frames};
+  if (frames.empty()) return Status::InvalidArgument("no frames");
+  const WireFrame& head = frames[0];
+  if (head.size > kMaxMetaBytes) return Status::InvalidArgument("meta of " + std::to_string(head.size) + " bytes");
+  Message out;
+  if (!out.meta.ParseFromArray(head.data, static_cast<int>(head.size))) {
+    return Status::InvalidArgument("meta does not parse");
+  }
+  const DType dtype = wire::DType_IsValid(out.meta.dtype()) ? FromWire(out.meta.dtype()) : DType::kF32;
+  const size_t es = DTypeSize(dtype);
+  for (size_t i = 1; i < frames.size(); ++i) {
+    if (frames[i].size % es != 0) return Status::InvalidArgument("data frame of odd size");
+  }
+  for (size_t i = 1; i < frames.size(); ++i) {
+    WireFrame& f = frames[i];
+    const int64_t n = static_cast<int64_t>(f.size / es);
+    if (reinterpret_cast<uintptr_t>(f.data) % es != 0) {
+      // ZeroMQ leaves a small frame wherever it lay in its receive buffer, and the kernels
+      // read whole elements: such a frame is copied (Release frees the original).
+      Tensor aligned = Tensor::Empty({n}, dtype);
+      if (f.size > 0) std::memcpy(aligned.raw_data(), f.data, f.size);
+      out.data.push_back(std::move(aligned));
+      continue;
+    }
+    std::function<void()> free_frame = std::move(f.release);
+    f.release = nullptr;  // the tensor owns it now
+    out.data.push_back(Tensor::FromBlob(const_cast<void*>(f.data), {n}, dtype, Device::Cpu(),
+                                        [free_frame](void*) { if (free_frame) free_frame(); }));
+  }
+  TALLY_RETURN_IF_ERROR(ValidateMessage(out));  // out's tensors release their frames
+  *msg = std::move(out);
   return Status::Ok();
 }
 

@@ -22,6 +22,7 @@
 // Thread-safety: Send may be called from several threads; Recv from one thread at a time.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ namespace tally {
 struct Message {
   wire::Meta meta;
   std::vector<Tensor> data;  // one per meta.slices(i): a 1-D tensor of meta.dtype, length elements
+  // Received messages: who sent it, as authentication proved ("worker 3"); empty when the
+  // job runs without authentication. Never taken from the message's own bytes.
+  std::string peer;
 };
 
 // Caps on what the wire may declare, checked before anything is allocated.
@@ -50,24 +54,80 @@ wire::DType ToWire(DType t);  // REQUIRES: t is f32, f16 or bf16
 // Meta's dtype. Returns a Status describing the first problem.
 Status ValidateMessage(const Message& msg);
 
+// One frame as it came off the wire: its bytes and what frees them (may be empty).
+struct WireFrame {
+  const void* data = nullptr;
+  size_t size = 0;
+  std::function<void()> release;
+};
+
+// Turns the frames of one received message (the Meta, then one frame per slice) into msg
+// and validates it. Always takes the frames: on success the data frames become msg's
+// tensors, without copying, and are released with them; on failure every frame is
+// released at once. Never trusts the bytes: this is what the fuzzer drives.
+Status DecodeMessage(std::vector<WireFrame> frames, Message* msg);
+
 class Transport {
  public:
   virtual ~Transport() = default;
   // Binds the receiving endpoint on host:port (port 0: the system picks a free one).
   virtual Status Bind(const std::string& host, int port, int* bound_port) = 0;
   // Opens the sending side to node `id` at host:port. Connecting again replaces the old one.
-  virtual Status Connect(int id, const std::string& host, int port) = 0;
+  // `peer` names the node ("server 1") when it is not the one its id implies (JobNames);
+  // an authenticated transport proves the peer holds that name's key.
+  virtual Status Connect(int id, const std::string& host, int port, const std::string& peer = "") = 0;
   // Queues msg for node `id`. Fails (never blocks for long) if the peer cannot take it
   // within the send timeout.
   virtual Status Send(int id, const Message& msg) = 0;
   // Waits up to timeout_ms (< 0: forever) for the next message. Unavailable on timeout.
   virtual Status Recv(Message* msg, int timeout_ms) = 0;
+  // Messages sent but not yet acknowledged by their receivers (the reliable transport's
+  // Recv takes the acknowledgements in); 0 for transports that do not track them.
+  virtual size_t Unacknowledged() { return 0; }
   // Closes every socket; pending sends are dropped after the linger time.
   virtual void Close() = 0;
 };
 
+// The names of a job's nodes, which authentication proves: "scheduler", "server R",
+// "worker R". Ids follow the node table: 0 the scheduler, 1..M servers, M+1..M+N workers.
+struct JobNames {
+  int num_servers = 0, num_workers = 0;
+  std::string Of(int id) const;  // empty for an id outside the job
+  int size() const { return 1 + num_servers + num_workers; }
+};
+std::string NodeName(wire::Role role, int rank);
+
+// CURVE authentication (docs/security.md): every node's key pair is derived from the job's
+// secret and its name, so every member knows every member's public key and no one else
+// knows any.
+struct CurveAuth {
+  std::string secret;  // the job's secret, raw bytes (32)
+  std::string self;    // this node's name
+  JobNames job;
+};
+
 // The ZeroMQ transport (TCP). send_timeout_ms bounds how long a Send may wait for room.
-std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms = 5000);
+// With auth, every connection is CURVE-encrypted and a ZAP handler admits only the job's
+// keys; a received message whose sender_id does not match the authenticated name is
+// dropped with a log line.
+std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms = 5000, const CurveAuth* auth = nullptr);
+
+// Exactly-once, in-order delivery over a transport that may lose, repeat or reorder
+// messages: numbers each message per receiver, acknowledges what arrives, resends what is
+// not acknowledged within resend_ms, and drops repeats (docs/wire.md, "Delivery").
+std::unique_ptr<Transport> NewReliableTransport(std::unique_ptr<Transport> inner, int resend_ms = 1000);
+
+// Test-only fault injection on Send (TALLY_TEST_FAULTS, docs/faults.md):
+//   "drop=0.01,dup=0.01,reorder=0.01,delay_ms=0-20,seed=3"
+struct FaultSpec {
+  double drop = 0, dup = 0, reorder = 0;
+  int delay_min_ms = 0, delay_max_ms = 0;
+  uint64_t seed = 1;
+  bool any() const { return drop > 0 || dup > 0 || reorder > 0 || delay_max_ms > 0; }
+  std::string ToString() const;
+};
+Status ParseFaultSpec(const std::string& text, FaultSpec* spec);
+std::unique_ptr<Transport> NewFaultyTransport(std::unique_ptr<Transport> inner, const FaultSpec& spec);
 
 // The in-process transport, for tests: endpoints are named host:port within the process
 // and Send hands tensors over without copying or serialising the data frames (the Meta

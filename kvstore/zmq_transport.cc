@@ -7,8 +7,20 @@
 // frames become tensors that own the zmq_msg_t, so nothing is copied on arrival either.
 // ZMQ_MAXMSGSIZE makes ZeroMQ itself refuse a frame larger than kMaxFrameBytes before
 // allocating it.
+//
+// Authentication (docs/security.md): with a CurveAuth, the receiving socket is a CURVE
+// server and every sending socket a CURVE client. Keys are derived from the job's secret
+// and the node's name (HMAC-SHA256), so every member can compute every member's public key.
+// A ZAP handler, a thread on inproc://zeromq.zap.01 of this transport's context, admits a
+// connecting client only if its public key is one of the job's and names it; ZeroMQ stamps
+// that name on every message of the connection (the "User-Id" property), and a message
+// whose sender_id is not the node of that name is dropped.
 #include <arpa/inet.h>
+#include <sodium.h>
 #include <zmq.h>
+
+#include <atomic>
+#include <thread>
 
 #include <chrono>
 #include <cstring>
@@ -26,11 +38,54 @@ std::string ZmqError(const std::string& what) {
 
 void ReleaseStorage(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<Storage>*>(hint); }
 
+// A node's CURVE key pair (binary, 32 bytes each), derived from the job's secret and name.
+struct KeyPair {
+  std::string public_key, secret_key;
+};
+
+KeyPair DeriveKeys(const std::string& job_secret, const std::string& name) {
+  const std::string label = "tally curve key: " + name;
+  unsigned char secret[crypto_auth_hmacsha256_BYTES];
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(job_secret.data()), job_secret.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(label.data()), label.size());
+  crypto_auth_hmacsha256_final(&st, secret);
+  char z85_secret[41], z85_public[41];
+  CHECK(zmq_z85_encode(z85_secret, secret, 32) != nullptr);
+  CHECK_EQ(zmq_curve_public(z85_public, z85_secret), 0) << ZmqError("zmq_curve_public");
+  KeyPair k;
+  k.secret_key.assign(reinterpret_cast<const char*>(secret), 32);
+  k.public_key.resize(32);
+  CHECK(zmq_z85_decode(reinterpret_cast<uint8_t*>(k.public_key.data()), z85_public) != nullptr);
+  sodium_memzero(secret, sizeof secret);
+  sodium_memzero(z85_secret, sizeof z85_secret);
+  return k;
+}
+
+// Receives the frames of one multipart message; false if the socket gave none.
+bool RecvFrames(void* socket, std::vector<std::string>* frames) {
+  frames->clear();
+  int more = 1;
+  while (more) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    if (zmq_msg_recv(&part, socket, 0) < 0) {
+      zmq_msg_close(&part);
+      return false;
+    }
+    frames->emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+    more = zmq_msg_more(&part);
+    zmq_msg_close(&part);
+  }
+  return true;
+}
+
 class ZmqTransport : public Transport {
  public:
-  explicit ZmqTransport(int send_timeout_ms) : send_timeout_ms_(send_timeout_ms) {
+  ZmqTransport(int send_timeout_ms, const CurveAuth* auth) : send_timeout_ms_(send_timeout_ms) {
     context_ = zmq_ctx_new();
     CHECK(context_ != nullptr) << ZmqError("zmq_ctx_new");
+    if (auth != nullptr) StartAuth(*auth);
   }
   ~ZmqTransport() override {
     Close();
@@ -45,6 +100,12 @@ class ZmqTransport : public Transport {
     int linger = 0;
     zmq_setsockopt(receiver_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
     zmq_setsockopt(receiver_, ZMQ_LINGER, &linger, sizeof linger);
+    if (auth_) {
+      const int server = 1;
+      zmq_setsockopt(receiver_, ZMQ_CURVE_SERVER, &server, sizeof server);
+      zmq_setsockopt(receiver_, ZMQ_CURVE_SECRETKEY, keys_.secret_key.data(), 32);
+      zmq_setsockopt(receiver_, ZMQ_ZAP_DOMAIN, "tally", 5);
+    }
     // An address literal binds that interface only; a name (localhost, a host name) binds all.
     in_addr v4;
     in6_addr v6;
@@ -65,11 +126,23 @@ class ZmqTransport : public Transport {
     return Status::Ok();
   }
 
-  Status Connect(int id, const std::string& host, int port) override {
+  Status Connect(int id, const std::string& host, int port, const std::string& peer_name) override {
     void* socket = zmq_socket(context_, ZMQ_PUSH);
     int linger = 1000, timeout = send_timeout_ms_;
     zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(socket, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
+    if (auth_) {
+      const std::string name = peer_name.empty() ? auth_->job.Of(id) : peer_name;
+      auto it = members_by_name_.find(name);
+      if (it == members_by_name_.end()) {
+        zmq_close(socket);
+        return Status::InvalidArgument("connect to node " + std::to_string(id) + ": '" + name +
+                                       "' is not a node of this job");
+      }
+      zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, it->second.data(), 32);
+      zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys_.public_key.data(), 32);
+      zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys_.secret_key.data(), 32);
+    }
     std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
     if (zmq_connect(socket, endpoint.c_str()) != 0) {
       Status s = Status::Unavailable(ZmqError("cannot connect to node " + std::to_string(id) + " at " + endpoint));
@@ -141,8 +214,9 @@ class ZmqTransport : public Transport {
         continue;
       }
       Status s = ReceiveOne(msg);
+      if (s.ok()) s = CheckSender(*msg);
       if (s.ok()) return s;
-      LOG(WARNING) << "dropped a malformed message: " << s.message();
+      LOG_EVERY_N(WARNING, 100) << "dropped a message: " << s.message() << " (" << google::COUNTER << " so far)";
     }
   }
 
@@ -155,9 +229,13 @@ class ZmqTransport : public Transport {
         peer->socket = nullptr;
       }
     }
-    std::lock_guard<std::mutex> lock(recv_mu_);
-    if (receiver_) zmq_close(receiver_);
-    receiver_ = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(recv_mu_);
+      if (receiver_) zmq_close(receiver_);
+      receiver_ = nullptr;
+    }
+    zap_stop_ = true;
+    if (zap_thread_.joinable()) zap_thread_.join();
   }
 
  private:
@@ -169,7 +247,7 @@ class ZmqTransport : public Transport {
 
   // Reads one whole multipart message; always consumes every part, valid or not.
   Status ReceiveOne(Message* msg) {
-    std::vector<zmq_msg_t*> parts;
+    std::vector<WireFrame> frames;
     int more = 1;
     while (more) {
       auto* part = new zmq_msg_t;
@@ -177,48 +255,91 @@ class ZmqTransport : public Transport {
       if (zmq_msg_recv(part, receiver_, 0) < 0) {
         zmq_msg_close(part);
         delete part;
-        for (zmq_msg_t* p : parts) { zmq_msg_close(p); delete p; }
+        for (WireFrame& f : frames) f.release();
         return Status::Unavailable(ZmqError("receive"));
       }
-      parts.push_back(part);
       more = zmq_msg_more(part);
+      if (frames.empty()) {
+        const char* user = zmq_msg_gets(part, "User-Id");
+        msg->peer = user != nullptr ? user : "";
+      }
+      frames.push_back({zmq_msg_data(part), zmq_msg_size(part), [part] { zmq_msg_close(part); delete part; }});
     }
-    Status s = Decode(parts, msg);
-    if (!s.ok()) {
-      for (zmq_msg_t* p : parts) { zmq_msg_close(p); delete p; }  // parts not yet owned by tensors
-    }
-    return s;
+    std::string peer = std::move(msg->peer);
+    TALLY_RETURN_IF_ERROR(DecodeMessage(std::move(frames), msg));
+    msg->peer = std::move(peer);
+    return Status::Ok();
   }
 
-  Status Decode(std::vector<zmq_msg_t*>& parts, Message* msg) {
-    zmq_msg_t* head = parts[0];
-    if (zmq_msg_size(head) > kMaxMetaBytes) return Status::InvalidArgument("meta of " + std::to_string(zmq_msg_size(head)) + " bytes");
-    Message out;
-    if (!out.meta.ParseFromArray(zmq_msg_data(head), static_cast<int>(zmq_msg_size(head)))) {
-      return Status::InvalidArgument("meta does not parse");
+  // With authentication, a message that names a sender must come from that node. A
+  // REGISTER names none (sender_id -1): the scheduler checks its claim against msg.peer.
+  Status CheckSender(const Message& msg) const {
+    if (!auth_) return Status::Ok();
+    if (msg.peer.empty()) return Status::InvalidArgument("unauthenticated message");
+    const int from = msg.meta.sender_id();
+    if (from < 0) return Status::Ok();
+    const std::string claimed = auth_->job.Of(from);
+    if (claimed != msg.peer) {
+      return Status::InvalidArgument(msg.peer + " sent a message as node " + std::to_string(from) +
+                                      (claimed.empty() ? "" : " (" + claimed + ")"));
     }
-    const DType dtype = wire::DType_IsValid(out.meta.dtype()) ? FromWire(out.meta.dtype()) : DType::kF32;
-    const size_t es = DTypeSize(dtype);
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (zmq_msg_size(parts[i]) % es != 0) return Status::InvalidArgument("data frame of odd size");
-    }
-    zmq_msg_close(head);
-    delete head;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      zmq_msg_t* part = parts[i];
-      const int64_t n = static_cast<int64_t>(zmq_msg_size(part) / es);
-      out.data.push_back(Tensor::FromBlob(zmq_msg_data(part), {n}, dtype, Device::Cpu(),
-                                          [part](void*) { zmq_msg_close(part); delete part; }));
-    }
-    parts.clear();
-    Status valid = ValidateMessage(out);
-    if (!valid.ok()) return valid;  // out's tensors release their parts
-    *msg = std::move(out);
     return Status::Ok();
+  }
+
+  void StartAuth(const CurveAuth& auth) {
+    auth_ = std::make_unique<CurveAuth>(auth);
+    CHECK(zmq_has("curve")) << "this ZeroMQ library has no CURVE support";
+    keys_ = DeriveKeys(auth.secret, auth.self);
+    for (int id = 0; id < auth.job.size(); ++id) {
+      const std::string name = auth.job.Of(id);
+      const std::string pub = DeriveKeys(auth.secret, name).public_key;
+      members_by_name_[name] = pub;
+      members_by_key_[pub] = name;
+    }
+    // Bound before any CURVE socket exists, so no handshake can miss the handler.
+    void* zap = zmq_socket(context_, ZMQ_REP);
+    int linger = 0;
+    zmq_setsockopt(zap, ZMQ_LINGER, &linger, sizeof linger);
+    CHECK_EQ(zmq_bind(zap, "inproc://zeromq.zap.01"), 0) << ZmqError("bind the ZAP handler");
+    zap_thread_ = std::thread([this, zap] { ZapLoop(zap); });
+  }
+
+  // ZAP (ZeroMQ RFC 27): a request is version, request id, domain, address, routing id,
+  // mechanism and credentials (for CURVE, the client's public key); the reply is version,
+  // request id, status code, status text, user id and metadata.
+  void ZapLoop(void* zap) {
+    std::vector<std::string> req;
+    while (!zap_stop_) {
+      zmq_pollitem_t item = {zap, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 100) <= 0) continue;
+      if (!RecvFrames(zap, &req)) continue;
+      std::string code = "400", text = "not a member of this job", user;
+      if (req.size() >= 7 && req[0] == "1.0" && req[5] == "CURVE") {
+        auto it = members_by_key_.find(req[6]);
+        if (it != members_by_key_.end()) {
+          code = "200";
+          text = "OK";
+          user = it->second;
+        }
+      }
+      if (code != "200") {
+        LOG_EVERY_N(WARNING, 100) << "refused a connection from " << (req.size() > 3 ? req[3] : std::string("?"))
+                                  << ": its key is not one of this job's (" << google::COUNTER << " refused so far)";
+      }
+      const std::string request_id = req.size() > 1 ? req[1] : std::string();
+      const std::string reply[] = {"1.0", request_id, code, text, user, ""};
+      for (int i = 0; i < 6; ++i) zmq_send(zap, reply[i].data(), reply[i].size(), i < 5 ? ZMQ_SNDMORE : 0);
+    }
+    zmq_close(zap);
   }
 
   void* context_;
   const int send_timeout_ms_;
+  std::unique_ptr<CurveAuth> auth_;  // null: plain
+  KeyPair keys_;
+  std::map<std::string, std::string> members_by_name_, members_by_key_;  // name <-> public key
+  std::thread zap_thread_;
+  std::atomic<bool> zap_stop_{false};
   std::mutex recv_mu_;
   void* receiver_ = nullptr;  // GUARDED_BY(recv_mu_)
   std::mutex peers_mu_;
@@ -227,8 +348,24 @@ class ZmqTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms) {
-  return std::make_unique<ZmqTransport>(send_timeout_ms);
+std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms, const CurveAuth* auth) {
+  return std::make_unique<ZmqTransport>(send_timeout_ms, auth);
+}
+
+std::string NodeName(wire::Role role, int rank) {
+  switch (role) {
+    case wire::SCHEDULER: return "scheduler";
+    case wire::SERVER: return "server " + std::to_string(rank);
+    case wire::WORKER: return "worker " + std::to_string(rank);
+    default: return "";
+  }
+}
+
+std::string JobNames::Of(int id) const {
+  if (id == 0) return NodeName(wire::SCHEDULER, 0);
+  if (id >= 1 && id <= num_servers) return NodeName(wire::SERVER, id - 1);
+  if (id > num_servers && id < size()) return NodeName(wire::WORKER, id - 1 - num_servers);
+  return "";
 }
 
 }  // namespace tally

@@ -51,7 +51,20 @@ class Scheduler {
         LOG(WARNING) << "ignored a message (command " << m.meta.command() << ") before the job gathered";
         continue;
       }
-      const wire::Role role = m.meta.nodes(0).role();
+      const wire::Node& asked = m.meta.nodes(0);
+      const wire::Role role = asked.role();
+      if (!cfg_.job_secret.empty() && m.peer != NodeName(role, asked.rank())) {
+        LOG(WARNING) << "refused the registration of " << DescribeNode(asked) << ": it authenticated as "
+                     << (m.peer.empty() ? std::string("nobody") : m.peer);
+        continue;
+      }
+      bool repeat = false;  // a node sends REGISTER again until it has the table
+      for (const Message& r : regs) {
+        const wire::Node& x = r.meta.nodes(0);
+        repeat |= x.role() == role && x.rank() == asked.rank() && x.host() == asked.host() &&
+                  x.port() == asked.port() && x.pid() == asked.pid();
+      }
+      if (repeat) continue;
       int have = 0;
       for (const Message& r : regs) have += r.meta.nodes(0).role() == role;
       if ((role != wire::SERVER && role != wire::WORKER) ||
@@ -91,7 +104,7 @@ class Scheduler {
     for (size_t i = 0; i < regs.size(); ++i) {
       const wire::Node& n = regs[i].meta.nodes(0);
       int id = 1000000 + static_cast<int>(i);
-      if (!transport_->Connect(id, n.host(), n.port()).ok()) continue;
+      if (!transport_->Connect(id, n.host(), n.port(), NodeName(n.role(), n.rank())).ok()) continue;
       Message m;
       m.meta.set_command(wire::SHUTDOWN);
       m.meta.set_error(why);
@@ -147,6 +160,18 @@ class Scheduler {
     return id == 0 ? kGroupScheduler : nodes_[id].role() == wire::SERVER ? kGroupServers : kGroupWorkers;
   }
 
+  // Waits, up to timeout_ms, until every node has acknowledged what the scheduler sent
+  // (SHUTDOWN above all: a node that missed it would wait for the scheduler and then fail).
+  // Also gives ZeroMQ, which sends in the background, time to send.
+  void DrainAcknowledgements(int timeout_ms) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (transport_->Unacknowledged() > 0 && Clock::now() < deadline) {
+      Message ignored;
+      transport_->Recv(&ignored, 20).ok();
+    }
+  }
+
   Status Broadcast(const wire::Meta& meta) {
     Status first;
     for (const wire::Node& n : nodes_) {
@@ -169,6 +194,7 @@ class Scheduler {
       Message m;
       if (transport_->Recv(&m, 50).ok()) {
         const int from = m.meta.sender_id();
+        if (m.meta.command() == wire::REGISTER) continue;  // a repeat that crossed the node table
         if (from <= 0 || from > total()) {
           LOG(WARNING) << "ignored a message from unknown node " << from;
           continue;
@@ -210,8 +236,7 @@ class Scheduler {
               bye.set_command(wire::SHUTDOWN);
               Broadcast(bye).ok();
               LOG(INFO) << "every worker is done; the job ends";
-              // ZeroMQ sends in the background: give the SHUTDOWNs time to leave.
-              std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              DrainAcknowledgements(3000);
               return Status::Ok();
             }
             break;

@@ -194,8 +194,10 @@ int RunRole(const ClusterConfig& c) {
   if (s.ok() && scheduler && !options.run_dir.empty()) {
     s = NodeProfiler::Start(options, MakeNodeMeta("scheduler", 0, c.scheduler_host), &prof);
   }
+  std::unique_ptr<Transport> transport;
+  if (s.ok()) s = NewJobTransport(c, &transport);
   if (s.ok() && scheduler) {
-    s = RunScheduler(c, NewZmqTransport());
+    s = RunScheduler(c, std::move(transport));
   } else if (s.ok()) {
     ServerObserver observer;
     if (!options.run_dir.empty()) {
@@ -217,7 +219,7 @@ int RunRole(const ClusterConfig& c) {
         if (prof) prof->Finish().ok();
       };
     }
-    s = RunServer(c, NewZmqTransport(), observer);
+    s = RunServer(c, std::move(transport), observer);
   }
   if (prof) {
     Status f = prof->Finish();
@@ -239,7 +241,9 @@ Status JoinIfDistributed(std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) 
   }
   ClusterConfig c;
   TALLY_RETURN_IF_ERROR(ClusterConfigFromEnv(&c));
-  TALLY_RETURN_IF_ERROR(Cluster::Join(c, NewZmqTransport(), cluster));
+  std::unique_ptr<Transport> transport;
+  TALLY_RETURN_IF_ERROR(NewJobTransport(c, &transport));
+  TALLY_RETURN_IF_ERROR(Cluster::Join(c, std::move(transport), cluster));
   cfg->cluster = cluster->get();
   return Status::Ok();
 }

@@ -1,0 +1,234 @@
+// Exactly-once, in-order delivery (docs/wire.md, "Delivery"). TCP loses nothing on a live
+// connection, but ZeroMQ drops what was in flight when a connection breaks and comes back,
+// and the test transport loses, repeats and reorders on purpose. So every message a node
+// sends with an id (sender_id >= 0) gets a number per receiver; the receiver delivers
+// numbers in order and once, holding early ones back, and acknowledges the highest number
+// it has delivered; the sender keeps each message until it is acknowledged and sends the
+// oldest one again after resend_ms, then twice that, and so on up to kMaxBackoff, or at
+// once when a repeated acknowledgement shows that the receiver is waiting for it.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <glog/logging.h>
+
+#include "kvstore/transport.h"
+
+namespace tally {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class ReliableTransport : public Transport {
+ public:
+  ReliableTransport(std::unique_ptr<Transport> inner, int resend_ms)
+      : inner_(std::move(inner)), resend_(std::chrono::milliseconds(std::max(1, resend_ms))) {
+    resender_ = std::thread([this] { ResendLoop(); });
+  }
+  ~ReliableTransport() override { Close(); }
+
+  Status Bind(const std::string& host, int port, int* bound_port) override {
+    return inner_->Bind(host, port, bound_port);
+  }
+  Status Connect(int id, const std::string& host, int port, const std::string& peer) override {
+    return inner_->Connect(id, host, port, peer);
+  }
+
+  Status Send(int id, const Message& msg) override {
+    if (msg.meta.sender_id() < 0) return inner_->Send(id, msg);  // REGISTER: no id to number from
+    Out* out = OutTo(id);
+    std::lock_guard<std::mutex> lock(out->mu);
+    Message m = msg;  // shares the data frames' storage
+    m.meta.set_receiver_id(id);
+    const uint64_t seq = ++out->next;
+    m.meta.set_seq(seq);
+    Status s = inner_->Send(id, m);
+    // Kept even when the send failed: a later message's number would otherwise wait forever
+    // for this one at the receiver. The caller learns of the failure all the same.
+    out->unacked.emplace(seq, Unacked{std::move(m), Clock::now(), resend_});
+    return s;
+  }
+
+  Status Recv(Message* msg, int timeout_ms) override {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (true) {
+      if (!ready_.empty()) {
+        *msg = std::move(ready_.front());
+        ready_.pop_front();
+        return Status::Ok();
+      }
+      int wait = -1;
+      if (timeout_ms >= 0) {
+        wait = static_cast<int>(std::max<int64_t>(
+            0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+      }
+      Message m;
+      TALLY_RETURN_IF_ERROR(inner_->Recv(&m, wait));
+      if (m.meta.command() == wire::ACK) {
+        Acknowledged(m.meta.sender_id(), m.meta.ack_seq());
+        continue;
+      }
+      const uint64_t seq = m.meta.seq();
+      if (seq == 0) {
+        *msg = std::move(m);
+        return Status::Ok();
+      }
+      const int from = m.meta.sender_id();
+      const int me = m.meta.receiver_id();
+      In& in = in_[from];
+      if (seq <= in.delivered || in.early.count(seq) > 0) {
+        ++duplicates_;
+        LOG_EVERY_N(INFO, 1000) << "dropped a repeated message from node " << from << " (" << duplicates_
+                                << " repeats so far)";
+      } else if (seq == in.delivered + 1) {
+        ready_.push_back(std::move(m));
+        ++in.delivered;
+        for (auto it = in.early.begin(); it != in.early.end() && it->first == in.delivered + 1;
+             it = in.early.erase(it)) {
+          ready_.push_back(std::move(it->second));
+          ++in.delivered;
+        }
+      } else if (in.early.size() < kMaxEarly) {
+        in.early.emplace(seq, std::move(m));
+      } else {
+        LOG_EVERY_N(WARNING, 100) << "node " << from << " is more than " << kMaxEarly
+                                  << " messages ahead of what has arrived; dropped one (it will be sent again)";
+      }
+      Acknowledge(me, from, in.delivered);
+    }
+  }
+
+  size_t Unacknowledged() override {
+    size_t n = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, out] : out_) {
+      std::lock_guard<std::mutex> out_lock(out->mu);
+      n += out->unacked.size();
+    }
+    return n;
+  }
+
+  void Close() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    cv_.notify_all();
+    resender_.join();
+    if (resent_ > 0) LOG(INFO) << "resent " << resent_ << " unacknowledged messages";
+    inner_->Close();
+  }
+
+ private:
+  static constexpr size_t kMaxEarly = 1 << 16;
+  static constexpr auto kMaxBackoff = std::chrono::seconds(30);
+
+  struct Unacked {
+    Message msg;
+    Clock::time_point sent;
+    Clock::duration wait;  // until it is sent again
+  };
+  struct Out {
+    std::mutex mu;  // also keeps a peer's numbers in sending order
+    uint64_t next = 0;                    // GUARDED_BY(mu)
+    uint64_t acked = 0;                   // GUARDED_BY(mu): the highest acknowledgement
+    std::map<uint64_t, Unacked> unacked;  // GUARDED_BY(mu)
+  };
+  struct In {
+    uint64_t delivered = 0;               // every number up to here has been delivered
+    std::map<uint64_t, Message> early;    // arrived ahead of a gap
+  };
+
+  Out* OutTo(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& out = out_[id];
+    if (!out) out = std::make_unique<Out>();
+    return out.get();
+  }
+
+  // A repeated acknowledgement means the receiver got something after a gap: the oldest
+  // message is sent again at once (fast retransmit), not after resend_ms.
+  void Acknowledged(int from, uint64_t seq) {
+    Out* out = OutTo(from);
+    std::lock_guard<std::mutex> lock(out->mu);
+    out->unacked.erase(out->unacked.begin(), out->unacked.upper_bound(seq));
+    const bool repeat = seq == out->acked;
+    out->acked = std::max(out->acked, seq);
+    if (!repeat || out->unacked.empty()) return;
+    auto& [oldest, u] = *out->unacked.begin();
+    const auto now = Clock::now();
+    if (oldest != seq + 1 || now - u.sent < resend_ / 4) return;
+    inner_->Send(from, u.msg).ok();
+    u.sent = now;
+    ++resent_;
+  }
+
+  // Best effort: before this node has connected to `to`, the send fails, and the sender's
+  // resend brings the acknowledgement later.
+  void Acknowledge(int me, int to, uint64_t seq) {
+    Message ack;
+    ack.meta.set_command(wire::ACK);
+    ack.meta.set_sender_id(me);
+    ack.meta.set_receiver_id(to);
+    ack.meta.set_ack_seq(seq);
+    inner_->Send(to, ack).ok();
+  }
+
+  void ResendLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto tick = std::max<Clock::duration>(resend_ / 4, std::chrono::milliseconds(5));
+    while (!closed_) {
+      cv_.wait_for(lock, tick);
+      if (closed_) break;
+      std::vector<std::pair<int, Out*>> outs;
+      for (auto& [id, out] : out_) outs.emplace_back(id, out.get());
+      lock.unlock();
+      const auto now = Clock::now();
+      for (auto [id, out] : outs) {
+        std::lock_guard<std::mutex> out_lock(out->mu);
+        // Only the oldest: acknowledgements are cumulative, so the receiver holds whatever
+        // came after the gap, and one resend usually closes it.
+        if (!out->unacked.empty()) {
+          auto& [seq, u] = *out->unacked.begin();
+          if (now - u.sent < u.wait) continue;
+          Status s = inner_->Send(id, u.msg);
+          u.sent = now;
+          u.wait = std::min<Clock::duration>(u.wait * 2, kMaxBackoff);
+          ++resent_;
+          LOG_EVERY_N(WARNING, 100) << "sent message " << seq << " to node " << id << " again: not acknowledged ("
+                                    << resent_ << " resent so far)" << (s.ok() ? "" : "; " + s.message());
+        }
+      }
+      lock.lock();
+    }
+  }
+
+  std::unique_ptr<Transport> inner_;
+  const Clock::duration resend_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, std::unique_ptr<Out>> out_;  // GUARDED_BY(mu_); entries live as long as this
+  bool closed_ = false;                      // GUARDED_BY(mu_)
+  std::thread resender_;
+  std::atomic<int64_t> resent_{0};
+
+  // The receiving side: Recv runs on one thread at a time.
+  std::map<int, In> in_;
+  std::deque<Message> ready_;
+  int64_t duplicates_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> NewReliableTransport(std::unique_ptr<Transport> inner, int resend_ms) {
+  return std::make_unique<ReliableTransport>(std::move(inner), resend_ms);
+}
+
+}  // namespace tally
