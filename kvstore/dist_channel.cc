@@ -1,5 +1,6 @@
 #include "kvstore/dist_channel.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <glog/logging.h>
@@ -129,7 +130,8 @@ void DistChannel::OnMessage(Message&& m) {
     Finish(meta.request_id(), Status::InvalidArgument("kvstore: " + what + " refused: " + meta.error()));
     return;
   }
-  if (p.command != wire::PULL && p.command != wire::PUSHPULL) {
+  if (meta.skipped() && p.command != wire::ROLLBACK) NoteSkip(meta, p.key);
+  if (p.command != wire::PULL && p.command != wire::PUSHPULL && p.command != wire::ROLLBACK) {
     Finish(meta.request_id(), Status::Ok());
     return;
   }
@@ -143,6 +145,10 @@ void DistChannel::OnMessage(Message&& m) {
     return;
   }
   if (meta.stop()) stop_seen_ = true;
+  if (p.pull == nullptr) {  // a ROLLBACK of a key never pulled: nothing to write
+    Finish(meta.request_id(), Status::Ok());
+    return;
+  }
   // Copied on this thread, outside the lock: the store's thread waits in WaitAll meanwhile.
   const int64_t t0 = profile::NowUs();
   p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[0]);
@@ -154,6 +160,27 @@ void DistChannel::OnMessage(Message&& m) {
   profile::Tracer::Get().Complete("pull", "comm", t0, dur, "key", static_cast<double>(p.key), "bytes",
                                   static_cast<double>(m.data[0].nbytes()));
   Finish(meta.request_id(), Status::Ok());
+}
+
+void DistChannel::NoteSkip(const wire::Meta& meta, uint64_t key) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (skip_.step >= 0 && skip_.step != meta.step()) return;  // one step per WaitAll is reported
+  if (skip_.step < 0 || static_cast<int>(key) < skip_.key) {
+    skip_.step = meta.step();
+    skip_.key = static_cast<int>(key);
+  }
+  for (int r : meta.nonfinite_workers()) {
+    if (std::find(skip_.workers.begin(), skip_.workers.end(), r) == skip_.workers.end()) skip_.workers.push_back(r);
+  }
+  std::sort(skip_.workers.begin(), skip_.workers.end());
+}
+
+bool DistChannel::TakeSkip(KVStore::SkippedStep* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (skip_.step < 0) return false;
+  *out = skip_;
+  skip_ = KVStore::SkippedStep();
+  return true;
 }
 
 Status DistChannel::WaitAll(int timeout_ms) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kvstore/cluster.h"
+#include "kvstore/kvstore.h"
 
 namespace tally {
 
@@ -36,7 +37,7 @@ struct PendingRequest {
   uint64_t key = 0;
   int node = 0;
   std::vector<Tensor> keep;     // the request's data frames, alive until answered
-  std::shared_ptr<PullOp> pull;  // PULL: where the values go
+  std::shared_ptr<PullOp> pull;  // PULL, PUSHPULL, ROLLBACK: where the values go (ROLLBACK: may be null)
   int64_t offset = 0, length = 0;
 };
 
@@ -61,6 +62,10 @@ class DistChannel {
   Status WaitAll(int timeout_ms);
   // Whether an answer has carried Meta.stop: some worker asked the job to stop.
   bool stop_seen() const { return stop_seen_.load(); }
+  // Whether an answer (not a ROLLBACK's) since the last call said that its step was
+  // skipped for a non-finite gradient (Meta.skipped); *out: that step, the lowest key
+  // answered so of it, and the workers the servers named.
+  bool TakeSkip(KVStore::SkippedStep* out);
   // µs spent copying pulled values in since the last call (the profiler's pull time).
   int64_t TakePullMicros() { return pull_us_.exchange(0); }
 
@@ -73,6 +78,8 @@ class DistChannel {
   // Sends out; a failure finishes its request with the error.
   void Send(Outgoing out);
   void Finish(uint64_t id, const Status& s);
+  // Records a RESPONSE's Meta.skipped for TakeSkip.
+  void NoteSkip(const wire::Meta& meta, uint64_t key);
 
   Cluster* const cluster_;
   std::atomic<int64_t> pull_us_{0};
@@ -91,6 +98,7 @@ class DistChannel {
   // empty): one at a time, so that messages to a node leave in queue order.
   bool sending_ = false;  // GUARDED_BY(mu_)
   std::atomic<bool> stop_seen_{false};
+  KVStore::SkippedStep skip_;  // GUARDED_BY(mu_); step -1: none since the last TakeSkip
   std::thread sender_;
 };
 

@@ -65,7 +65,15 @@ class DistKVStore : public KVStore {
   // One PUSHPULL per slice: the server answers the push with the values after its update.
   Status PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                   int priority) override;
-  Status WaitAll() override { return channel_->WaitAll(kDistWaitTimeoutMs); }
+  // After the step's answers: when one said the step was skipped (a non-finite gradient on
+  // some server), dist_sync rolls it back on every server first (RollBack).
+  Status WaitAll() override;
+  bool TakeSkippedStep(SkippedStep* out) override {
+    if (!has_skipped_) return false;
+    *out = skipped_;
+    has_skipped_ = false;
+    return true;
+  }
   Times TakeTimes() override {
     Times t;
     t.pull_us = channel_->TakePullMicros();
@@ -87,6 +95,7 @@ class DistKVStore : public KVStore {
     int64_t next_step = 0;  // the step of the next push
     Tensor merged;          // the devices' sum, in the values' dtype (several devices only)
     Tensor merged_f32;      // its fp32 accumulator when the values are 16-bit
+    std::vector<Tensor> outs;  // the last Pull's or PushPull's outputs (a rollback rewrites them)
   };
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
   // The sum of the devices' values of k, in their dtype (vals[0] itself for one device).
@@ -94,9 +103,14 @@ class DistKVStore : public KVStore {
   // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
   // keys, one message per server; WaitAll waits for the answers.
   Status SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state);
-  // Pulls every slice of key into flat (1-D), then copies flat into others.
-  void PullSlices(int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others, int priority,
-                  bool optimizer_state);
+  // Pulls every slice of key into flat (1-D), then copies flat into others; with command
+  // ROLLBACK, the values after the key's last step is undone (flat may be undefined then:
+  // the answers are dropped).
+  void PullSlices(wire::Command command, int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others,
+                  int priority, bool optimizer_state);
+  // Asks every server to undo step `step` of every key whose last push was of that step,
+  // writing the restored weights into the keys' last pull outputs (docs/wire.md, ROLLBACK).
+  void RollBack(int64_t step);
   Message Request(wire::Command command, int64_t step) const {
     Message m;
     m.meta.set_command(command);
@@ -132,7 +146,33 @@ class DistKVStore : public KVStore {
   OptimizerConfig optimizer_;
   bool initialised_ = false;
   std::map<int, Key> keys_;
+  int64_t rolled_back_ = -1;  // the last step RollBack undid: later answers of it are no news
+  SkippedStep skipped_;       // for TakeSkippedStep
+  bool has_skipped_ = false;
 };
+
+Status DistKVStore::WaitAll() {
+  TALLY_RETURN_IF_ERROR(channel_->WaitAll(kDistWaitTimeoutMs));
+  SkippedStep skip;
+  if (!channel_->TakeSkip(&skip) || skip.step == rolled_back_) return Status::Ok();
+  if (type_ != "dist_async") {
+    RollBack(skip.step);
+    TALLY_RETURN_IF_ERROR(channel_->WaitAll(kDistWaitTimeoutMs));
+    rolled_back_ = skip.step;
+  }
+  skipped_ = skip;
+  has_skipped_ = true;
+  return Status::Ok();
+}
+
+void DistKVStore::RollBack(int64_t step) {
+  for (auto& [key, k] : keys_) {
+    if (k.next_step - 1 != step) continue;
+    const Tensor flat = k.outs.empty() ? Tensor() : Flat(k.outs[0]);
+    const std::vector<Tensor> others = k.outs.empty() ? std::vector<Tensor>() : std::vector<Tensor>(k.outs.begin() + 1, k.outs.end());
+    PullSlices(wire::ROLLBACK, key, k, flat, others, INT_MAX, /*optimizer_state=*/false);
+  }
+}
 
 Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
   if (initialised_) {
@@ -230,7 +270,7 @@ Status DistKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector<
   for (size_t i = 0; i < keys.size(); ++i) {
     Key& k = keys_[keys[i]];
     (*states)[i] = Tensor::Empty({k.numel}, DType::kF32);
-    PullSlices(keys[i], k, (*states)[i], {}, INT_MAX, /*optimizer_state=*/true);
+    PullSlices(wire::PULL, keys[i], k, (*states)[i], {}, INT_MAX, /*optimizer_state=*/true);
   }
   return WaitAll();
 }
@@ -306,28 +346,32 @@ Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority)
 Status DistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority) {
   Key* k = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, outs, "pull", &k));
-  PullSlices(key, *k, Flat(outs[0]), std::vector<Tensor>(outs.begin() + 1, outs.end()), priority,
+  k->outs = outs;
+  PullSlices(wire::PULL, key, *k, Flat(outs[0]), std::vector<Tensor>(outs.begin() + 1, outs.end()), priority,
              /*optimizer_state=*/false);
   return Status::Ok();
 }
 
-void DistKVStore::PullSlices(int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others,
-                             int priority, bool optimizer_state) {
-  auto op = std::make_shared<PullOp>();
-  op->flat = flat;
-  op->others = others;
-  op->remaining = static_cast<int>(k.slices.size());
+void DistKVStore::PullSlices(wire::Command command, int key, const Key& k, const Tensor& flat,
+                             const std::vector<Tensor>& others, int priority, bool optimizer_state) {
+  std::shared_ptr<PullOp> op;
+  if (flat.defined()) {
+    op = std::make_shared<PullOp>();
+    op->flat = flat;
+    op->others = others;
+    op->remaining = static_cast<int>(k.slices.size());
+  }
   for (const Placement::Slice& sl : k.slices) {
     // The values after this worker's last push of the key (-1: the initial ones).
-    Message m = Request(wire::PULL, k.next_step - 1);
-    m.meta.set_pull_dtype(ToWire(flat.dtype()));
+    Message m = Request(command, k.next_step - 1);
+    m.meta.set_pull_dtype(ToWire(flat.defined() ? flat.dtype() : DType::kF32));
     m.meta.set_optimizer_state(optimizer_state);
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(key);
     ks->set_offset(sl.offset);
     ks->set_length(sl.length);
     PendingRequest p;
-    p.command = wire::PULL;
+    p.command = command;
     p.key = key;
     p.pull = op;
     p.offset = sl.offset;
@@ -341,6 +385,7 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
   Key* k = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, vals, "pushpull", &k));
   TALLY_RETURN_IF_ERROR(Find(key, outs, "pushpull", &k));
+  k->outs = outs;
   const Tensor sum = DeviceSum(k, vals);
   const int64_t step = k->next_step++;
   auto op = std::make_shared<PullOp>();

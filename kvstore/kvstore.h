@@ -87,6 +87,22 @@ class KVStore {
   // distributed types: every worker calls it (worker 0 sends, the others wait for it).
   virtual Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) = 0;
 
+  // Non-finite gradients (NaN, ±Inf). A key's n-th push is its step n - 1. When the summed
+  // gradient of some key at step t is not finite, step t is skipped as a whole: once
+  // WaitAll returns, no key keeps step t's update (keys already updated are rolled back to
+  // their weights and optimizer state before it), the outputs of the step's pulls hold those
+  // weights, and TakeSkippedStep reports it. dist_sync and dist_device_sync skip it on every
+  // server and every worker's WaitAll reports it (docs/wire.md, "Non-finite gradients");
+  // dist_async leaves out only the non-finite push. The single-process types roll back in
+  // WaitAll, or at the next step's first push if WaitAll was not called.
+  struct SkippedStep {
+    int64_t step = -1;
+    int key = -1;              // the lowest key of the step whose gradient was not finite
+    std::vector<int> workers;  // dist types: workers whose own push of it was not finite
+  };
+  // True, once, when a step WaitAll waited for was skipped; *out says which and why.
+  virtual bool TakeSkippedStep(SkippedStep* out) { return false; }
+
   // Stopping together (SIGTERM). After RequestStop, this worker's pushes ask the job to stop
   // after their step. StopAgreed says whether the job stops after the step last waited for:
   // single-process types once RequestStop was called; dist_sync and dist_device_sync once

@@ -1,5 +1,9 @@
 #include "kvstore/local_kvstore.h"
 
+#include <algorithm>
+#include <utility>
+
+#include "kvstore/reduce.h"
 #include "ops/profile/records.h"
 
 namespace tally {
@@ -64,19 +68,64 @@ static void Accumulate(const Tensor& src, float* acc, int64_t n) {
 Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priority*/) {
   Entry* e = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, vals, "push", &e));
+  const int64_t step = e->pushes++;
+  // A step skipped without a WaitAll after it: finish its rollback before a newer one starts.
+  if (skipping_.step >= 0 && step > skipping_.step) RollBack();
   // Summed in device order, never in completion order, so results are reproducible.
   e->merged.CopyFrom(vals[0]);
   for (size_t d = 1; d < vals.size(); ++d) Accumulate(vals[d], e->merged.data<float>(), e->merged.numel());
+  if (!AllFinite(e->merged)) {
+    if (skipping_.step != step) {
+      skipping_ = SkippedStep();
+      skipping_.step = step;
+      skipping_.key = key;
+    }
+    skipping_.key = std::min(skipping_.key, key);
+    return Status::Ok();
+  }
+  if (skipping_.step == step) return Status::Ok();  // the step is skipped: no key takes it
+  e->undo.resize(e->copies.size());
   for (size_t c = 0; c < e->copies.size(); ++c) {
+    if (!e->undo[c].defined()) e->undo[c] = Tensor::Empty(e->copies[c].shape(), e->copies[c].dtype(), e->copies[c].device());
+    e->undo[c].CopyFrom(e->copies[c]);
     if (updaters_.empty()) {
       e->copies[c].CopyFrom(e->merged);
     } else {
       const int64_t t0 = profile::NowUs();
+      updaters_[c]->SaveState(key, e->copies[c]);
       updaters_[c]->Update(key, e->merged, &e->copies[c]);
       times_.update_us += profile::NowUs() - t0;
     }
   }
+  e->undo_step = step;
   return Status::Ok();
+}
+
+void LocalKVStore::RollBack() {
+  for (auto& [key, e] : entries_) {
+    if (e.undo_step != skipping_.step) continue;
+    for (size_t c = 0; c < e.copies.size(); ++c) {
+      std::swap(e.copies[c], e.undo[c]);
+      if (!updaters_.empty()) updaters_[c]->RestoreState(key);
+    }
+    e.undo_step = -1;
+    for (size_t d = 0; d < e.outs.size(); ++d) e.outs[d].CopyFrom(e.copies[update_on_devices_ ? d : 0]);
+  }
+  skipped_ = skipping_;
+  has_skipped_ = true;
+  skipping_ = SkippedStep();
+}
+
+Status LocalKVStore::WaitAll() {
+  if (skipping_.step >= 0) RollBack();
+  return Status::Ok();
+}
+
+bool LocalKVStore::TakeSkippedStep(SkippedStep* out) {
+  if (!has_skipped_) return false;
+  *out = skipped_;
+  has_skipped_ = false;
+  return true;
 }
 
 Status LocalKVStore::Pull(int key, const std::vector<Tensor>& outs, int /*priority*/) {
@@ -87,6 +136,7 @@ Status LocalKVStore::Pull(int key, const std::vector<Tensor>& outs, int /*priori
     Tensor out = outs[d];
     out.CopyFrom(e->copies[update_on_devices_ ? d : 0]);
   }
+  e->outs = outs;
   times_.pull_us += profile::NowUs() - t0;
   return Status::Ok();
 }

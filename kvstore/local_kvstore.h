@@ -28,13 +28,28 @@ class LocalKVStore : public KVStore {
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
   Times TakeTimes() override;
+  // A step with a non-finite gradient (kvstore.h): that key is not updated, nor are the
+  // step's later keys; the keys updated before it are restored here from their undo copies.
+  Status WaitAll() override;
+  bool TakeSkippedStep(SkippedStep* out) override;
 
  private:
   struct Entry {
     std::vector<Tensor> copies;  // 1 (local) or num_devices_ (device)
     Tensor merged;               // fp32 sum of the last push
+    int64_t pushes = 0;          // the next push's step
+    // One-step undo: the copies before the update of step undo_step (-1: none kept).
+    std::vector<Tensor> undo;
+    int64_t undo_step = -1;
+    std::vector<Tensor> outs;    // the last Pull's outputs, rewritten by a rollback
   };
   Status Find(int key, const std::vector<Tensor>& tensors, const char* what, Entry** entry);
+  // Restores every key updated at the skipped step and rewrites its last pull's outputs.
+  void RollBack();
+
+  // The step being skipped (step -1: none), until RollBack; then the one to report.
+  SkippedStep skipping_, skipped_;
+  bool has_skipped_ = false;
 
   const int num_devices_;
   const bool update_on_devices_;

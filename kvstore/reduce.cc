@@ -32,7 +32,32 @@ void ToF32(const Tensor& src, int64_t begin, int64_t n, float* dst) {
   }
 }
 
+// Whether any of n values has every exponent bit set (NaN or ±Inf): exponent_mask selects
+// them in the value's bit pattern. Comparing bits rather than calling std::isfinite keeps
+// the loop vectorised whatever the floating-point flags.
+template <typename Bits>
+bool AnyAllOnesExponent(const void* data, int64_t n, Bits exponent_mask) {
+  const Bits* v = static_cast<const Bits*>(data);
+  unsigned bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<unsigned>((v[i] & exponent_mask) == exponent_mask);
+  return bad != 0;
+}
+
 }  // namespace
+
+bool AllFinite(const Tensor& t) {
+  CHECK(IsWireDType(t.dtype()) && t.device().is_cpu()) << "AllFinite of " << t.ToString();
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32:
+      return !AnyAllOnesExponent(t.raw_data(), n, uint32_t{0x7f800000});
+    case DType::kF16:
+      return !AnyAllOnesExponent(t.raw_data(), n, uint16_t{0x7c00});
+    default:  // bf16: the high half of an fp32
+      return !AnyAllOnesExponent(t.raw_data(), n, uint16_t{0x7f80});
+  }
+}
 
 bool IsWireDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 

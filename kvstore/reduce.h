@@ -22,6 +22,11 @@ namespace tally {
 // elements; out is f32 and overlaps no part unless it is parts[0] itself.
 void SumInF32(const std::vector<Tensor>& parts, Tensor* out);
 
+// Whether every element of t is finite (neither NaN nor ±Inf): the check that makes a step
+// with a non-finite gradient be skipped (kvstore.h, docs/wire.md). Reads t once.
+// REQUIRES: t is f32, f16 or bf16 on the CPU.
+bool AllFinite(const Tensor& t);
+
 // True for the dtypes the parameter server carries (f32, f16, bf16).
 bool IsWireDType(DType t);
 

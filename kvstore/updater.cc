@@ -1,5 +1,7 @@
 #include "kvstore/updater.h"
 
+#include <utility>
+
 namespace tally {
 
 Status ValidateOptimizerConfig(const OptimizerConfig& c) {
@@ -40,6 +42,38 @@ Status Updater::SetMomentum(int key, const Tensor& weight, const Tensor& mom) {
   }
   s.mom.CopyFrom(mom.Reshape(s.mom.shape()));
   return Status::Ok();
+}
+
+namespace {
+
+// to = a copy of from (both undefined when from is).
+void CopyInto(const Tensor& from, Tensor* to) {
+  if (!from.defined()) {
+    *to = Tensor();
+    return;
+  }
+  if (!to->defined() || to->numel() != from.numel()) *to = Tensor::Empty(from.shape(), from.dtype(), from.device());
+  to->CopyFrom(from);
+}
+
+}  // namespace
+
+void Updater::SaveState(int key, const Tensor& weight) {
+  State& s = StateFor(key, weight);
+  CopyInto(s.mom, &s.saved_mom);
+  CopyInto(s.master, &s.saved_master);
+  s.saved = true;
+}
+
+bool Updater::RestoreState(int key) {
+  auto it = states_.find(key);
+  if (it == states_.end() || !it->second.saved) return false;
+  State& s = it->second;
+  // The live state is overwritten by the next SaveState: swapping spares a copy.
+  std::swap(s.mom, s.saved_mom);
+  std::swap(s.master, s.saved_master);
+  s.saved = false;
+  return true;
 }
 
 void Updater::Update(int key, const Tensor& grad, Tensor* weight) {

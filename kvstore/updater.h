@@ -26,10 +26,21 @@ class Updater {
   Tensor Momentum(int key, const Tensor& weight);
   Status SetMomentum(int key, const Tensor& weight, const Tensor& mom);
 
+  // A one-step undo of key's optimizer state (momentum, fp32 master), for a step skipped
+  // after some of its keys were updated (a non-finite gradient found in another key):
+  // SaveState copies the state as it is now, before an Update; RestoreState puts that copy
+  // back and forgets it, returning false when there is none. The weight is the caller's to
+  // keep. The copy is made into a buffer kept from the last time, so it costs a copy of
+  // the state and no allocation.
+  void SaveState(int key, const Tensor& weight);
+  bool RestoreState(int key);
+
  private:
   struct State {
     Tensor mom;     // fp32; undefined when momentum is 0
     Tensor master;  // fp32 copy of a 16-bit weight under multi_precision
+    Tensor saved_mom, saved_master;  // SaveState's copies
+    bool saved = false;              // they hold a state RestoreState has not yet put back
   };
   State& StateFor(int key, const Tensor& weight);
 

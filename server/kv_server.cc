@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <string>
+#include <utility>
 
 #include <glog/logging.h>
 
@@ -16,7 +18,28 @@ struct KVServer::PendingPull {
   wire::Meta request;
   std::vector<Slice*> slices;
   int remaining = 0;  // slices whose update of request.step() is still to come
+  bool push_not_applied = false;  // dist_async PUSHPULL: its push was not finite, not applied
 };
+
+namespace {
+
+// The steps of one worker's pushes that a slice has taken, under dist_async, where pushes
+// apply as they arrive and nothing else remembers them: every step below `next`, and the
+// steps in `ahead` (a worker's steps are 0, 1, 2, ..., but may arrive out of order).
+struct StepsSeen {
+  int64_t next = 0;
+  std::set<int64_t> ahead;
+  bool Has(int64_t step) const { return step < next || ahead.count(step) > 0; }
+  void Add(int64_t step) {
+    ahead.insert(step);
+    while (!ahead.empty() && *ahead.begin() == next) {
+      ahead.erase(ahead.begin());
+      ++next;
+    }
+  }
+};
+
+}  // namespace
 
 struct KVServer::Slice {
   int id = 0;  // the Updater's key for this slice's optimizer state
@@ -33,6 +56,17 @@ struct KVServer::Slice {
   };
   std::map<int64_t, Step> pushes;  // sync: steps not yet applied
   std::vector<std::shared_ptr<PendingPull>> waiting;
+  // Non-finite gradients (sync). `skipped`: the last step skipped here, its sum not finite
+  // or its update rolled back; answers of that step say so. nonfinite_ranks: the workers
+  // whose own push of it was not finite (empty: the sum overflowed, or it was rolled back).
+  int64_t skipped = -1;
+  std::vector<int> nonfinite_ranks;
+  std::set<int64_t> skip_when_ready;  // steps rolled back before their pushes were all in
+  // One-step undo: the values before the update of undo_step (-1: none to undo), and the
+  // optimizer's own copy of its state (Updater::SaveState).
+  Tensor undo;
+  int64_t undo_step = -1;
+  std::vector<StepsSeen> seen;  // async: by worker rank
 };
 
 namespace {
@@ -78,13 +112,17 @@ KVServer::KVServer(int num_servers, int num_workers, SendFn send)
 
 KVServer::~KVServer() = default;
 
-void KVServer::Respond(const wire::Meta& request, const std::string& error) {
+void KVServer::Respond(const wire::Meta& request, const std::string& error, bool not_applied) {
   Message r;
   r.meta.set_command(wire::RESPONSE);
   r.meta.set_receiver_id(request.sender_id());
   r.meta.set_request_id(request.request_id());
   r.meta.set_step(request.step());
   if (!error.empty()) r.meta.set_error(error);
+  if (not_applied) {
+    r.meta.set_skipped(true);
+    r.meta.add_nonfinite_workers(request.sender_id() - 1 - num_servers_);
+  }
   Status s = send_(request.sender_id(), std::move(r));
   if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
 }
@@ -156,18 +194,25 @@ void KVServer::Handle(Message&& msg) {
         }
         if (s.ok()) Respond(m, "");
         break;
-      case wire::PUSH:
-        s = HandlePush(&msg);
+      case wire::PUSH: {
+        PushOutcome pushed;
+        s = HandlePush(&msg, &pushed);
         break;
+      }
       case wire::PULL:
         s = HandlePull(msg);
         break;
-      case wire::PUSHPULL:
+      case wire::PUSHPULL: {
         // A PUSH that is answered as the PULL of its own step: one round trip instead of
         // two. The pull's checks are the push's (ValidateMessage checked pull_dtype), so
         // once the push is taken the pull cannot be refused.
-        s = HandlePush(&msg);
-        if (s.ok()) s = HandlePull(msg);
+        PushOutcome pushed;
+        s = HandlePush(&msg, &pushed);
+        if (s.ok() && !pushed.answered_before) s = HandlePull(msg, pushed.not_applied);
+        break;
+      }
+      case wire::ROLLBACK:
+        s = HandleRollback(msg);
         break;
       default:
         s = Status::InvalidArgument("not a data command");
@@ -251,7 +296,7 @@ Status KVServer::FindSlices(const Message& msg, std::vector<Slice*>* out) {
   return Status::Ok();
 }
 
-Status KVServer::HandlePush(Message* msg) {
+Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   const wire::Meta& m = msg->meta;
   const int rank = m.sender_id() - 1 - num_servers_;
   const int64_t step = m.step();
@@ -260,28 +305,51 @@ Status KVServer::HandlePush(Message* msg) {
   TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
   std::set<Slice*> distinct(slices.begin(), slices.end());
   if (distinct.size() != slices.size()) return Status::InvalidArgument("a slice appears twice");
-  if (!async_) {
-    for (Slice* s : slices) {
-      if (step <= s->applied) {
-        return Status::InvalidArgument("step " + std::to_string(step) + " of key " +
-                                       std::to_string(s->key) + " is already applied");
-      }
-      auto it = s->pushes.find(step);
-      if (it != s->pushes.end() && it->second.grads[rank].defined()) {
-        return Status::InvalidArgument("a second push of step " + std::to_string(step) +
-                                       " for key " + std::to_string(s->key));
-      }
+  // A worker's push of a step counts once per slice: one already counted (waiting for the
+  // other workers', or applied) is a duplicate, answered as the first was and not counted
+  // again (docs/wire.md, "Duplicates").
+  std::vector<bool> counted(slices.size());
+  for (size_t i = 0; i < slices.size(); ++i) {
+    Slice* s = slices[i];
+    if (async_) {
+      counted[i] = s->seen.size() > static_cast<size_t>(rank) && s->seen[rank].Has(step);
+      continue;
     }
+    auto it = s->pushes.find(step);
+    counted[i] = step <= s->applied || (it != s->pushes.end() && it->second.grads[rank].defined());
+    // The answer to its pull went out when step `step` was applied, and a later step has
+    // changed the values since: answering again would send other values than the first time.
+    if (step < s->applied) out->answered_before = true;
   }
   // Answer before applying: the worker may reuse its buffer (any frame still shared with
-  // it is copied by TakeData first). A PUSHPULL is answered by its pull instead.
+  // it is copied by TakeData first). A PUSHPULL is answered by its pull instead. Under
+  // dist_async a push that is not finite is not applied, and its answer says so.
   std::vector<Tensor> data = TakeData(msg);
-  if (m.command() == wire::PUSH) Respond(m, "");
+  std::vector<bool> finite(slices.size(), true);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (async_ && !counted[i]) finite[i] = AllFinite(data[i]);
+    out->not_applied |= !finite[i];
+  }
+  if (m.command() == wire::PUSH) Respond(m, "", out->not_applied);
   pushed_ = true;
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice* s = slices[i];
+    if (counted[i]) {
+      ++duplicates_;
+      LOG_EVERY_N(WARNING, 1000) << "server: a duplicate " << wire::Command_Name(m.command()) << " of step " << step
+                                 << " of key " << s->key << " from worker " << rank
+                                 << " is not counted again (" << google::COUNTER << " so far)";
+      continue;
+    }
     if (m.stop()) s->stop_from = std::min(s->stop_from, step);
     if (async_) {
+      if (s->seen.size() <= static_cast<size_t>(rank)) s->seen.resize(num_workers_);
+      s->seen[rank].Add(step);
+      if (!finite[i]) {
+        LogSkip(step, rank, "worker " + std::to_string(rank) + "'s push of key " + std::to_string(s->key) +
+                                " is not finite: not applied (dist_async)");
+        continue;
+      }
       Apply(s, {data[i]}, step);
       s->applied = std::max(s->applied, step);
       continue;
@@ -300,7 +368,11 @@ void KVServer::ApplyReadySteps(Slice* s) {
   while (!s->pushes.empty()) {
     auto it = s->pushes.begin();
     if (it->first != s->applied + 1 || it->second.count < num_workers_) break;
-    Apply(s, it->second.grads, it->first);
+    if (s->skip_when_ready.erase(it->first) > 0) {
+      Skip(s, it->first, {});  // rolled back before it could be applied
+    } else {
+      Apply(s, it->second.grads, it->first);
+    }
     s->applied = it->first;
     s->pushes.erase(it);
     applied = true;
@@ -324,32 +396,110 @@ float KVServer::LearningRateFor(int64_t step) const {
 }
 
 void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
-  if (!updater_ && grads.size() == 1 && grads[0].dtype() == DType::kF32) {
-    // The sum is the one push itself: keep its frame (ours alone, TakeData saw to that)
-    // as the values instead of copying it over them.
-    s->value = grads[0];
-    return;
-  }
-  // A pull answered in fp32 may still be sending these values: write a fresh copy then.
-  if (s->value.storage().use_count() > 1) s->value = s->value.Clone();
   const int64_t t0 = profile::NowUs();
-  if (!updater_) {
-    SumInF32(grads, &s->value);
-    RecordApply(step, s->key, t0, profile::NowUs(), -1);
-    return;
-  }
   Tensor g;
   if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
-    g = grads[0];
+    g = grads[0];  // the sum is the one push itself (ours alone: TakeData saw to that)
   } else {
     if (!s->grad.defined()) s->grad = Tensor::Empty({s->length}, DType::kF32);
     SumInF32(grads, &s->grad);
     g = s->grad;
   }
   const int64_t t1 = profile::NowUs();
+  if (!async_ && !AllFinite(g)) {
+    std::vector<int> ranks;
+    std::string who;
+    for (size_t r = 0; r < grads.size(); ++r) {
+      if (AllFinite(grads[r])) continue;
+      ranks.push_back(static_cast<int>(r));
+      who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    Skip(s, step, ranks);
+    LogSkip(step, -1, "the summed gradient of key " + std::to_string(s->key) + " [" + std::to_string(s->offset) +
+                          ", +" + std::to_string(s->length) + ") is not finite: " +
+                          (who.empty() ? std::string("the sum overflowed") : "NaN/Inf from worker " + who));
+    RecordApply(step, s->key, t0, t1, -1);
+    return;
+  }
+  if (!updater_) {
+    // The sum replaces the values without a copy. Sync keeps the old values whole as the
+    // undo copy; the buffer that copy held, if nothing still sends it, takes the next sum.
+    Tensor spare = std::move(s->value);
+    s->value = g;
+    if (!async_) {
+      std::swap(spare, s->undo);
+      s->undo_step = step;
+    }
+    if (g.storage() == s->grad.storage()) {
+      s->grad = spare.defined() && spare.storage().use_count() == 1 ? spare : Tensor();
+    }
+    RecordApply(step, s->key, t0, t1, -1);
+    return;
+  }
+  if (!async_) {
+    KeepUndo(s, step);
+  } else if (s->value.storage().use_count() > 1) {
+    s->value = s->value.Clone();  // a pull answered in fp32 may still be sending these values
+  }
   updater_->set_learning_rate(LearningRateFor(step));
   updater_->Update(s->id, g, &s->value);
   RecordApply(step, s->key, t0, t1, profile::NowUs());
+}
+
+void KVServer::KeepUndo(Slice* s, int64_t step) {
+  if (s->value.storage().use_count() > 1) {
+    // A pull answered in fp32 may still be sending these values: they become the undo
+    // copy as they are, and the update writes into a fresh copy.
+    s->undo = s->value;
+    s->value = s->value.Clone();
+  } else {
+    if (!s->undo.defined() || s->undo.storage().use_count() > 1) s->undo = Tensor::Empty({s->length}, DType::kF32);
+    s->undo.CopyFrom(s->value);
+  }
+  updater_->SaveState(s->id, s->value);
+  s->undo_step = step;
+}
+
+void KVServer::Skip(Slice* s, int64_t step, const std::vector<int>& nonfinite_ranks) {
+  s->skipped = step;
+  s->nonfinite_ranks = nonfinite_ranks;
+}
+
+void KVServer::LogSkip(int64_t step, int rank, const std::string& why) {
+  if (logged_skip_ == std::make_pair(step, rank)) return;
+  logged_skip_ = {step, rank};
+  LOG(WARNING) << "server: step " << step << " skipped: " << why;
+}
+
+Status KVServer::HandleRollback(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  const int64_t step = m.step();
+  if (async_) return Status::InvalidArgument("dist_async rolls nothing back");
+  if (step < 0) return Status::InvalidArgument("step " + std::to_string(step) + " is negative");
+  std::vector<Slice*> slices;
+  TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
+  for (Slice* s : slices) {
+    if (s->applied > step) {
+      return Status::InvalidArgument("step " + std::to_string(s->applied) + " of key " + std::to_string(s->key) +
+                                     " is applied: only the last step applied can be rolled back");
+    }
+  }
+  // Idempotent: every worker asks, and only the first finds anything to undo.
+  for (Slice* s : slices) {
+    if (s->applied < step) {
+      s->skip_when_ready.insert(step);
+      continue;
+    }
+    if (s->undo_step == step) {
+      std::swap(s->value, s->undo);  // the update's values become the spare buffer
+      if (updater_) updater_->RestoreState(s->id);
+      s->undo_step = -1;
+    }
+    if (s->skipped != step) Skip(s, step, {});
+  }
+  LogSkip(step, -1, "rolled back at worker " + std::to_string(m.sender_id() - 1 - num_servers_) +
+                        "'s request (a non-finite gradient elsewhere)");
+  return HandlePull(msg);
 }
 
 void KVServer::RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2) {
@@ -362,7 +512,7 @@ void KVServer::RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, i
   if (t2 >= 0) r->phase(profile::Phase::kUpdate) += t2 - t1;
 }
 
-Status KVServer::HandlePull(const Message& msg) {
+Status KVServer::HandlePull(const Message& msg, bool push_not_applied) {
   const wire::Meta& m = msg.meta;
   if (m.step() < -1) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is below -1");
   if (!wire::DType_IsValid(m.pull_dtype())) {
@@ -371,6 +521,13 @@ Status KVServer::HandlePull(const Message& msg) {
   auto p = std::make_shared<PendingPull>();
   TALLY_RETURN_IF_ERROR(FindSlices(msg, &p->slices));
   p->request = m;
+  p->push_not_applied = push_not_applied;
+  // A duplicate of a request still waiting: the first one's answer will do for both.
+  for (Slice* s : p->slices) {
+    for (const auto& w : s->waiting) {
+      if (w->request.sender_id() == m.sender_id() && w->request.request_id() == m.request_id()) return Status::Ok();
+    }
+  }
   if (!async_) {
     for (Slice* s : p->slices) {
       if (s->applied < m.step()) {
@@ -397,8 +554,15 @@ void KVServer::AnswerPull(const PendingPull& p) {
   *r.meta.mutable_slices() = p.request.slices();
   const DType dtype = FromWire(p.request.pull_dtype());
   bool stop = false;
+  std::set<int> nonfinite;
+  if (p.push_not_applied) nonfinite.insert(p.request.sender_id() - 1 - num_servers_);
+  bool skipped = p.push_not_applied;
   for (Slice* s : p.slices) {
     stop |= async_ ? s->stop_from != INT64_MAX : s->stop_from <= p.request.step();
+    if (!async_ && s->skipped == p.request.step()) {
+      skipped = true;
+      nonfinite.insert(s->nonfinite_ranks.begin(), s->nonfinite_ranks.end());
+    }
     if (p.request.optimizer_state()) {
       Tensor mom = updater_ ? updater_->Momentum(s->id, s->value) : Tensor();
       if (!mom.defined()) mom = Tensor::Zeros({s->length}, DType::kF32);
@@ -408,6 +572,8 @@ void KVServer::AnswerPull(const PendingPull& p) {
     }
   }
   r.meta.set_stop(stop);
+  r.meta.set_skipped(skipped);
+  for (int rank : nonfinite) r.meta.add_nonfinite_workers(rank);
   if (recorder_ && p.request.step() >= 0) {
     profile::StepRecord* load = StepLoad(p.request.step(), profile::NowUs());
     for (const Tensor& t : r.data) load->bytes_out += static_cast<int64_t>(t.nbytes());

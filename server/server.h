@@ -20,10 +20,24 @@
 //   INIT/PULL with optimizer_state: the same, for the slices' momentum (checkpoints).
 //   Meta.stop      a push asking the job to stop; every answer of that step or later says so.
 //   SET_LR         the learning rate of the updates of steps >= Meta.step (async: at once).
+//   ROLLBACK step t  undo step t's update of the slices (weights and optimizer state), then
+//                  answer as a PULL of step t: the values as before it.
 // Every request gets one RESPONSE with the request's id; a malformed or out-of-place request
 // gets one with `error` set and a log line, and changes nothing.
 //
-// Memory: received gradients are kept without copying until their step is applied, unless
+// Duplicates: a worker's push of a step counts once per slice. A second copy (a network
+// duplicate or a resend) is not counted again and is answered as the first was: a PUSH at
+// once, a PUSHPULL with the values after its step, or, when a later step has changed them
+// since, not at all (the first answer went out then).
+//
+// Non-finite gradients: a sync step whose summed gradient of a slice is not finite is not
+// applied to that slice (a one-line log per step), and the answers of that step say so
+// (Meta.skipped). Every update keeps a one-step undo copy of the values and optimizer
+// state, which the workers' ROLLBACK puts back on every other slice. Async: a non-finite
+// push is not applied, and its answer says so. docs/wire.md has the whole protocol.
+//
+// Memory: the undo copy doubles a slice's values and optimizer state under sync, and
+// costs a copy of them per update (none without an optimizer). Received gradients are kept without copying until their step is applied, unless
 // their storage is shared with someone else (the in-process transport hands over the
 // sender's own buffer), in which case they are copied first. Without an optimizer, one
 // worker's fp32 push becomes the values as it is, without a copy. A pull answered in fp32 sends
@@ -39,6 +53,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvstore/cluster.h"
@@ -67,6 +82,8 @@ class KVServer {
   int64_t AppliedStep(uint64_t key, uint64_t offset) const;
   // Pulls waiting for an update.
   int NumWaitingPulls() const;
+  // Pushes not counted because they were duplicates.
+  int64_t NumDuplicates() const { return duplicates_; }
 
   // The profiler: each step's record (sum and update time, requests, payload bytes in and
   // out) goes to `recorder` once a push two steps later arrives, and the rest on
@@ -83,9 +100,16 @@ class KVServer {
   Status HandleInit(const Message& msg);
   // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
   Status HandleInitState(const Message& msg);
-  Status HandlePush(Message* msg);
-  Status HandlePull(const Message& msg);
+  // What HandlePush tells the pull of a PUSHPULL.
+  struct PushOutcome {
+    bool answered_before = false;  // a duplicate whose step was overtaken: answer nothing
+    bool not_applied = false;      // async: a slice's push was not finite, and not applied
+  };
+  Status HandlePush(Message* msg, PushOutcome* out);
+  // push_not_applied: the answer says the request's own push was left out (async).
+  Status HandlePull(const Message& msg, bool push_not_applied = false);
   Status HandleSetLr(const Message& msg);
+  Status HandleRollback(const Message& msg);
 
   // Checks that every slice of msg is known, with the stored length, and fills `out`.
   Status FindSlices(const Message& msg, std::vector<Slice*>* out);
@@ -93,13 +117,21 @@ class KVServer {
   // pulls that were waiting for them.
   void ApplyReadySteps(Slice* s);
   // Applies the sum of grads (in their order) to s's value through the optimizer with the
-  // learning rate of `step`, or, without an optimizer, makes the sum the value.
+  // learning rate of `step`, or, without an optimizer, makes the sum the value. Sync: keeps
+  // the undo copy first, and skips the step instead when the sum is not finite.
   void Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step);
+  // Copies s's values and optimizer state as they are before the update of `step`.
+  void KeepUndo(Slice* s, int64_t step);
+  // Marks `step` skipped on s: its answers say so and name the workers given.
+  void Skip(Slice* s, int64_t step, const std::vector<int>& nonfinite_ranks);
+  // The one log line of a skipped step (per worker rank under async; rank -1 under sync).
+  void LogSkip(int64_t step, int rank, const std::string& why);
   float LearningRateFor(int64_t step) const;
   // The profiler's record of one Apply: sum from t0 to t1, update from t1 to t2 (-1: none).
   void RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2);
   void AnswerPull(const PendingPull& p);
-  void Respond(const wire::Meta& request, const std::string& error);
+  // not_applied: an async push that was not finite (Meta.skipped, the sender named).
+  void Respond(const wire::Meta& request, const std::string& error, bool not_applied = false);
 
   const int num_servers_;
   const int num_workers_;
@@ -111,6 +143,8 @@ class KVServer {
   std::map<int64_t, float> lr_from_step_;  // sync: SET_LR's learning rates by first step
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
   int num_waiting_ = 0;  // pulls not yet answered
+  int64_t duplicates_ = 0;
+  std::pair<int64_t, int> logged_skip_{-1, -1};  // (step, rank) of the last LogSkip line
 
   // The step record of `step` (creating it), touched now.
   profile::StepRecord* StepLoad(int64_t step, int64_t now_us);

@@ -1,6 +1,8 @@
 // KVServer fed hand-made messages: one server (node 1) and workers at nodes 2, 3, 4.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "server/server.h"
 
 namespace tally {
@@ -75,10 +77,11 @@ class KVServerTest : public ::testing::Test {
     EXPECT_TRUE(out[0].second.data.empty());
   }
 
-  void SetOptimizer(float lr, bool async) {
+  void SetOptimizer(float lr, bool async, float momentum = 0.0f) {
     Message m = Request(wire::SET_OPTIMIZER, Worker(0));
     m.meta.mutable_optimizer()->set_type("sgd");
     m.meta.mutable_optimizer()->set_lr(lr);
+    m.meta.mutable_optimizer()->set_momentum(momentum);
     m.meta.mutable_optimizer()->set_rescale_grad(1.0f);
     m.meta.set_async(async);
     Ok(std::move(m));
@@ -100,6 +103,18 @@ class KVServerTest : public ::testing::Test {
     s->set_key(key);
     s->set_length(static_cast<uint64_t>(length));
     m.meta.set_pull_dtype(dtype);
+    return m;
+  }
+
+  Message PushPullRequest(int rank, uint64_t key, int64_t step, const Tensor& g) {
+    Message m = Request(wire::PUSHPULL, Worker(rank), step);
+    AddSlice(&m, key, 0, g);
+    m.meta.set_pull_dtype(wire::F32);
+    return m;
+  }
+  Message RollbackRequest(int rank, uint64_t key, int64_t step, int64_t length) {
+    Message m = PullRequest(rank, key, step, length);
+    m.meta.set_command(wire::ROLLBACK);
     return m;
   }
 
@@ -177,7 +192,9 @@ TEST_F(KVServerTest, APushPullIsAnsweredOnceWithTheValuesAfterItsStep) {
   EXPECT_EQ(Floats(out[1].second.data[0]), (std::vector<float>{1.5f, 1.25f}));
   EXPECT_EQ(server_->AppliedStep(0, 0), 0);
   // A refused PUSHPULL is answered once, with the error, and changes nothing.
-  Refused(pushpull(0, Values({1.f, 1.f}), wire::F32), "already applied");
+  Message bad = pushpull(0, Values({1.f, 1.f}), wire::F32);
+  bad.meta.set_step(-1);
+  Refused(std::move(bad), "negative");
   EXPECT_EQ(server_->NumWaitingPulls(), 0);
 }
 
@@ -373,13 +390,12 @@ TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
   Refused(std::move(not_data), "not a data command");
 
   Push(0, 0, 0, Values({1.f, 1.f}));
-  Message twice = Request(wire::PUSH, Worker(0), 0);
-  AddSlice(&twice, 0, 0, Values({1.f, 1.f}));
-  Refused(std::move(twice), "second push");
   Push(1, 0, 0, Values({1.f, 1.f}));
-  Message late = Request(wire::PUSH, Worker(1), 0);
-  AddSlice(&late, 0, 0, Values({1.f, 1.f}));
-  Refused(std::move(late), "already applied");
+
+  Message rollback_of_nothing = Request(wire::ROLLBACK, Worker(0), -1);
+  AddSlice(&rollback_of_nothing, 0, 0, Values({0.f, 0.f}));
+  rollback_of_nothing.data.clear();
+  Refused(std::move(rollback_of_nothing), "negative");
 
   Message late_optimizer = Request(wire::SET_OPTIMIZER, Worker(0));
   late_optimizer.meta.mutable_optimizer()->set_type("sgd");
@@ -390,6 +406,229 @@ TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
   EXPECT_EQ(server_->AppliedStep(0, 0), 0);
   // An answer sent to a server is logged and dropped, not answered.
   EXPECT_TRUE(Send(Request(wire::RESPONSE, Worker(0))).empty());
+}
+
+// Duplicates (docs/wire.md): a copy of a push already counted, from the network (the same
+// request id) or resent (a new one), is answered as the first was and not counted again,
+// whether its step still waits for other workers or is applied already.
+TEST_F(KVServerTest, ADuplicatePushCountsOnceBeforeAndAfterItsStepIsApplied) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, /*async=*/false);
+  Init(0, {0.f});
+  Message first = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&first, 0, 0, Values({1.f}));
+  Message copy = first;
+  Ok(std::move(first));
+  Ok(std::move(copy));
+  Push(0, 0, 0, Values({100.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), -1) << "worker 0's copies stood in for worker 1";
+  Push(1, 0, 0, Values({2.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 0);
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-3.f}));
+  Push(1, 0, 0, Values({50.f}));
+  Push(0, 0, 0, Values({50.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-3.f}));
+  EXPECT_EQ(server_->NumDuplicates(), 4);
+  Push(0, 0, 1, Values({1.f}));
+  Push(1, 0, 1, Values({1.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-5.f}));
+}
+
+// A PUSHPULL copy: while the first still waits, the one answer serves both (one answer per
+// request id); once its step is applied, the same answer again; once a later step has
+// changed the values, none (the first answer went out before the change).
+TEST_F(KVServerTest, ADuplicatePushPullNeverGetsAnAnswerTheFirstDidNotGet) {
+  Make(2);
+  Init(0, {1.f, 2.f});
+  Message first = PushPullRequest(0, 0, 0, Values({1.f, 1.f}));
+  const uint64_t id = first.meta.request_id();
+  Message copy = first;
+  EXPECT_TRUE(Send(std::move(first)).empty());
+  EXPECT_TRUE(Send(std::move(copy)).empty());
+  EXPECT_EQ(server_->NumWaitingPulls(), 1);
+  auto out = Send(PushPullRequest(1, 0, 0, Values({2.f, 2.f})));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].second.meta.request_id(), id);
+  EXPECT_EQ(Floats(out[0].second.data[0]), (std::vector<float>{3.f, 3.f}));  // no optimizer: the sum
+  EXPECT_EQ(out[1].first, Worker(1));
+
+  Message late = PushPullRequest(0, 0, 0, Values({7.f, 7.f}));
+  late.meta.set_request_id(id);
+  Message again = Ok(std::move(late));
+  EXPECT_EQ(Floats(again.data[0]), (std::vector<float>{3.f, 3.f}));
+  EXPECT_FALSE(again.meta.skipped());
+
+  Push(0, 0, 1, Values({1.f, 1.f}));
+  Push(1, 0, 1, Values({1.f, 1.f}));
+  Message stale = PushPullRequest(0, 0, 0, Values({7.f, 7.f}));
+  stale.meta.set_request_id(id);
+  EXPECT_TRUE(Send(std::move(stale)).empty());
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{2.f, 2.f}));
+  EXPECT_EQ(server_->NumWaitingPulls(), 0);
+  EXPECT_EQ(server_->NumDuplicates(), 3);
+}
+
+TEST_F(KVServerTest, ReorderedAndDuplicatedPushesApplyEachStepOnceInOrder) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, /*async=*/false);
+  Init(0, {0.f});
+  // Worker 0's step 1 overtakes its step 0, and every push of worker 0 arrives twice.
+  Push(0, 0, 1, Values({10.f}));
+  Push(0, 0, 1, Values({10.f}));
+  Push(1, 0, 1, Values({20.f}));
+  Push(0, 0, 0, Values({1.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), -1);
+  Push(0, 0, 0, Values({1.f}));
+  Push(1, 0, 0, Values({2.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 1);
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-33.f}));
+  EXPECT_EQ(server_->NumDuplicates(), 2);
+}
+
+TEST_F(KVServerTest, AsyncCountsEachWorkersStepOnceWhateverTheArrivalOrder) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, /*async=*/true);
+  Init(0, {0.f}, /*async=*/true);
+  Push(0, 0, 1, Values({1.f}));  // step 1 before step 0
+  Push(0, 0, 1, Values({1.f}));
+  Push(0, 0, 0, Values({2.f}));
+  Push(0, 0, 0, Values({2.f}));
+  Push(1, 0, 0, Values({4.f}));  // worker 1's step 0 is its own
+  Push(0, 0, 2, Values({8.f}));
+  Push(0, 0, 1, Values({1.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-15.f}));
+  EXPECT_EQ(server_->NumDuplicates(), 3);
+}
+
+// Non-finite gradients (docs/wire.md). Step 1 of worker 1's gradient of key 1 holds a NaN:
+// key 1 is not updated, and every answer of its step 1 says so, naming worker 1. Key 0 was
+// updated (nobody could know yet); the workers' ROLLBACKs put its weights and momentum back,
+// however many of them ask. After step 2 every value equals that of a server that was never
+// sent step 1 at all.
+TEST_F(KVServerTest, ANonFiniteStepIsSkippedAndRolledBackWeightsAndMomentum) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto grad = [](int rank, uint64_t key, int step) {
+    return Values({0.25f * (rank + 1) + 0.5f * step + key, -0.125f * (step + 1)});
+  };
+  auto init = [this] {
+    Make(2);
+    SetOptimizer(/*lr=*/0.5f, /*async=*/false, /*momentum=*/0.9f);
+    Init(0, {1.f, 2.f});
+    Init(1, {3.f, -1.f});
+  };
+
+  // The reference: steps 0 and 2 only.
+  init();
+  for (int g : {0, 2}) {
+    const int64_t t = g == 0 ? 0 : 1;
+    for (uint64_t key : {0u, 1u}) {
+      Push(0, key, t, grad(0, key, g));
+      Push(1, key, t, grad(1, key, g));
+    }
+  }
+  const std::vector<float> want0 = Floats(server_->Value(0, 0)), want1 = Floats(server_->Value(1, 0));
+
+  init();
+  for (uint64_t key : {0u, 1u}) {
+    Push(0, key, 0, grad(0, key, 0));
+    Push(1, key, 0, grad(1, key, 0));
+  }
+  const std::vector<float> after0 = Floats(server_->Value(0, 0)), after0_key1 = Floats(server_->Value(1, 0));
+  // Step 1: key 0 is fine and is updated.
+  EXPECT_TRUE(Send(PushPullRequest(0, 0, 1, grad(0, 0, 1))).empty());
+  auto key0 = Send(PushPullRequest(1, 0, 1, grad(1, 0, 1)));
+  ASSERT_EQ(key0.size(), 2u);
+  EXPECT_FALSE(key0[1].second.meta.skipped());
+  EXPECT_NE(Floats(key0[1].second.data[0]), after0);
+  // Key 1: worker 1's gradient has a NaN.
+  EXPECT_TRUE(Send(PushPullRequest(0, 1, 1, grad(0, 1, 1))).empty());
+  Tensor bad = grad(1, 1, 1);
+  bad.data<float>()[1] = nan;
+  auto out = Send(PushPullRequest(1, 1, 1, bad));
+  ASSERT_EQ(out.size(), 2u);
+  for (const auto& [to, answer] : out) {
+    EXPECT_TRUE(answer.meta.skipped()) << "to node " << to;
+    ASSERT_EQ(answer.meta.nonfinite_workers_size(), 1);
+    EXPECT_EQ(answer.meta.nonfinite_workers(0), 1);
+    EXPECT_EQ(Floats(answer.data[0]), after0_key1);
+  }
+  EXPECT_EQ(server_->AppliedStep(1, 0), 1);
+  for (int rank : {0, 1}) {
+    for (uint64_t key : {0u, 1u}) {
+      Message back = Ok(RollbackRequest(rank, key, 1, 2));
+      EXPECT_TRUE(back.meta.skipped());
+      EXPECT_EQ(Floats(back.data[0]), key == 0 ? after0 : after0_key1) << "worker " << rank << " key " << key;
+    }
+  }
+  EXPECT_EQ(Floats(server_->Value(0, 0)), after0);
+  // A pull of step 1 says it was skipped, too.
+  EXPECT_TRUE(Ok(PullRequest(0, 0, 1, 2)).meta.skipped());
+  for (uint64_t key : {0u, 1u}) {
+    Push(0, key, 2, grad(0, key, 2));
+    Push(1, key, 2, grad(1, key, 2));
+  }
+  EXPECT_EQ(Floats(server_->Value(0, 0)), want0);
+  EXPECT_EQ(Floats(server_->Value(1, 0)), want1);
+  EXPECT_FALSE(Ok(PullRequest(1, 0, 2, 2)).meta.skipped());
+}
+
+// A ROLLBACK may arrive before its step is applied on a slice (a worker that pulled only
+// some keys): the step is skipped once its pushes are in, and the rollback is answered then.
+// Only the last step applied can be undone.
+TEST_F(KVServerTest, ARollbackAheadOfItsStepSkipsItOnceItsPushesAreIn) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, /*async=*/false);
+  Init(0, {1.f});
+  Push(0, 0, 0, Values({5.f}));
+  Message rollback = RollbackRequest(0, 0, 0, 1);
+  const uint64_t id = rollback.meta.request_id();
+  EXPECT_TRUE(Send(std::move(rollback)).empty());
+  EXPECT_EQ(server_->NumWaitingPulls(), 1);
+  Message last = Request(wire::PUSH, Worker(1), 0);
+  AddSlice(&last, 0, 0, Values({5.f}));
+  auto out = Send(std::move(last));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].second.meta.request_id(), id);
+  EXPECT_TRUE(out[1].second.meta.skipped());
+  EXPECT_EQ(Floats(out[1].second.data[0]), (std::vector<float>{1.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 0);
+  Push(0, 0, 1, Values({1.f}));
+  Push(1, 0, 1, Values({1.f}));
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-1.f}));
+  Refused(RollbackRequest(1, 0, 0, 1), "only the last step");
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{-1.f}));
+}
+
+TEST_F(KVServerTest, ASumThatOverflowsIsSkippedNamingNoWorker) {
+  Make(2);
+  Init(0, {0.f});
+  EXPECT_TRUE(Send(PushPullRequest(0, 0, 0, Values({3e38f}))).empty());
+  auto out = Send(PushPullRequest(1, 0, 0, Values({3e38f})));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out[0].second.meta.skipped());
+  EXPECT_EQ(out[0].second.meta.nonfinite_workers_size(), 0);
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{0.f}));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 0);
+}
+
+TEST_F(KVServerTest, AsyncLeavesOutANonFinitePushAndSaysSo) {
+  Make(2);
+  SetOptimizer(/*lr=*/1.0f, /*async=*/true);
+  Init(0, {1.f, 1.f}, /*async=*/true);
+  Message nan_push = Request(wire::PUSH, Worker(1), 0);
+  AddSlice(&nan_push, 0, 0, Values({std::numeric_limits<float>::quiet_NaN(), 1.f}));
+  Message answer = Ok(std::move(nan_push));
+  EXPECT_TRUE(answer.meta.skipped());
+  ASSERT_EQ(answer.meta.nonfinite_workers_size(), 1);
+  EXPECT_EQ(answer.meta.nonfinite_workers(0), 1);
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{1.f, 1.f}));
+  Message fine = Request(wire::PUSH, Worker(0), 0);
+  AddSlice(&fine, 0, 0, Values({1.f, 0.5f}));
+  EXPECT_FALSE(Ok(std::move(fine)).meta.skipped());
+  Message inf = Ok(PushPullRequest(1, 0, 1, Values({std::numeric_limits<float>::infinity(), 0.f})));
+  EXPECT_TRUE(inf.meta.skipped());
+  EXPECT_EQ(Floats(inf.data[0]), (std::vector<float>{0.f, 0.5f}));
+  Refused(RollbackRequest(0, 0, 1, 2), "dist_async");
 }
 
 }  // namespace
