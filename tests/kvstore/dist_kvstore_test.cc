@@ -169,6 +169,62 @@ TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
   });
 }
 
+// A NaN in worker 1's gradient of one key at step 1: that key's server skips the step and
+// says so; both workers then roll step 1 back on every server, so the keys that had been
+// updated (on both servers) get their weights and momentum back. Both workers report the
+// step, and after step 2 every weight equals, bit for bit, that of a job never sent step 1.
+TEST_P(DistKVStoreTest, ANonFiniteStepIsRolledBackOnEveryServer) {
+  auto run = [&](bool with_nan, std::vector<std::vector<float>>* weights) {
+    weights->assign(kSizes.size(), {});
+    LocalJob job(GetParam(), 2, 2);
+    job.Run([&](int rank, Cluster* cluster) {
+      auto kv = MakeStore("dist_sync", 1, cluster);
+      OptimizerConfig opt;
+      opt.lr = 0.5f;
+      opt.momentum = 0.9f;
+      opt.wd = 0.0f;
+      ASSERT_TRUE(kv->SetOptimizer(opt).ok());
+      std::vector<int> keys;
+      std::vector<Tensor> init, outs;
+      for (size_t k = 0; k < kSizes.size(); ++k) {
+        keys.push_back(static_cast<int>(k));
+        init.push_back(Filled(kSizes[k], DType::kF32, [](int64_t i) { return 1.0f; }));
+        outs.push_back(Tensor::Zeros({kSizes[k]}, DType::kF32));
+      }
+      ASSERT_TRUE(kv->Init(keys, init).ok());
+      for (int step : with_nan ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 2}) {
+        for (int key : keys) {
+          Tensor g = Filled(kSizes[key], DType::kF32, [&](int64_t i) { return Grad(rank, 0, key, i, step); });
+          if (with_nan && step == 1 && rank == 1 && key == 2) g.data<float>()[17] = std::nanf("");
+          ASSERT_TRUE(kv->PushPull(key, {g}, {outs[key]}, -key).ok());
+        }
+        Status s = kv->WaitAll();
+        ASSERT_TRUE(s.ok()) << s;
+        KVStore::SkippedStep skip;
+        const bool skipped = kv->TakeSkippedStep(&skip);
+        ASSERT_EQ(skipped, with_nan && step == 1) << "worker " << rank << " step " << step;
+        if (skipped) {
+          EXPECT_EQ(skip.step, 1);
+          EXPECT_EQ(skip.key, 2);
+          EXPECT_EQ(skip.workers, std::vector<int>{1});
+        }
+      }
+      if (rank == 0) {
+        for (size_t k = 0; k < kSizes.size(); ++k) {
+          (*weights)[k].assign(outs[k].data<float>(), outs[k].data<float>() + kSizes[k]);
+        }
+      }
+    });
+  };
+  std::vector<std::vector<float>> skipped, reference;
+  run(true, &skipped);
+  run(false, &reference);
+  for (size_t k = 0; k < kSizes.size(); ++k) {
+    ASSERT_EQ(skipped[k].size(), static_cast<size_t>(kSizes[k]));
+    for (int64_t i = 0; i < kSizes[k]; ++i) ASSERT_EQ(skipped[k][i], reference[k][i]) << "key " << k << " at " << i;
+  }
+}
+
 TEST_P(DistKVStoreTest, MisuseIsRefusedAndAsyncPullsNeedNoStep) {
   LocalJob job(GetParam(), 1, 1);
   job.Run([](int rank, Cluster* cluster) {

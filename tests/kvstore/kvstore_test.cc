@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "kvstore/updater.h"
 
 namespace tally {
@@ -66,6 +68,67 @@ TEST(KVStore, LearningRateChangeAppliesToTheNextUpdate) {
   std::vector<Tensor> w = {Full({1}, 0.f)};
   ASSERT_TRUE(kv->PushPull(0, {Full({1}, 2.f)}, w).ok());
   EXPECT_FLOAT_EQ(w[0].data<float>()[0], 0.5f);
+}
+
+// A step with a NaN in one key's gradient changes no key: the keys updated before the NaN
+// was seen are rolled back in WaitAll (weights, momentum and the pulled outputs), the keys
+// after it are not updated, and the next step goes on as if the bad one had never come.
+TEST(KVStore, ANonFiniteStepIsSkippedWholeAndRolledBackInWaitAll) {
+  auto grad = [](int key, int step, int device) { return Full({3}, 0.25f * (key + 1) + 0.5f * step + 0.125f * device); };
+  for (const char* type : {"local", "device"}) {
+    OptimizerConfig opt;
+    opt.lr = 0.5f;
+    opt.momentum = 0.9f;
+    opt.wd = 0.0f;
+    auto run = [&](bool with_nan, std::vector<std::vector<Tensor>>* w) {
+      auto kv = Make(type, 2);
+      EXPECT_TRUE(kv->SetOptimizer(opt).ok());
+      w->clear();
+      for (int key = 0; key < 3; ++key) {
+        EXPECT_TRUE(kv->Init(key, Full({3}, 1.f + key)).ok());
+        w->push_back({Full({3}, 0.f), Full({3}, 0.f)});
+      }
+      const std::vector<int> steps = with_nan ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 2};
+      std::vector<Tensor> after0(3);
+      for (int step : steps) {
+        for (int key = 0; key < 3; ++key) {
+          std::vector<Tensor> g = {grad(key, step, 0), grad(key, step, 1)};
+          if (with_nan && step == 1 && key == 1) g[1].data<float>()[2] = std::numeric_limits<float>::quiet_NaN();
+          EXPECT_TRUE(kv->PushPull(key, g, (*w)[key]).ok());
+        }
+        EXPECT_TRUE(kv->WaitAll().ok());
+        KVStore::SkippedStep skip;
+        const bool skipped = kv->TakeSkippedStep(&skip);
+        EXPECT_EQ(skipped, with_nan && step == 1) << type << " step " << step;
+        if (skipped) {
+          EXPECT_EQ(skip.step, 1);
+          EXPECT_EQ(skip.key, 1);
+        }
+        if (with_nan && step == 0) {
+          for (int key = 0; key < 3; ++key) after0[key] = (*w)[key][0].Clone();
+        }
+        if (with_nan && step == 1) {
+          for (int key = 0; key < 3; ++key) {
+            for (int d = 0; d < 2; ++d) {
+              for (int i = 0; i < 3; ++i) {
+                EXPECT_EQ((*w)[key][d].data<float>()[i], after0[key].data<float>()[i]) << type << " key " << key;
+              }
+            }
+          }
+        }
+      }
+    };
+    std::vector<std::vector<Tensor>> skipped, reference;
+    run(true, &skipped);
+    run(false, &reference);
+    for (int key = 0; key < 3; ++key) {
+      for (int d = 0; d < 2; ++d) {
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(skipped[key][d].data<float>()[i], reference[key][d].data<float>()[i]) << type << " key " << key;
+        }
+      }
+    }
+  }
 }
 
 TEST(KVStore, RefusesMisuseWithClearMessages) {
