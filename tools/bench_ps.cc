@@ -2,6 +2,8 @@
 // workers as threads of this process, talking ZeroMQ over loopback TCP), for payloads from
 // 4 KB to 100 MB and for ResNet-50's 161 arrays in fp32 and fp16, against the limits
 // measured in the same run: one plain TCP stream's bandwidth and a plain TCP round trip.
+// By default the job runs twice, plain and then authenticated and encrypted (CURVE, as
+// tools/launch.py starts jobs), and CURVE's figures are also given against plain's.
 //
 // Bandwidth is bytes moved per second: a push or a pull of S bytes moves S, a pushpull 2S
 // (there and back, one after the other), the same bytes one TCP stream would carry.
@@ -9,8 +11,11 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <sstream>
 #include <thread>
@@ -29,6 +34,9 @@ DEFINE_int32(workers, 1, "workers of the benchmark job");
 DEFINE_int32(servers, 1, "servers of the benchmark job");
 DEFINE_int32(iters, 20, "timed repetitions of each operation (the median is reported)");
 DEFINE_string(sizes, "4K,64K,1M,16M,100M", "payload sizes of the single-array cases");
+DEFINE_string(security, "both",
+              "curve: the job authenticated and encrypted, as tools/launch.py runs it; plain: "
+              "without (TALLY_PLAIN=1); both: each in turn, curve compared with plain");
 
 namespace tally {
 namespace {
@@ -38,6 +46,16 @@ using Clock = std::chrono::steady_clock;
 struct Timings {
   std::vector<double> push, pull, pushpull;
 };
+
+// A job secret, as tools/launch.py makes one.
+void RandomBytes(std::string* out) {
+  size_t got = 0;
+  while (got < out->size()) {
+    ssize_t n = getrandom(out->data() + got, out->size() - got, 0);
+    CHECK_GT(n, 0) << "getrandom";
+    got += static_cast<size_t>(n);
+  }
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -70,12 +88,14 @@ Status ParseSizes(const std::string& text, std::vector<int64_t>* bytes) {
   return Status::Ok();
 }
 
-ClusterConfig JobConfig(wire::Role role, int port) {
+ClusterConfig JobConfig(wire::Role role, int rank, int port, const std::string& secret) {
   ClusterConfig c;
   c.role = role;
+  c.rank = rank;
   c.scheduler_port = port;
   c.num_workers = FLAGS_workers;
   c.num_servers = FLAGS_servers;
+  c.job_secret = secret;
   return c;
 }
 
@@ -88,13 +108,15 @@ struct WorkerRun {
   std::vector<double> resnet_f32, resnet_f16;
   Status status;
 
-  void Run(int port) {
-    status = RunImpl(port);
+  void Run(const ClusterConfig& cfg) {
+    status = RunImpl(cfg);
   }
 
-  Status RunImpl(int port) {
+  Status RunImpl(const ClusterConfig& cfg) {
     std::unique_ptr<Cluster> cluster;
-    TALLY_RETURN_IF_ERROR(Cluster::Join(JobConfig(wire::WORKER, port), NewZmqTransport(), &cluster));
+    std::unique_ptr<Transport> transport;
+    TALLY_RETURN_IF_ERROR(NewJobTransport(cfg, &transport));
+    TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, std::move(transport), &cluster));
     std::unique_ptr<KVStore> kv;
     TALLY_RETURN_IF_ERROR(CreateDistKVStore("dist_sync", 1, cluster.get(), &kv));
     // Keys: the single arrays, then ResNet-50 in fp32, then ResNet-50 in fp16.
@@ -151,7 +173,7 @@ std::string SizeName(int64_t b) {
 }  // namespace
 
 int BenchPs(int argc, char** argv) {
-  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M]", &argc, &argv);
+  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|curve|plain]", &argc, &argv);
   if (FLAGS_workers < 1 || FLAGS_servers < 1 || FLAGS_iters < 1) {
     std::fprintf(stderr, "tally bench ps: --workers, --servers and --iters must be positive\n");
     return 2;
@@ -176,33 +198,64 @@ int BenchPs(int argc, char** argv) {
   const double tcp_gbps = TcpStreamGBps(size_t{4} << 30);
   const double tcp_rtt_us = TcpRoundTripMedianUs(4096, 2000);
 
-  const int port = FreeTcpPort();
-  Status sched_status;
-  std::vector<Status> server_status(FLAGS_servers);
-  std::thread scheduler([&] { sched_status = RunScheduler(JobConfig(wire::SCHEDULER, port), NewZmqTransport()); });
-  std::vector<std::thread> servers;
-  for (int i = 0; i < FLAGS_servers; ++i) {
-    servers.emplace_back([&, i] { server_status[i] = RunServer(JobConfig(wire::SERVER, port), NewZmqTransport()); });
+  std::vector<std::string> modes;
+  if (FLAGS_security == "both") modes = {"plain", "curve"};
+  else if (FLAGS_security == "plain" || FLAGS_security == "curve") modes = {FLAGS_security};
+  else {
+    std::fprintf(stderr, "tally bench ps: --security=%s (expected curve, plain or both)\n", FLAGS_security.c_str());
+    return 2;
   }
-  std::vector<WorkerRun> runs(FLAGS_workers, proto);
-  std::vector<std::thread> workers;
-  if (!FLAGS_json) std::fprintf(stderr, "running the job: %d workers, %d servers...\n", FLAGS_workers, FLAGS_servers);
-  for (int i = 0; i < FLAGS_workers; ++i) workers.emplace_back([&, i] { runs[i].Run(port); });
-  for (auto& t : workers) t.join();
-  for (auto& t : servers) t.join();
-  scheduler.join();
-  for (const WorkerRun& r : runs) {
-    if (!r.status.ok()) {
-      std::fprintf(stderr, "tally bench ps: %s\n", r.status.ToString().c_str());
-      return 1;
+  std::map<std::string, WorkerRun> result;
+  for (const std::string& mode : modes) {
+    std::string secret;
+    if (mode == "curve") secret = std::string(32, '\0'), RandomBytes(&secret);
+    const int port = FreeTcpPort();
+    Status sched_status;
+    std::vector<Status> server_status(FLAGS_servers);
+    auto role = [&](wire::Role r, int rank, auto run) {
+      ClusterConfig c = JobConfig(r, rank, port, secret);
+      std::unique_ptr<Transport> t;
+      Status st = NewJobTransport(c, &t);
+      return st.ok() ? run(c, std::move(t)) : st;
+    };
+    std::thread scheduler([&] {
+      sched_status = role(wire::SCHEDULER, 0, [](const ClusterConfig& c, std::unique_ptr<Transport> t) {
+        return RunScheduler(c, std::move(t));
+      });
+    });
+    std::vector<std::thread> servers;
+    for (int i = 0; i < FLAGS_servers; ++i) {
+      servers.emplace_back([&, i] {
+        server_status[i] = role(wire::SERVER, i, [](const ClusterConfig& c, std::unique_ptr<Transport> t) {
+          return RunServer(c, std::move(t));
+        });
+      });
     }
+    std::vector<WorkerRun> runs(FLAGS_workers, proto);
+    std::vector<std::thread> workers;
+    if (!FLAGS_json) {
+      std::fprintf(stderr, "running the job (%s): %d workers, %d servers...\n", mode.c_str(), FLAGS_workers,
+                   FLAGS_servers);
+    }
+    for (int i = 0; i < FLAGS_workers; ++i) {
+      workers.emplace_back([&, i] { runs[i].Run(JobConfig(wire::WORKER, i, port, secret)); });
+    }
+    for (auto& t : workers) t.join();
+    for (auto& t : servers) t.join();
+    scheduler.join();
+    for (const WorkerRun& r : runs) {
+      if (!r.status.ok()) {
+        std::fprintf(stderr, "tally bench ps (%s): %s\n", mode.c_str(), r.status.ToString().c_str());
+        return 1;
+      }
+    }
+    result[mode] = runs[0];
   }
 
-  const WorkerRun& r = runs[0];
   const std::string tcp = "tcp-loopback-1-stream";
   std::vector<BenchRow> rows;
   auto add = [&](const std::string& name, double value, const std::string& unit, double peer,
-                 const std::string& peer_name, bool lower_is_better, const std::string& note) {
+                 const std::string& peer_name, bool lower_is_better, const std::string& note, bool limit) {
     BenchRow row;
     row.bench = "ps";
     row.name = name;
@@ -212,28 +265,47 @@ int BenchPs(int argc, char** argv) {
     row.peer_name = peer_name;
     row.lower_is_better = lower_is_better;
     row.note = note;
-    row.peer_is_limit = true;
+    row.peer_is_limit = limit;
     rows.push_back(row);
   };
-  const std::string shape = std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s";
-  for (size_t i = 0; i < r.sizes.size(); ++i) {
-    const double b = static_cast<double>(r.sizes[i]);
-    const std::string base = shape + "-" + SizeName(r.sizes[i]);
-    add(base + "-push", b / Median(r.single[i].push) / 1e9, "GB/s", tcp_gbps, tcp, false, "");
-    add(base + "-pull", b / Median(r.single[i].pull) / 1e9, "GB/s", tcp_gbps, tcp, false, "");
-    add(base + "-pushpull", 2 * b / Median(r.single[i].pushpull) / 1e9, "GB/s", tcp_gbps, tcp, false, "");
-    if (r.sizes[i] == 4096) {
-      add(base + "-pushpull-latency", Median(r.single[i].pushpull) * 1e6, "us", tcp_rtt_us,
-          "tcp-loopback-4KB-round-trip", true, "goal <= 25 us");
+  // Each mode's figures against the TCP limits; with both, CURVE's also against plain's.
+  for (const std::string& mode : modes) {
+    const WorkerRun& r = result[mode];
+    const WorkerRun* plain = modes.size() == 2 && mode == "curve" ? &result["plain"] : nullptr;
+    const std::string shape = mode + "-" + std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s";
+    auto bandwidth = [&](const std::string& name, double bytes, const std::vector<double>& t,
+                         const std::vector<double>* plain_t, const std::string& note) {
+      add(name, bytes / Median(t) / 1e9, "GB/s", tcp_gbps, tcp, false, note, true);
+      if (plain_t != nullptr) {
+        add(name + "-vs-plain", bytes / Median(t) / 1e9, "GB/s", bytes / Median(*plain_t) / 1e9, "same job, plain",
+            false, "the cost of authentication and encryption", false);
+      }
+    };
+    for (size_t i = 0; i < r.sizes.size(); ++i) {
+      const double b = static_cast<double>(r.sizes[i]);
+      const std::string base = shape + "-" + SizeName(r.sizes[i]);
+      bandwidth(base + "-push", b, r.single[i].push, nullptr, "");
+      bandwidth(base + "-pull", b, r.single[i].pull, nullptr, "");
+      bandwidth(base + "-pushpull", 2 * b, r.single[i].pushpull, plain ? &plain->single[i].pushpull : nullptr, "");
+      if (r.sizes[i] == 4096) {
+        add(base + "-pushpull-latency", Median(r.single[i].pushpull) * 1e6, "us", tcp_rtt_us,
+            "tcp-loopback-4KB-round-trip", true, "goal <= 25 us", true);
+        if (plain) {
+          add(base + "-pushpull-latency-vs-plain", Median(r.single[i].pushpull) * 1e6, "us",
+              Median(plain->single[i].pushpull) * 1e6, "same job, plain", true, "", false);
+        }
+      }
     }
+    const double f32 = Median(r.resnet_f32), f16 = Median(r.resnet_f16);
+    bandwidth(shape + "-resnet50-pushpull-fp32", 2.0 * 4 * resnet_elements, r.resnet_f32,
+              plain ? &plain->resnet_f32 : nullptr, "161 arrays, " + std::to_string(resnet_elements) + " values");
+    bandwidth(shape + "-resnet50-pushpull-fp16", 2.0 * 2 * resnet_elements, r.resnet_f16,
+              plain ? &plain->resnet_f16 : nullptr, "");
+    add(shape + "-resnet50-sync-time-fp16/fp32", f16 / f32, "x", -1, "", true,
+        "fp32 " + std::to_string(f32 * 1e3).substr(0, 6) + " ms, fp16 " + std::to_string(f16 * 1e3).substr(0, 6) +
+            " ms; goal <= 0.55",
+        true);
   }
-  const double f32 = Median(r.resnet_f32), f16 = Median(r.resnet_f16);
-  add(shape + "-resnet50-pushpull-fp32", 2.0 * 4 * resnet_elements / f32 / 1e9, "GB/s", tcp_gbps, tcp, false,
-      "161 arrays, " + std::to_string(resnet_elements) + " values");
-  add(shape + "-resnet50-pushpull-fp16", 2.0 * 2 * resnet_elements / f16 / 1e9, "GB/s", tcp_gbps, tcp, false, "");
-  add(shape + "-resnet50-sync-time-fp16/fp32", f16 / f32, "x", -1, "", true,
-      "fp32 " + std::to_string(f32 * 1e3).substr(0, 6) + " ms, fp16 " + std::to_string(f16 * 1e3).substr(0, 6) +
-          " ms; goal <= 0.55");
   Report(rows, FLAGS_json);
   return 0;
 }

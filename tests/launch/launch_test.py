@@ -447,6 +447,10 @@ class DryRunTest(HostfileCase):
             self.assertEqual(argv[:9], ["ssh", "-o", "BatchMode=yes", "-o",
                                         "StrictHostKeyChecking=no", "-p", "2222", host, argv[8]])
             remote = argv[8]
+            # The secret comes through ssh's stdin, never on a command line.
+            self.assertTrue(remote.startswith("IFS= read -r TALLY_JOB_SECRET && export TALLY_JOB_SECRET && "),
+                            remote)
+            self.assertNotIn("TALLY_JOB_SECRET=", remote)
             self.assertIn(f"cd {shlex.quote(os.getcwd())} && exec env DMLC_ROLE={role} ", remote)
             self.assertIn("DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=9091 ", remote)
             self.assertIn(f"DMLC_NODE_HOST={host} ", remote)
@@ -459,22 +463,40 @@ class DryRunTest(HostfileCase):
                     ("worker", 0, "n1"), ("worker", 1, "n2"), ("worker", 2, "n2")]
         for argv, (role, rank, host) in zip(lines, expected):
             # A value with a comma travels in srun's environment, named in --export.
-            self.assertEqual(argv[:5], ["LIST=a,b", "srun", "--nodes=1", "--ntasks=1",
-                                        f"--nodelist={host}"])
-            self.assertEqual(argv[6], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
+            # So does the job's secret (shown masked by --dry-run).
+            self.assertEqual(argv[:6], ["LIST=a,b", "TALLY_JOB_SECRET=<secret>", "srun", "--nodes=1",
+                                        "--ntasks=1", f"--nodelist={host}"])
+            self.assertEqual(argv[7], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
                                       f"DMLC_PS_ROOT_PORT=9091,DMLC_NUM_WORKER=3,"
                                       f"DMLC_NUM_SERVER=2,DMLC_NODE_HOST={host},"
-                                      f"TALLY_RANK={rank},OMP_WAIT_POLICY=passive,LIST")
-            self.assertEqual(argv[7:], ["train", "--kv-store", "dist_sync"])
+                                      f"TALLY_RANK={rank},OMP_WAIT_POLICY=passive,LIST,TALLY_JOB_SECRET")
+            self.assertEqual(argv[8:], ["train", "--kv-store", "dist_sync"])
 
     def test_mpi_command_lines(self):
         lines = self.dry_run("mpi", "m1\nm2\n", "-n", "2", "-s", "2")
-        self.assertEqual([argv[:5] for argv in lines],
-                         [["mpirun", "-n", "1", "--host", h] for h in ("m1", "m1", "m2", "m1", "m2")])
+        # The secret is in mpirun's environment, forwarded by name.
+        self.assertEqual([argv[:6] for argv in lines],
+                         [["TALLY_JOB_SECRET=<secret>", "mpirun", "-n", "1", "--host", h]
+                          for h in ("m1", "m1", "m2", "m1", "m2")])
         for argv, rank in zip(lines, ["0", "0", "1", "0", "1"]):
+            self.assertEqual(argv[argv.index("TALLY_JOB_SECRET") - 1], "-x")
             self.assertIn(f"TALLY_RANK={rank}", argv[argv.index("TALLY_RANK=" + rank) - 1:])
             self.assertEqual(argv[argv.index("TALLY_RANK=" + rank) - 1], "-x")
             self.assertEqual(argv[-3:], ["train", "--kv-store", "dist_sync"])
+
+    def test_plain_has_no_secret(self):
+        lines = self.dry_run("mpi", "m1\n", "-n", "1", "-s", "1", "--plain")
+        for argv in lines:
+            self.assertEqual(argv[0], "mpirun")
+            self.assertNotIn("TALLY_JOB_SECRET", argv)
+            self.assertEqual(argv[argv.index("TALLY_PLAIN=1") - 1], "-x")
+
+    def test_secret_cannot_be_overridden(self):
+        argv = [sys.executable, LAUNCH, "--dry-run", "-n", "1", "--env", "TALLY_JOB_SECRET:00",
+                "train"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("TALLY_JOB_SECRET is set by the launcher", result.stderr)
 
 
 if __name__ == "__main__":

@@ -32,11 +32,12 @@ class Job:
         self.procs = {}
         roles = [("scheduler", 0)] + [("server", r) for r in range(servers)] + \
                 [("worker", r) for r in range(workers)]
+        secret = os.urandom(32).hex()  # the job's (docs/security.md)
         for role, rank in roles:
             env = dict(os.environ, DMLC_ROLE=role, DMLC_PS_ROOT_URI="127.0.0.1",
                        DMLC_PS_ROOT_PORT=str(self.port), DMLC_NUM_WORKER=str(workers),
                        DMLC_NUM_SERVER=str(servers), DMLC_NODE_HOST="127.0.0.1",
-                       TALLY_RANK=str(rank), OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+                       TALLY_RANK=str(rank), OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", TALLY_JOB_SECRET=secret)
             log = open(os.path.join(self.dir.name, "%s%d.log" % (role, rank)), "w+")
             cmd = [TALLY, "train", "--kv-store", "dist_sync", "--num-layers", "8",
                    "--image-shape", "3,16,16", "--num-classes", "4", "--batch-size", "8",

@@ -177,10 +177,11 @@ class DistJobTest(Case):
         run_dir = os.path.join(self.dir, "run")
         port = free_port()
         procs = []
+        secret = os.urandom(32).hex()  # the job's (docs/security.md)
         for role, rank in [("scheduler", 0), ("server", 0), ("worker", 0), ("worker", 1)]:
             env = dict(os.environ, DMLC_ROLE=role, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port),
                        DMLC_NUM_WORKER="2", DMLC_NUM_SERVER="1", DMLC_NODE_HOST="127.0.0.1", TALLY_RANK=str(rank),
-                       OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+                       OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", TALLY_JOB_SECRET=secret)
             if role == "worker" and rank == 1:
                 env["TALLY_TEST_CLOCK_SKEW_US"] = str(self.SKEW_US)
             with open(os.path.join(self.dir, "%s%d.log" % (role, rank)), "w") as log:

@@ -154,10 +154,11 @@ class DistSyncTest(Case):
     def start_job(self, prefix, extra, name):
         port = free_port()
         procs = {}
+        secret = os.urandom(32).hex()  # the job's (docs/security.md)
         for role, rank in [("scheduler", 0), ("server", 0), ("worker", 0), ("worker", 1)]:
             env = dict(os.environ, DMLC_ROLE=role, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port),
                        DMLC_NUM_WORKER="2", DMLC_NUM_SERVER="1", DMLC_NODE_HOST="127.0.0.1", TALLY_RANK=str(rank),
-                       OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+                       OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", TALLY_JOB_SECRET=secret)
             path = os.path.join(self.dir, "%s-%s%d.log" % (name, role, rank))
             with open(path, "w") as out:
                 proc = subprocess.Popen([TALLY, "train", "--kv-store", "dist_sync"] + MODEL +

@@ -3,6 +3,7 @@
 import argparse
 import os
 import shlex
+import secrets
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,10 @@ def build_parser():
                              "may take to exit before they are stopped (default: 30)")
     parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                         help="time between SIGTERM and SIGKILL when stopping (default: 30)")
+    parser.add_argument("--plain", action="store_true",
+                        help="run without authentication, for a trusted network only; by "
+                             "default every process gets the job's secret and all traffic is "
+                             "authenticated and encrypted (docs/security.md)")
     parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
                         help="after a process fails, stop the job and start it again, up to "
                              "K times; the command must have --model-prefix and --resume auto "
@@ -151,9 +156,15 @@ def main(argv=None):
         out_lock = threading.Lock()
 
         def make_children(attempt):
+            job_secret = secrets.token_hex(32)
             # The last attempt's scheduler port may linger in TIME_WAIT or be taken by now.
             if attempt and args.port is None:
                 set_root_port(procs, free_port())
+            # A fresh secret each attempt: a process left over from the last one cannot join.
+            for proc in procs:
+                proc.secret = None if args.plain else job_secret
+                if args.plain:
+                    proc.env["TALLY_PLAIN"] = "1"
             return [make_child(args, proc, cwd, out_lock) for proc in procs]
 
         children = make_children(0)

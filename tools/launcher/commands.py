@@ -6,6 +6,8 @@ variables to add to the launcher's own environment when running it.
 
 import shlex
 
+from .job import SECRET_VAR
+
 # The first line a remote process prints on stderr: the id of its process group on the
 # remote host. sshd starts the remote shell as a session leader, so $$ is that group's
 # id and everything the command starts belongs to it; a second ssh kills the group.
@@ -17,13 +19,19 @@ def quote_env(env):
 
 
 def display(argv, env=None):
-    """One shell line that does what running argv with env's additions would do."""
-    prefix = " ".join(shlex.quote(item) for item in quote_env(env)) + " " if env else ""
+    """One shell line that does what running argv with env's additions would do; the job's
+    secret shows as <secret>."""
+    shown = {k: ("<secret>" if k == SECRET_VAR else v) for k, v in (env or {}).items()}
+    prefix = " ".join(shlex.quote(item) for item in quote_env(shown)) + " " if shown else ""
     return prefix + shlex.join(argv)
 
 
+def secret_env(proc):
+    return {SECRET_VAR: proc.secret} if proc.secret else {}
+
+
 def local(proc, command):
-    return list(command), dict(proc.env)
+    return list(command), {**proc.env, **secret_env(proc)}
 
 
 def ssh_base(ssh_opts, ssh_port):
@@ -34,10 +42,18 @@ def ssh_base(ssh_opts, ssh_port):
 
 
 def ssh(proc, command, cwd, ssh_opts, ssh_port):
-    remote = (f"echo {REMOTE_PGID_MARK}$$ >&2; cd {shlex.quote(cwd)} && exec env "
+    """The remote shell reads the job's secret from its stdin (see ssh_stdin), so that it
+    is on no command line."""
+    read_secret = f"IFS= read -r {SECRET_VAR} && export {SECRET_VAR} && " if proc.secret else ""
+    remote = (f"{read_secret}echo {REMOTE_PGID_MARK}$$ >&2; cd {shlex.quote(cwd)} && exec env "
               + " ".join(shlex.quote(item) for item in quote_env(proc.env)) + " "
               + shlex.join(command))
     return ssh_base(ssh_opts, ssh_port) + [proc.host, remote], {}
+
+
+def ssh_stdin(proc):
+    """What the launcher writes to ssh's stdin for ssh(): the secret line, or nothing."""
+    return (proc.secret + "\n").encode() if proc.secret else None
 
 
 def remote_kill(host, pgid, signal_name, ssh_opts, ssh_port):
@@ -63,13 +79,16 @@ def mpi(proc, command, cwd, ssh_opts, ssh_port, as_root):
         argv += ["--mca", "plm_rsh_args", shlex.join(agent)]
     for item in quote_env(proc.env):
         argv += ["-x", item]
-    return argv + list(command), {}
+    if proc.secret:  # by name: mpirun forwards the value from its own environment
+        argv += ["-x", SECRET_VAR]
+    return argv + list(command), secret_env(proc)
 
 
 def slurm(proc, command, cwd):
     """srun for one task on proc's host; variables are named in --export and, since
     --export cannot quote a comma, values are also put in srun's own environment."""
     exports = [k if "," in v else f"{k}={v}" for k, v in proc.env.items()]
+    exports += list(secret_env(proc))  # by name, the value in srun's environment
     argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={proc.host}", f"--chdir={cwd}",
             "--export=" + ",".join(["ALL"] + exports)]
-    return argv + list(command), {k: v for k, v in proc.env.items() if "," in v}
+    return argv + list(command), {**{k: v for k, v in proc.env.items() if "," in v}, **secret_env(proc)}

@@ -12,7 +12,12 @@ ROLES = ("scheduler", "server", "worker")
 # The variables the launcher sets itself; `--env` may not override them, so that a
 # typo on the command line cannot give two processes the same rank.
 JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
-            "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "TALLY_RANK")
+            "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "TALLY_RANK", "TALLY_JOB_SECRET",
+            "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN")
+
+# The variable that carries the job's secret. It never appears on a command line (which
+# every user of the host can read): it travels in the environment, or through ssh's stdin.
+SECRET_VAR = "TALLY_JOB_SECRET"
 
 
 class UsageError(Exception):
@@ -26,6 +31,7 @@ class Proc:
     rank: int
     host: str  # where it runs, as the user named it (used for ssh, mpirun, srun)
     env: dict = field(default_factory=dict)  # the job's variables only, not os.environ
+    secret: str = None  # the job's secret (64 hex digits); None with --plain
 
     @property
     def name(self):

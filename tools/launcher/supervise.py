@@ -78,10 +78,11 @@ def descendants(pid, table):
 class Child:
     """One process of the job as the launcher runs it, with its output forwarders."""
 
-    def __init__(self, proc, argv, env, out_lock):
+    def __init__(self, proc, argv, env, out_lock, stdin_data=None):
         self.proc = proc
         self.argv = argv
         self.env = env  # added to the launcher's environment
+        self.stdin_data = stdin_data  # bytes written to the child's stdin, then closed
         self.out_lock = out_lock
         self.popen = None
         self.threads = []
@@ -101,9 +102,16 @@ class Child:
     def start(self):
         env = dict(os.environ)
         env.update(self.env)
-        self.popen = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
+        stdin = subprocess.PIPE if self.stdin_data is not None else subprocess.DEVNULL
+        self.popen = subprocess.Popen(self.argv, env=env, stdin=stdin,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       start_new_session=True)
+        if self.stdin_data is not None:
+            try:
+                self.popen.stdin.write(self.stdin_data)
+                self.popen.stdin.close()
+            except OSError:  # it died at once; its exit status tells why
+                pass
         prefix = f"[{self.proc.name}] ".encode()
         for stream, target in ((self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)):
             thread = threading.Thread(target=self.forward, args=(stream, target, prefix),
@@ -195,7 +203,7 @@ class RemoteChild(Child):
     """A process started through ssh; it is stopped by signalling its remote group."""
 
     def __init__(self, proc, argv, env, out_lock, ssh_opts, ssh_port):
-        super().__init__(proc, argv, env, out_lock)
+        super().__init__(proc, argv, env, out_lock, commands.ssh_stdin(proc))
         self.ssh_opts = ssh_opts
         self.ssh_port = ssh_port
         self.remote_pgid = None
