@@ -386,6 +386,18 @@ Status MakePrefixDirectory() {
   return Status::Ok();
 }
 
+// The one line a worker prints for a step skipped for a non-finite gradient.
+std::string SkipLine(int epoch, int64_t batch, int64_t step, const KVStore::SkippedStep& skip) {
+  std::string who;
+  for (int r : skip.workers) who += (who.empty() ? " from worker " : ", ") + std::to_string(r);
+  const std::string what = "the gradient of key " + std::to_string(skip.key) + " was not finite" + who;
+  char head[96];
+  std::snprintf(head, sizeof head, "Epoch[%d] Batch [%lld]: step %lld ", epoch, static_cast<long long>(batch),
+                static_cast<long long>(step));
+  if (FLAGS_kv_store == "dist_async") return head + ("not applied: " + what);
+  return head + ("skipped, no weight changed: " + what);
+}
+
 int Fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "tally train: %s%s\n", what.c_str(), s.ToString().c_str());
   return what.empty() ? 2 : 1;
@@ -489,6 +501,11 @@ int TrainCommand(int argc, char** argv) {
                         std::to_string(b) + ": ",
                     s);
       }
+      if (trainer->last_skip() != nullptr) {
+        bar.Clear();
+        std::printf("%s\n", SkipLine(epoch, b + 1, step, *trainer->last_skip()).c_str());
+        std::fflush(stdout);
+      }
       profile::StepRecord record = trainer->last_step();
       record.step = step;
       record.epoch = epoch;
@@ -509,7 +526,8 @@ int TrainCommand(int argc, char** argv) {
         bar.Clear();
         // With --profile the line ends with the window's time split (MXNet's parsers read
         // the fields before it).
-        const std::string split = prof->tracing() ? "\t" + prof->TakeSplit() : "";
+        std::string split = prof->tracing() ? "\t" + prof->TakeSplit() : "";
+        if (window.skipped_steps > 0) split = "\tskipped-steps=" + std::to_string(window.skipped_steps) + split;
         std::printf("Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t%s%s\n", epoch,
                     static_cast<long>(b + 1 - FLAGS_disp_batches), static_cast<long>(b + 1),
                     window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str(), split.c_str());

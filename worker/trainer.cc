@@ -1,7 +1,10 @@
 #include "worker/trainer.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <map>
+#include <string>
 
 #include "kvstore/dist_kvstore.h"
 #include "ops/ops.h"
@@ -31,6 +34,34 @@ std::map<std::string, const Tensor*> ByName(const std::vector<NamedTensor>& tens
   return out;
 }
 
+// TALLY_TEST_NAN=<rank>:<step>[:all] (trainer.h): *step is -1 when it is unset or names
+// another worker.
+Status ParseTestNan(int rank, int64_t* step, bool* all) {
+  *step = -1;
+  *all = false;
+  const char* v = std::getenv("TALLY_TEST_NAN");
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  const std::string text = v;
+  char* end = nullptr;
+  const long r = std::strtol(text.c_str(), &end, 10);
+  long long s = -1;
+  bool ok = end != text.c_str() && *end == ':';
+  if (ok) {
+    const char* p = end + 1;
+    s = std::strtoll(p, &end, 10);
+    ok = end != p && s >= 0 && r >= 0;
+  }
+  if (ok && *end == ':') {
+    *all = std::string(end + 1) == "all";
+    ok = *all;
+  } else if (ok) {
+    ok = *end == '\0';
+  }
+  if (!ok) return Status::InvalidArgument("TALLY_TEST_NAN='" + text + "': expected <worker rank>:<step>[:all]");
+  if (r == rank) *step = s;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckBatchSplit(int batch_size, int num_devices) {
@@ -52,7 +83,10 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     TALLY_RETURN_IF_ERROR(CreateNetwork(config.model, &net));  // same seed: identical replicas
     t->replicas_.push_back(std::move(net));
   }
-  if (resume != nullptr) TALLY_RETURN_IF_ERROR(t->LoadParameters(*resume));
+  if (resume != nullptr) {
+    TALLY_RETURN_IF_ERROR(t->LoadParameters(*resume));
+    t->step_ = resume->step;
+  }
   if (config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0) {
     TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, config.num_devices, config.cluster, &t->kv_));
   } else {
@@ -77,6 +111,7 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     Status s = t->kv_->SetOptimizerState(t->trainable_, states);
     if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
   }
+  TALLY_RETURN_IF_ERROR(ParseTestNan(t->kv_->rank(), &t->nan_step_, &t->nan_all_));
   Trainer* self = t.get();
   t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
   *out = std::move(t);
@@ -140,6 +175,7 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   push_status_ = Status::Ok();
   push_us_ = 0;
   grad_sumsq_ = 0;
+  nan_written_ = false;
   last_step_ = profile::StepRecord();
   profile::Tracer& tracer = profile::Tracer::Get();
   for (int d = 0; d < devices; ++d) {
@@ -174,7 +210,25 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   last_step_.phase(Phase::kUpdate) = kv.update_us;
   last_step_.phase(Phase::kWait) = wait;
   last_step_.grad_norm = grad_sumsq_ >= 0 ? std::sqrt(grad_sumsq_) : -1;
-  return waited;
+  ++step_;
+  TALLY_RETURN_IF_ERROR(waited);
+  skipped_ = kv_->TakeSkippedStep(&last_skip_);
+  if (skipped_) stats->skipped_steps += 1;
+  return Status::Ok();
+}
+
+void Trainer::InjectNan(const std::vector<Tensor>& grads) {
+  if (step_ != nan_step_ || (nan_written_ && !nan_all_)) return;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (nan_all_) {
+    for (const Tensor& g : grads) {
+      Tensor t = g;
+      t.Fill(nan);
+    }
+  } else {
+    grads[0].data<float>()[0] = nan;
+  }
+  nan_written_ = true;
 }
 
 void Trainer::PushGradient(int key) {
@@ -186,6 +240,7 @@ void Trainer::PushGradient(int key) {
     grads[d] = p->grad;
     weights[d] = p->value;
   }
+  InjectNan(grads);
   if (grad_sumsq_ >= 0) {
     const double sq = GradientSumSquares(grads);
     grad_sumsq_ = sq < 0 ? -1 : grad_sumsq_ + sq;

@@ -12,7 +12,13 @@
 // pass has made it, so communication overlaps the rest of the backward pass. The loss is the mean over the whole batch (with dist_sync and
 // dist_device_sync: over every worker's batch, as MXNet's rescale_grad), so the gradients do
 // not depend on how the batch was split. Batch-norm running statistics stay per replica, as
-// in MXNet. Driven by one thread.
+// in MXNet. A step whose gradients are not finite (NaN, Inf) changes no weight (the
+// kvstore skips it: KVStore::TakeSkippedStep); last_skip() says so. Driven by one thread.
+//
+// Test setting: TALLY_TEST_NAN=<worker rank>:<step>[:all] makes that worker (rank 0 with
+// the single-process kvstores) put a NaN into its gradient at that step of the job: into
+// one element of the first gradient it pushes, or, with `all`, into every element of every
+// gradient. Nothing else reads it.
 #pragma once
 
 #include <memory>
@@ -43,11 +49,13 @@ struct StepStats {
   int64_t correct = 0;       // top-1
   int64_t topk_correct = 0;  // top-k, when TrainerConfig::top_k > 1
   int64_t samples = 0;
+  int64_t skipped_steps = 0;  // steps skipped for a non-finite gradient
   void Add(const StepStats& o) {
     loss_sum += o.loss_sum;
     correct += o.correct;
     topk_correct += o.topk_correct;
     samples += o.samples;
+    skipped_steps += o.skipped_steps;
   }
 };
 
@@ -70,6 +78,8 @@ class Trainer {
   // single-process kvstore types; µs) and its gradients' L2 norm (the sum over the
   // devices, before the kvstore). The caller adds the rest (data wait, step, samples).
   const profile::StepRecord& last_step() const { return last_step_; }
+  // Whether the last Step was skipped for a non-finite gradient, and why (nullptr: it was not).
+  const KVStore::SkippedStep* last_skip() const { return skipped_ ? &last_skip_ : nullptr; }
 
   // Copies replica 0's parameters and the optimizer state (read from the servers in dist
   // modes) into c->params and c->states. Between steps only.
@@ -88,6 +98,8 @@ class Trainer {
   void PushGradient(int key);
   // Copies the checkpoint's parameters into every replica.
   Status LoadParameters(const Checkpoint& c);
+  // TALLY_TEST_NAN: puts the NaN into this step's gradients when they are the ones asked for.
+  void InjectNan(const std::vector<Tensor>& grads);
 
   TrainerConfig config_;
   std::vector<std::unique_ptr<Network>> replicas_;
@@ -97,6 +109,14 @@ class Trainer {
   profile::StepRecord last_step_;
   int64_t push_us_ = 0;         // inside PushGradient during this step
   double grad_sumsq_ = 0;       // of this step's gradients so far
+  int64_t step_ = 0;            // the job's step of the next Step (a resumed run continues its count)
+  bool skipped_ = false;        // the last Step was skipped; last_skip_ says why
+  KVStore::SkippedStep last_skip_;
+  // TALLY_TEST_NAN: the step to poison (-1: none), every value or one, and whether the one
+  // has been written this step.
+  int64_t nan_step_ = -1;
+  bool nan_all_ = false;
+  bool nan_written_ = false;
 };
 
 // Checks that a global batch divides across the devices; the message names --batch-size.
