@@ -1,0 +1,67 @@
+// The state KVServer keeps per slice and per waiting pull: internal to server/, shared by
+// kv_server.cc (requests and answers) and kv_server_update.cc (applying steps, skipping and
+// rolling them back). See server.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "server/server.h"
+
+namespace tally {
+
+struct KVServer::PendingPull {
+  wire::Meta request;
+  std::vector<Slice*> slices;
+  int remaining = 0;  // slices whose update of request.step() is still to come
+  bool push_not_applied = false;  // dist_async PUSHPULL: its push was not finite, not applied
+};
+
+// The steps of one worker's pushes that a slice has taken, under dist_async, where pushes
+// apply as they arrive and nothing else remembers them: every step below `next`, and the
+// steps in `ahead` (a worker's steps are 0, 1, 2, ..., but may arrive out of order).
+struct StepsSeen {
+  int64_t next = 0;
+  std::set<int64_t> ahead;
+  bool Has(int64_t step) const { return step < next || ahead.count(step) > 0; }
+  void Add(int64_t step) {
+    ahead.insert(step);
+    while (!ahead.empty() && *ahead.begin() == next) {
+      ahead.erase(ahead.begin());
+      ++next;
+    }
+  }
+};
+
+struct KVServer::Slice {
+  int id = 0;  // the Updater's key for this slice's optimizer state
+  uint64_t key = 0, offset = 0;
+  int64_t length = 0;
+  Tensor value;  // fp32 master values
+  Tensor grad;   // fp32 sum of a step's pushes, when there are several or they are 16-bit
+  int64_t applied = -1;
+  // The first step whose push asked the job to stop (Meta.stop); INT64_MAX: none.
+  int64_t stop_from = INT64_MAX;
+  struct Step {
+    std::vector<Tensor> grads;  // by worker rank; undefined until that worker's push is in
+    int count = 0;
+  };
+  std::map<int64_t, Step> pushes;  // sync: steps not yet applied
+  std::vector<std::shared_ptr<PendingPull>> waiting;
+  // Non-finite gradients (sync). `skipped`: the last step skipped here, its sum not finite
+  // or its update rolled back; answers of that step say so. nonfinite_ranks: the workers
+  // whose own push of it was not finite (empty: the sum overflowed, or it was rolled back).
+  int64_t skipped = -1;
+  std::vector<int> nonfinite_ranks;
+  std::set<int64_t> skip_when_ready;  // steps rolled back before their pushes were all in
+  // One-step undo: the values before the update of undo_step (-1: none to undo), and the
+  // optimizer's own copy of its state (Updater::SaveState).
+  Tensor undo;
+  int64_t undo_step = -1;
+  std::vector<StepsSeen> seen;  // async: by worker rank
+};
+
+}  // namespace tally

@@ -1,0 +1,167 @@
+// KVServer's steps: applying a step's summed pushes to a slice, the one-step undo copy, and
+// skipping a step whose gradient is not finite or rolling it back (server.h, docs/wire.md).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "kvstore/reduce.h"
+#include "ops/profile/trace.h"
+#include "server/kv_server_slice.h"
+#include "server/server.h"
+
+namespace tally {
+
+void KVServer::ApplyReadySteps(Slice* s) {
+  bool applied = false;
+  while (!s->pushes.empty()) {
+    auto it = s->pushes.begin();
+    if (it->first != s->applied + 1 || it->second.count < num_workers_) break;
+    if (s->skip_when_ready.erase(it->first) > 0) {
+      Skip(s, it->first, {});  // rolled back before it could be applied
+    } else {
+      Apply(s, it->second.grads, it->first);
+    }
+    s->applied = it->first;
+    s->pushes.erase(it);
+    applied = true;
+  }
+  if (!applied || s->waiting.empty()) return;
+  std::vector<std::shared_ptr<PendingPull>> still;
+  for (auto& p : s->waiting) {
+    if (p->request.step() > s->applied) {
+      still.push_back(std::move(p));
+    } else if (--p->remaining == 0) {
+      AnswerPull(*p);
+      --num_waiting_;
+    }
+  }
+  s->waiting = std::move(still);
+}
+
+float KVServer::LearningRateFor(int64_t step) const {
+  auto it = lr_from_step_.upper_bound(step);
+  return it == lr_from_step_.begin() ? base_lr_ : std::prev(it)->second;
+}
+
+void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
+  const int64_t t0 = profile::NowUs();
+  Tensor g;
+  if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
+    g = grads[0];  // the sum is the one push itself (ours alone: TakeData saw to that)
+  } else {
+    if (!s->grad.defined()) s->grad = Tensor::Empty({s->length}, DType::kF32);
+    SumInF32(grads, &s->grad);
+    g = s->grad;
+  }
+  const int64_t t1 = profile::NowUs();
+  if (!async_ && !AllFinite(g)) {
+    std::vector<int> ranks;
+    std::string who;
+    for (size_t r = 0; r < grads.size(); ++r) {
+      if (AllFinite(grads[r])) continue;
+      ranks.push_back(static_cast<int>(r));
+      who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    Skip(s, step, ranks);
+    LogSkip(step, -1, "the summed gradient of key " + std::to_string(s->key) + " [" + std::to_string(s->offset) +
+                          ", +" + std::to_string(s->length) + ") is not finite: " +
+                          (who.empty() ? std::string("the sum overflowed") : "NaN/Inf from worker " + who));
+    RecordApply(step, s->key, t0, t1, -1);
+    return;
+  }
+  if (!updater_) {
+    // The sum replaces the values without a copy. Sync keeps the old values whole as the
+    // undo copy; the buffer that copy held, if nothing still sends it, takes the next sum.
+    Tensor spare = std::move(s->value);
+    s->value = g;
+    if (!async_) {
+      std::swap(spare, s->undo);
+      s->undo_step = step;
+    }
+    if (g.storage() == s->grad.storage()) {
+      s->grad = spare.defined() && spare.storage().use_count() == 1 ? spare : Tensor();
+    }
+    RecordApply(step, s->key, t0, t1, -1);
+    return;
+  }
+  if (!async_) {
+    KeepUndo(s, step);
+  } else if (s->value.storage().use_count() > 1) {
+    s->value = s->value.Clone();  // a pull answered in fp32 may still be sending these values
+  }
+  updater_->set_learning_rate(LearningRateFor(step));
+  updater_->Update(s->id, g, &s->value);
+  RecordApply(step, s->key, t0, t1, profile::NowUs());
+}
+
+void KVServer::KeepUndo(Slice* s, int64_t step) {
+  if (s->value.storage().use_count() > 1) {
+    // A pull answered in fp32 may still be sending these values: they become the undo
+    // copy as they are, and the update writes into a fresh copy.
+    s->undo = s->value;
+    s->value = s->value.Clone();
+  } else {
+    if (!s->undo.defined() || s->undo.storage().use_count() > 1) s->undo = Tensor::Empty({s->length}, DType::kF32);
+    s->undo.CopyFrom(s->value);
+  }
+  updater_->SaveState(s->id, s->value);
+  s->undo_step = step;
+}
+
+void KVServer::Skip(Slice* s, int64_t step, const std::vector<int>& nonfinite_ranks) {
+  s->skipped = step;
+  s->nonfinite_ranks = nonfinite_ranks;
+}
+
+void KVServer::LogSkip(int64_t step, int rank, const std::string& why) {
+  if (logged_skip_ == std::make_pair(step, rank)) return;
+  logged_skip_ = {step, rank};
+  LOG(WARNING) << "server: step " << step << " skipped: " << why;
+}
+
+Status KVServer::HandleRollback(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  const int64_t step = m.step();
+  if (async_) return Status::InvalidArgument("dist_async rolls nothing back");
+  if (step < 0) return Status::InvalidArgument("step " + std::to_string(step) + " is negative");
+  std::vector<Slice*> slices;
+  TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
+  for (Slice* s : slices) {
+    if (s->applied > step) {
+      return Status::InvalidArgument("step " + std::to_string(s->applied) + " of key " + std::to_string(s->key) +
+                                     " is applied: only the last step applied can be rolled back");
+    }
+  }
+  // Idempotent: every worker asks, and only the first finds anything to undo.
+  for (Slice* s : slices) {
+    if (s->applied < step) {
+      s->skip_when_ready.insert(step);
+      continue;
+    }
+    if (s->undo_step == step) {
+      std::swap(s->value, s->undo);  // the update's values become the spare buffer
+      if (updater_) updater_->RestoreState(s->id);
+      s->undo_step = -1;
+    }
+    if (s->skipped != step) Skip(s, step, {});
+  }
+  LogSkip(step, -1, "rolled back at worker " + std::to_string(m.sender_id() - 1 - num_servers_) +
+                        "'s request (a non-finite gradient elsewhere)");
+  return HandlePull(msg);
+}
+
+void KVServer::RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2) {
+  profile::Tracer& tracer = profile::Tracer::Get();
+  tracer.Complete("sum", "server", t0, t1 - t0, "key", static_cast<double>(key));
+  if (t2 >= 0) tracer.Complete("update", "server", t1, t2 - t1, "key", static_cast<double>(key));
+  if (!recorder_) return;
+  profile::StepRecord* r = StepLoad(step, std::max(t1, t2));
+  r->phase(profile::Phase::kSum) += t1 - t0;
+  if (t2 >= 0) r->phase(profile::Phase::kUpdate) += t2 - t1;
+}
+
+}  // namespace tally
