@@ -69,6 +69,19 @@ void InvertedCmykToRgb(const uint8_t* cmyk, int n, uint8_t* rgb) {
   }
 }
 
+// Whether libjpeg's last message is one of its warnings (jerror.h, JWRN_*): a decode that
+// only warned has written every pixel. tjGetErrorCode cannot tell: once a stream has
+// warned, a later fatal error (rows left unwritten) is reported as a warning too; the
+// message is the fatal error's own.
+bool IsJpegWarning(const std::string& what) {
+  for (const char* warning : {"Corrupt JPEG data:", "Warning:", "Unknown Adobe color transform",
+                              "Inconsistent progression sequence", "Invalid SOS parameters",
+                              "Application transferred too many scanlines", "Premature end of JPEG file"}) {
+    if (what.rfind(warning, 0) == 0) return true;
+  }
+  return false;
+}
+
 Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options, Image* out) {
   tjhandle tj = Decompressor();
   if (!tj) return Status::Internal("tjInitDecompress failed");
@@ -91,7 +104,7 @@ Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
     std::string what = tjGetErrorStr2(tj);
     // libjpeg fills the missing part of a truncated stream with grey and calls it a warning;
     // for training data that is a broken record.
-    if (tjGetErrorCode(tj) == TJERR_FATAL || what.find("Premature end") != std::string::npos) {
+    if (tjGetErrorCode(tj) == TJERR_FATAL || !IsJpegWarning(what) || what.find("Premature end") != std::string::npos) {
       return JpegError("corrupt JPEG: " + what);
     }
   }
