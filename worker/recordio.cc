@@ -96,7 +96,9 @@ Status RecordReader::Open(const std::string& rec_path, const std::string& idx_pa
     TALLY_RETURN_IF_ERROR(ReadIndexFile(idx_path, &reader->index_));
     for (size_t i = 0; i < reader->index_.size(); ++i) {
       uint64_t off = reader->index_[i].offset;
-      if (off % recordio::kAlign != 0 || off + recordio::kPartHeaderBytes > reader->file_size_) {
+      // Written so that no offset near 2^64 wraps around to look small.
+      if (off % recordio::kAlign != 0 || off > reader->file_size_ ||
+          reader->file_size_ - off < recordio::kPartHeaderBytes) {
         return Status::InvalidArgument(idx_path + ": record " + std::to_string(i) + " (key " +
                                        std::to_string(reader->index_[i].key) + ") has byte offset " +
                                        std::to_string(off) + ", not a 4-byte aligned offset inside " +
