@@ -1,5 +1,6 @@
 #include "ops/dtype.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -100,8 +101,12 @@ __attribute__((target("avx2,f16c"))) static void HalfToFloatF16c(const uint16_t*
   for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
 
+// F16C is read from CPUID itself: clang's __builtin_cpu_supports does not know "f16c".
 static bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 
