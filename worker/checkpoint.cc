@@ -76,8 +76,16 @@ std::map<std::string, std::string> Metadata(const Checkpoint& c, const char* for
 Status WriteSynced(const std::string& path, const std::vector<NamedTensor>& tensors,
                    const std::map<std::string, std::string>& meta) {
   const std::string tmp = path + ".tmp";
-  TALLY_RETURN_IF_ERROR(WriteSafetensors(tmp, tensors, meta));
-  Status s = SyncPath(tmp, false);
+  errno = 0;
+  Status s = WriteSafetensors(tmp, tensors, meta);
+  if (!s.ok()) {
+    // The writer names the file but not the reason. errno still holds the failed write's
+    // (ENOSPC on a full disk): the clean-up calls after it succeed and leave errno alone.
+    const int err = errno;
+    if (s.code() != Status::Code::kIoError || err == 0) return s;
+    return Status::IoError(s.message() + ": " + std::strerror(err));
+  }
+  s = SyncPath(tmp, false);
   if (!s.ok()) std::remove(tmp.c_str());
   return s;
 }
