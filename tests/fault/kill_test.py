@@ -2,7 +2,8 @@
 
 With `tools/launch.py --max-restarts 2` the job completes with the final weights and
 momentum of an uninterrupted run, bit for bit; started role by role without a launcher,
-every other process exits non-zero within 5 s, naming the killed node.
+every other process exits non-zero within 5 s, naming the killed node; under launch.py
+without restarts, the launcher exits within 5 s with the killed node's status, naming it.
 
 Each seed picks the role and the step; the test prints both. FAULT_SEEDS="4,5" runs other
 seeds (to reproduce a failure, run its seed alone).
@@ -60,6 +61,27 @@ class KillTest(FaultCase):
                 os.kill(job.procs[victim].pid, signal.SIGKILL)
                 job.assertOthersFail({victim}, time.time(), EXIT_WITHIN_S, [name])
                 job.kill()
+
+    def test_random_kill_under_the_launcher_ends_it_naming_the_node(self):
+        # The same seeds: launch.py without --max-restarts stops the job and exits non-zero.
+        for seed in fault_job.seeds([2, 7, 8, 12]):
+            (role, rank), step = pick(seed)
+            name = role_name(role, rank)
+            with self.subTest(seed=seed, role=name, step=step):
+                print("seed %d: kill -9 %s at step %d, launch.py without restarts" % (seed, name, step))
+                prefix = os.path.join(self.dir, "seed%d" % seed, "m")
+                proc, path = self.start_launch(prefix, "seed%d" % seed)
+                self.wait_step(path, proc, step)
+                os.kill(self.pid_of(role, rank), signal.SIGKILL)
+                killed = time.time()
+                code = self.wait_launch(proc, path)
+                took = time.time() - killed
+                print("  launch.py exited %d after %.2f s" % (code, took))
+                out = fault_job.read(path)
+                self.assertEqual(code, 128 + signal.SIGKILL, out[-4000:])
+                self.assertLogHas(out, r"launch.py: %s on localhost was killed by signal 9 \(SIGKILL\); stopping "
+                                  r"the job" % re.escape(name))
+                self.assertLess(took, EXIT_WITHIN_S, out[-4000:])
 
 
 if __name__ == "__main__":
