@@ -31,6 +31,10 @@ packages=(
   # tools/launch.py's tests run real jobs through an sshd they start on 127.0.0.1 and
   # through OpenMPI's mpirun.
   openssh-server openssh-client openmpi-bin
+  # The fuzzers (tests/fuzz/, docs/fuzzing.md): clang with libFuzzer and the sanitizers'
+  # runtimes, LLVM's OpenMP for the kernels they link; ZeroMQ from Python for the test
+  # that throws mutated frames at a live job.
+  clang libclang-rt-14-dev libomp-14-dev python3-zmq
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-pil)

@@ -1,0 +1,33 @@
+# Tally's fuzz tests (docs/fuzzing.md), included by tests/CMakeLists.txt.
+#
+# libFuzzer needs clang while Tally builds with gcc, so the harnesses are a project of their
+# own (tests/fuzz/CMakeLists.txt), configured with clang and built into build/fuzz as one
+# step of this build. It compiles only the sources the harnesses test.
+find_program(TALLY_FUZZ_CXX NAMES clang++ clang++-14 DOC "clang for the libFuzzer harnesses")
+if(TALLY_FUZZ_CXX)
+  include(ExternalProject)
+  ExternalProject_Add(tally_fuzzers
+                      SOURCE_DIR ${CMAKE_CURRENT_LIST_DIR}
+                      BINARY_DIR ${CMAKE_BINARY_DIR}/fuzz
+                      CMAKE_ARGS -DCMAKE_CXX_COMPILER=${TALLY_FUZZ_CXX}
+                      INSTALL_COMMAND ""
+                      BUILD_ALWAYS ON)  # its own make decides what is out of date
+else()
+  message(WARNING "clang++ not found: the fuzz.* tests will fail (tools/install_deps.sh installs clang)")
+endif()
+
+# Each fuzzer runs for a bounded time from its seeds; any finding fails the test.
+foreach(name message recordio image)
+  add_test(NAME fuzz.${name}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/run_fuzzer.sh ${CMAKE_BINARY_DIR}/fuzz ${name} 20)
+  set_tests_properties(fuzz.${name} PROPERTIES LABELS "quick;fuzz" TIMEOUT 120)
+endforeach()
+
+# A live dist_sync job on loopback, fed 10^5 mutated frames on every node's port while it
+# trains, must finish with the weights of the same job run without them (about 30 s: two
+# runs of the job). It needs python3-zmq, which only Debian's interpreter has.
+set(TALLY_DEBIAN_PYTHON /usr/bin/python3 CACHE FILEPATH "the Python that has Debian's python3-zmq")
+add_test(NAME fuzz.live_frames
+         COMMAND ${TALLY_DEBIAN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/live_frames_test.py $<TARGET_FILE:tally>)
+set_tests_properties(fuzz.live_frames PROPERTIES LABELS "quick;fault;fuzz" TIMEOUT 300
+                     ENVIRONMENT "OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1")
