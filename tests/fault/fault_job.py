@@ -185,6 +185,25 @@ class FaultCase(unittest.TestCase):
         if not re.search(pattern, log):
             self.fail("no %r in the output:\n%s" % (pattern, log[-5000:]))
 
+    def assertLatestLoads(self, prefix):
+        """The newest PREFIX-NNNN.params on disk loads as tally reads it: whole files, its
+        .states (or .states.prev, docs/checkpoint.md) of the same checkpoint id, epoch NNNN.
+        Returns NNNN, or "none yet" when there is no checkpoint."""
+        folder, stem = os.path.split(prefix)
+        found = [re.fullmatch(re.escape(stem) + r"-(\d{4,})\.params", n) for n in os.listdir(folder)]
+        numbers = sorted(int(m.group(1)) for m in found if m)
+        if not numbers:
+            return "none yet"
+        path = "%s-%04d" % (prefix, numbers[-1])
+        _, params = read_tensors(path + ".params")
+        ids = []
+        for states in (path + ".states", path + ".states.prev"):
+            if os.path.exists(states):
+                ids.append(read_tensors(states)[1]["checkpoint"])
+        self.assertIn(params["checkpoint"], ids, "%s.params has no .states of its checkpoint" % path)
+        self.assertEqual(int(params["epoch"]), numbers[-1])
+        return numbers[-1]
+
     def assertSameCheckpoint(self, a, b):
         for ext in (".params", ".states"):
             ta, ma = read_tensors(a + ext)

@@ -56,11 +56,13 @@ class KillTest(FaultCase):
             name = role_name(*victim)
             with self.subTest(seed=seed, role=name, step=step):
                 print("seed %d: kill -9 %s at step %d, no launcher" % (seed, name, step))
-                job = RoleJob(self, "seed%d" % seed)
+                prefix = os.path.join(self.dir, "seed%d" % seed, "m")
+                job = RoleJob(self, "seed%d" % seed, extra=["--model-prefix", prefix])
                 job.wait_step(step)
                 os.kill(job.procs[victim].pid, signal.SIGKILL)
                 job.assertOthersFail({victim}, time.time(), EXIT_WITHIN_S, [name])
                 job.kill()
+                print("  the latest checkpoint loads: %s" % self.assertLatestLoads(prefix))
 
     def test_random_kill_under_the_launcher_ends_it_naming_the_node(self):
         # The same seeds: launch.py without --max-restarts stops the job and exits non-zero.
@@ -82,6 +84,7 @@ class KillTest(FaultCase):
                 self.assertLogHas(out, r"launch.py: %s on localhost was killed by signal 9 \(SIGKILL\); stopping "
                                   r"the job" % re.escape(name))
                 self.assertLess(took, EXIT_WITHIN_S, out[-4000:])
+                print("  the latest checkpoint loads: %s" % self.assertLatestLoads(prefix))
 
 
 if __name__ == "__main__":

@@ -52,11 +52,12 @@ class PartitionTest(FaultCase):
 
     def partition(self, side_b, cut):
         """Runs the nodes in `side_b` on side B, the others (the scheduler among them) on
-        side A; at step 30, `cut` (ip arguments) breaks the link."""
+        side A; inside the second epoch, `cut` (ip arguments) breaks the link."""
         hosts = {key: SIDE_B if key in side_b else SIDE_A for key in fault_job.ROLES}
-        job = RoleJob(self, "partition", hosts=hosts,
+        prefix = os.path.join(self.dir, "run", "m")
+        job = RoleJob(self, "partition", extra=["--model-prefix", prefix], hosts=hosts,
                       wrap=lambda role, rank: ["ip", "netns", "exec", self.ns[hosts[(role, rank)]]])
-        job.wait_step(30)
+        job.wait_step(fault_job.STEPS_PER_EPOCH + 15)
         ip(*cut)
         cut_at = time.time()
         print("cut the link (ip %s) between %s and the rest" % (
@@ -66,6 +67,7 @@ class PartitionTest(FaultCase):
         # Each side names a node it lost: one of the other side's.
         job.assertOthersFail(set(side_b), cut_at, DEAD_TIMEOUT_S + EXIT_WITHIN_S, b_names)
         job.assertOthersFail(set(hosts) - set(side_b), cut_at, DEAD_TIMEOUT_S + EXIT_WITHIN_S, a_names)
+        self.assertEqual(self.assertLatestLoads(prefix), 1)
 
     def test_link_down_cuts_off_a_worker(self):
         self.partition([("worker", 1)], ["-n", self.ns[SIDE_A], "link", "set", self.link, "down"])

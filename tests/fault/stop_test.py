@@ -18,16 +18,19 @@ from fault_job import DEAD_TIMEOUT_S, EXIT_WITHIN_S, FINAL, STEPS_PER_EPOCH, Fau
 
 class StopTest(FaultCase):
     def stop_and_watch(self, victim, resume):
-        """Stops `victim` at step 30 and, when `resume`, continues it once the others ended."""
+        """Stops `victim` inside the second epoch (a checkpoint is on disk) and, when `resume`,
+        continues it once the others ended."""
         name = role_name(*victim)
-        job = RoleJob(self, "stop")
-        job.wait_step(30)
+        prefix = os.path.join(self.dir, "run", "m")
+        job = RoleJob(self, "stop", extra=["--model-prefix", prefix])
+        job.wait_step(STEPS_PER_EPOCH + 15)
         proc = job.procs[victim]
         os.kill(proc.pid, signal.SIGSTOP)
         stopped = time.time()
         print("SIGSTOP %s%s" % (name, ", SIGCONT once the others ended" if resume else ""))
         job.assertOthersFail({victim}, stopped, DEAD_TIMEOUT_S + EXIT_WITHIN_S, [name])
         if not resume:
+            self.assertLatestLoads(prefix)
             return
         os.kill(proc.pid, signal.SIGCONT)
         continued = time.time()
@@ -38,6 +41,7 @@ class StopTest(FaultCase):
         self.assertNotEqual(code, 0, job.output(victim)[-3000:])
         print("  %s exited %d, %.2f s after SIGCONT (stopped for %.2f s)" % (
             name, code, time.time() - continued, continued - stopped))
+        self.assertLatestLoads(prefix)
 
     def test_worker_stopped_then_continued(self):
         self.stop_and_watch(("worker", 1), resume=True)
