@@ -9,38 +9,30 @@
 namespace tally {
 namespace {
 
-// libjpeg-turbo handles are not thread-safe but are cheap to keep: one of each per thread,
-// made on first use and destroyed when the thread exits.
-struct TjHandles {
-  tjhandle decompress = nullptr;
-  tjhandle compress = nullptr;
-  ~TjHandles() {
-    if (decompress) tjDestroy(decompress);
-    if (compress) tjDestroy(compress);
+// libjpeg-turbo compressors are not thread-safe but are cheap to keep: one per thread, made
+// on first use and destroyed when the thread exits.
+struct TjCompressor {
+  tjhandle handle = nullptr;
+  ~TjCompressor() {
+    if (handle) tjDestroy(handle);
   }
 };
-thread_local TjHandles tj_handles;
+thread_local TjCompressor tj_compressor;
 
-tjhandle Decompressor() {
-  if (!tj_handles.decompress) tj_handles.decompress = tjInitDecompress();
-  return tj_handles.decompress;
-}
-
-// After a failed call a handle can be left mid-stream (the next header read then fails on a
-// valid image), so a handle that reported an error is replaced; errors are rare.
-void DiscardDecompressor() {
-  if (tj_handles.decompress) tjDestroy(tj_handles.decompress);
-  tj_handles.decompress = nullptr;
-}
-
-Status JpegError(const std::string& what) {
-  DiscardDecompressor();
-  return Status::InvalidArgument(what);
-}
+// A decompressor for one image. A handle keeps the Huffman and quantisation tables of the
+// images it decoded and uses them for a later image that lacks its own, and can be left
+// mid-stream by a warning or an error (the next image then fails): with one handle per image
+// each decode depends on its own bytes alone. Making one costs well under a microsecond.
+struct Decompressor {
+  tjhandle tj = tjInitDecompress();
+  ~Decompressor() {
+    if (tj) tjDestroy(tj);
+  }
+};
 
 tjhandle Compressor() {
-  if (!tj_handles.compress) tj_handles.compress = tjInitCompress();
-  return tj_handles.compress;
+  if (!tj_compressor.handle) tj_compressor.handle = tjInitCompress();
+  return tj_compressor.handle;
 }
 
 constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -83,11 +75,12 @@ bool IsJpegWarning(const std::string& what) {
 }
 
 Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options, Image* out) {
-  tjhandle tj = Decompressor();
+  Decompressor decompressor;
+  tjhandle tj = decompressor.tj;
   if (!tj) return Status::Internal("tjInitDecompress failed");
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, data, size, &width, &height, &subsamp, &colorspace) != 0) {
-    return JpegError(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
+    return Status::InvalidArgument(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
   }
   ImageInfo info{ImageFormat::kJpeg, width, height};
   TALLY_RETURN_IF_ERROR(CheckDimensions(info, options));
@@ -105,7 +98,7 @@ Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
     // libjpeg fills the missing part of a truncated stream with grey and calls it a warning;
     // for training data that is a broken record.
     if (tjGetErrorCode(tj) == TJERR_FATAL || !IsJpegWarning(what) || what.find("Premature end") != std::string::npos) {
-      return JpegError("corrupt JPEG: " + what);
+      return Status::InvalidArgument("corrupt JPEG: " + what);
     }
   }
   if (cmyk) InvertedCmykToRgb(cmyk_pixels.data(), out_w * out_h, out->pixels.data());
@@ -152,11 +145,12 @@ Status ReadImageInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   info->format = DetectImageFormat(data, size);
   switch (info->format) {
     case ImageFormat::kJpeg: {
-      tjhandle tj = Decompressor();
+      Decompressor decompressor;
+      tjhandle tj = decompressor.tj;
       if (!tj) return Status::Internal("tjInitDecompress failed");
       int subsamp = 0, colorspace = 0;
       if (tjDecompressHeader3(tj, data, size, &info->width, &info->height, &subsamp, &colorspace) != 0) {
-        return JpegError(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
+        return Status::InvalidArgument(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
       }
       break;
     }

@@ -17,7 +17,8 @@
 // any pixel buffer is allocated. Nothing here crashes on bad bytes.
 //
 // Thread-safety: every function may be called from any number of threads at once (each
-// thread keeps its own libjpeg-turbo handles). An Image is a value with no synchronisation.
+// JPEG decode has a libjpeg-turbo handle of its own, so that no table of one image reaches
+// another; each thread keeps one compressor). An Image is a value with no synchronisation.
 #pragma once
 
 #include <cstddef>
