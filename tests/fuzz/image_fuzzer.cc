@@ -7,11 +7,14 @@
 // declared sizes against the cap is the same code either way.
 //
 // Besides crashes, leaks and undefined behaviour, it checks: a decoded image has the size
-// ScaledSize predicts from the header; decoding the same bytes again, into a buffer holding
-// other values, gives the same pixels; a small decoded image survives a PNG round trip
-// exactly and a JPEG one at its size.
+// ScaledSize predicts from the header; decoding the same bytes again, after another image
+// and into a buffer holding other values, gives the same pixels; a small decoded image
+// survives a PNG round trip exactly and a JPEG one at its size.
+#include <turbojpeg.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <glog/logging.h>
 
@@ -25,6 +28,23 @@ namespace {
 constexpr int64_t kMaxPixels = int64_t{1} << 22;
 constexpr int kMaxSide = 1 << 13;
 constexpr int64_t kMaxRoundTripPixels = 64 * 64;
+
+std::string other_image;  // decoded between the two decodes of each input
+
+// A progressive JPEG of 16 x 8 pixels: libjpeg-turbo gives it Huffman tables of its own.
+std::string ProgressiveJpeg() {
+  std::vector<uint8_t> pixels(16 * 8 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 37 ^ i >> 3);
+  tjhandle tj = tjInitCompress();
+  CHECK(tj);
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  CHECK_EQ(tjCompress2(tj, pixels.data(), 16, 0, 8, TJPF_RGB, &jpeg, &size, TJSAMP_444, 90, TJFLAG_PROGRESSIVE), 0);
+  std::string out(reinterpret_cast<const char*>(jpeg), size);
+  tjFree(jpeg);
+  tjDestroy(tj);
+  return out;
+}
 
 void CheckRoundTrips(const Image& img) {
   std::string png;
@@ -68,8 +88,12 @@ int FuzzOneInput(const uint8_t* data, size_t size) {
     CHECK(w == img.width && h == img.height) << "decoded " << img.width << "x" << img.height << ", but the header ("
                                              << info.width << "x" << info.height << ") says " << w << "x" << h;
   }
-  // Every pixel is written, and nothing of one decode leaks into the next: the same bytes
-  // decoded into a buffer full of other values give the same image.
+  // Every pixel is written, and nothing of one decode leaks into the next: the same bytes,
+  // decoded again after another image (a progressive JPEG, whose Huffman tables are not
+  // the standard ones) into a buffer full of other values, give the same image.
+  Image other;
+  CHECK(DecodeImage(reinterpret_cast<const uint8_t*>(other_image.data()), other_image.size(), DecodeOptions(), &other)
+            .ok());
   Image reused;
   reused.pixels.assign(img.pixels.size(), 0xa5);
   Status again = DecodeImage(image, bytes.size(), opt, &reused);
@@ -85,6 +109,7 @@ int FuzzOneInput(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FLAGS_logtostderr = true;
+  tally::fuzz::other_image = tally::fuzz::ProgressiveJpeg();
   return 0;
 }
 

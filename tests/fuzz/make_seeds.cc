@@ -330,6 +330,34 @@ std::string JpegWarningThenError(const std::string& jpeg) {
   return out;
 }
 
+// A JPEG whose scan data stops halfway, before its end-of-image marker: libjpeg warns
+// ("premature end of data segment") and fills the rest. The handle that decoded it once
+// failed the next image (found by the image fuzzer, which decodes every input twice).
+std::string JpegCutScan(const std::string& jpeg) {
+  const size_t sos = jpeg.find("\xff\xda");
+  CHECK_NE(sos, std::string::npos);
+  const size_t data = sos + 2 + (static_cast<uint8_t>(jpeg[sos + 2]) << 8 | static_cast<uint8_t>(jpeg[sos + 3]));
+  const size_t eoi = jpeg.size() - 2;
+  return jpeg.substr(0, data + (eoi - data) / 2) + "\xff\xd9";
+}
+
+// An abbreviated JPEG: the DHT segment of DC table 1 removed, which its chroma scans use.
+// libjpeg decodes it with the standard table, or, on a handle that decoded another image,
+// with that image's table: DecodeImage once gave it different pixels after other images.
+std::string JpegWithoutDcTable1(const std::string& jpeg) {
+  std::string out = jpeg.substr(0, 2);
+  size_t i = 2;
+  while (i + 4 <= jpeg.size()) {
+    const uint8_t marker = static_cast<uint8_t>(jpeg[i + 1]);
+    if (marker == 0xda) break;
+    const size_t length = static_cast<uint8_t>(jpeg[i + 2]) << 8 | static_cast<uint8_t>(jpeg[i + 3]);
+    if (!(marker == 0xc4 && jpeg[i + 4] == 0x01)) out += jpeg.substr(i, 2 + length);
+    i += 2 + length;
+  }
+  CHECK_LE(i + 4, jpeg.size()) << "no SOS marker";
+  return out + jpeg.substr(i);
+}
+
 void WriteImageSeeds(const fs::path& dir) {
   const Image small = Gradient(12, 16), odd = Gradient(7, 5), wide = Gradient(24, 40);
   std::string bytes;
@@ -339,6 +367,8 @@ void WriteImageSeeds(const fs::path& dir) {
   Write(dir, "jpeg_scaled", ImageInput(2, bytes));  // min 16x16: decoded at a smaller scale
   Write(dir, "jpeg_scaled_pow2", ImageInput(8 | 1, bytes));
   Write(dir, "jpeg_warning_then_error", ImageInput(0, JpegWarningThenError(bytes)));
+  Write(dir, "jpeg_cut_scan", ImageInput(8 | 1, JpegCutScan(bytes)));
+  Write(dir, "jpeg_no_dc_table_1", ImageInput(0, JpegWithoutDcTable1(bytes)));
   Write(dir, "jpeg_grey", ImageInput(0, Jpeg(odd, TJPF_RGB, TJSAMP_GRAY, 0)));
   Write(dir, "jpeg_444_progressive", ImageInput(0, Jpeg(small, TJPF_RGB, TJSAMP_444, TJFLAG_PROGRESSIVE)));
   Write(dir, "jpeg_cmyk", ImageInput(0, Jpeg(odd, TJPF_CMYK, TJSAMP_444, 0)));

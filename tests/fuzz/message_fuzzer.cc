@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <glog/logging.h>
+#include <google/protobuf/stubs/logging.h>
 
 #include "server/server.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -103,8 +104,12 @@ int FuzzOneInput(const uint8_t* data, size_t size) {
 }  // namespace tally
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  // Every refused message logs a warning: shown only when reproducing by hand.
-  if (!std::getenv("TALLY_FUZZ_LOG")) FLAGS_minloglevel = google::GLOG_ERROR;
+  // Every refused message logs a warning, and protobuf an error for each string field that
+  // is not UTF-8: shown only when reproducing by hand.
+  if (!std::getenv("TALLY_FUZZ_LOG")) {
+    FLAGS_minloglevel = google::GLOG_ERROR;
+    google::protobuf::SetLogHandler(nullptr);
+  }
   FLAGS_logtostderr = true;
   return 0;
 }
