@@ -281,6 +281,7 @@ class Sender:
                 i = rng.randrange(len(open_sockets))
                 message = rng.choice(self.messages)
                 frames = [mutate(rng, f) if rng.random() < 0.7 else f for f in message]
+                frames = frames[:self.zmq_frames - self.sent_zmq]  # exactly FRAMES in all
                 try:
                     open_sockets[i][0].send_multipart(frames, flags=zmq.NOBLOCK)
                 except zmq.Again:
