@@ -9,12 +9,10 @@ NaN. dist_sync (scheduler, 2 servers, 2 workers) and the single-process `local` 
 
 Usage: python3 nan_test.py TALLY_BINARY [unittest args, such as a test class]
 """
-import json
 import math
 import os
 import re
 import secrets
-import socket
 import struct
 import subprocess
 import sys
@@ -22,28 +20,14 @@ import tempfile
 import time
 import unittest
 
+from fault_job import free_port, read_tensors  # beside this file
+
 TALLY = None
 NAN_STEP = 4
 # 20 steps of batch 8 per worker.
 MODEL = ["--num-layers", "8", "--image-shape", "3,16,16", "--num-classes", "4", "--batch-size", "8",
          "--num-examples", "160", "--num-epochs", "1", "--disp-batches", "5", "--num-val-examples", "16",
          "--seed", "3", "--optimizer", "nag", "--lr", "0.05"]
-
-
-def read_tensors(path):
-    """{name: raw bytes} of a safetensors file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Case(unittest.TestCase):
@@ -55,7 +39,7 @@ class Case(unittest.TestCase):
         self.tmp.cleanup()
 
     def checkpoint(self, prefix):
-        return {ext: read_tensors(prefix + "-0001" + ext) for ext in (".params", ".states")}
+        return {ext: read_tensors(prefix + "-0001" + ext)[0] for ext in (".params", ".states")}
 
     def assertAllFinite(self, ckpt):
         for ext, tensors in ckpt.items():
