@@ -1,4 +1,5 @@
-// The operators of the ResNet family, forward and backward, on fp32 NHWC tensors.
+// The operators of the ResNet family, forward and backward, on NHWC tensors, on the CPU
+// (fp32, the reference) or on a CUDA device (fp32, fp16 or bf16).
 //
 //   ConvParams p{/*stride_h=*/2, /*stride_w=*/2, /*pad_h=*/1, /*pad_w=*/1};
 //   Tensor y = Tensor::Empty(Conv2dOutputShape(x.shape(), w.shape(), p), DType::kF32);
@@ -11,11 +12,18 @@
 //   say which); shapes are CHECKed, since a wrong shape here is a bug in the caller. User
 //   input is validated earlier, where a Status can name the flag.
 // - Backward ops overwrite their gradient outputs (they do not accumulate).
-// - Ops run on the calling thread plus the OpenMP pool (SetNumThreads).
-// Each op's CPU implementation is ops/cpu/<op>.cc; the CUDA one, ops/cuda/<op>.cu.
+// - Every tensor of one call lives on one device (CHECKed); the op runs there. CPU ops run on
+//   the calling thread plus the OpenMP pool (SetNumThreads) and take fp32. CUDA ops are
+//   queued on the device's stream (ops/device.h) and return before they finish; a copy to
+//   the host waits for them. They take fp32, fp16 or bf16 activations, weights and
+//   gradients (one dtype per call) and accumulate in fp32; batch-norm parameters and
+//   statistics, optimizer state and master weights are always fp32, labels and argmax int32.
+// Each op's CPU implementation is ops/cpu/<op>.cc; the CUDA one, ops/cuda/<op>.cu (or .cc for
+// host-only library calls). Both implement the signatures of ops/op_signatures.inc.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ops/tensor.h"
 
@@ -60,6 +68,24 @@ void BatchNormBackwardInference(const Tensor& x, const Tensor& dy, const Tensor&
                                 const Tensor& running_mean, const Tensor& running_var,
                                 const BatchNormParams& p, Tensor* dx, Tensor* dgamma,
                                 Tensor* dbeta);
+
+// Batch norm, residual add and ReLU in one: y = relu(BN(x) + z), the tail of every ResNet
+// block. z (same shape as x) may be nullptr for no add; relu false leaves out the ReLU. On
+// the GPU this is one pass over the data instead of three.
+void BatchNormAddReluForwardTraining(const Tensor& x, const Tensor* z, const Tensor& gamma,
+                                     const Tensor& beta, const BatchNormParams& p, bool relu,
+                                     Tensor* running_mean, Tensor* running_var, Tensor* y,
+                                     Tensor* save_mean, Tensor* save_inv_std);
+void BatchNormAddReluForwardInference(const Tensor& x, const Tensor* z, const Tensor& gamma,
+                                      const Tensor& beta, const Tensor& running_mean,
+                                      const Tensor& running_var, const BatchNormParams& p,
+                                      bool relu, Tensor* y);
+// From the forward's output y: dy is masked by y > 0 (when relu) into dz, the gradient of
+// z (when dz is not nullptr), and goes through the batch norm's backward into dx.
+void BatchNormAddReluBackward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& gamma, const Tensor& save_mean,
+                              const Tensor& save_inv_std, bool relu, Tensor* dx, Tensor* dz,
+                              Tensor* dgamma, Tensor* dbeta);
 
 // ---- elementwise (ops/cpu/elementwise.cc) ----
 void ReluForward(const Tensor& x, Tensor* y);                       // y may be x
@@ -120,5 +146,19 @@ void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* m
 // weight receives its rounded copy. mom is fp32.
 void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight,
                              Tensor* master, Tensor* mom);
+
+// Every parameter of a model updated by one call (one kernel launch on the GPU for up to a
+// few hundred tensors, instead of one per tensor). Slot i is updated with lr * lr_mult and
+// wd * wd_mult, as SgdUpdate (master undefined) or SgdMultiPrecisionUpdate (master defined).
+// Tensors are views: the updates land in the slots' storage.
+struct SgdSlot {
+  Tensor grad;    // the weight's dtype
+  Tensor weight;  // fp32; fp16 or bf16 when master is defined
+  Tensor master;  // fp32 master weights, or undefined
+  Tensor mom;     // fp32; undefined when momentum is 0
+  float lr_mult = 1.0f;
+  float wd_mult = 1.0f;
+};
+void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots);
 
 }  // namespace tally

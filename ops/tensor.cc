@@ -9,6 +9,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/device.h"
+#ifdef TALLY_HAVE_CUDA
+#include "ops/cuda/runtime.h"
+#endif
+
 namespace tally {
 
 int64_t NumElements(const Shape& s) {
@@ -46,8 +51,10 @@ Status ParseDevice(const std::string& text, Device* out) {
     return Status::Ok();
   }
   if (kind == "cuda" || kind == "gpu") {
-    return Status::InvalidArgument("device '" + text +
-                                   "': this Tally has no GPU tensors yet; use cpu devices");
+    Device d{Device::Kind::kCuda, static_cast<int>(i)};
+    TALLY_RETURN_IF_ERROR(CheckDevice(d));
+    *out = d;
+    return Status::Ok();
   }
   return Status::InvalidArgument("unknown device '" + text + "' (expected cpu:N or cuda:N)");
 }
@@ -116,7 +123,13 @@ class HostBlockCache {
 }  // namespace
 
 std::shared_ptr<Storage> Storage::Allocate(size_t bytes, Device device) {
-  CHECK(device.is_cpu()) << "no allocator for " << device.ToString();
+  if (!device.is_cpu()) {
+#ifdef TALLY_HAVE_CUDA
+    return cuda::AllocateDevice(bytes, device);
+#else
+    LOG(FATAL) << "cannot allocate on " << device.ToString() << ": " << CheckDevice(device);
+#endif
+  }
   if (bytes < HostBlockCache::kMinCachedBytes) {
     void* p = std::aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
     CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
@@ -153,6 +166,16 @@ Tensor Tensor::FromBlob(void* data, const Shape& shape, DType dtype, Device devi
   return t;
 }
 
+Tensor Tensor::FromStorage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  CHECK_LE(static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype), storage->bytes())
+      << "a " << DTypeName(dtype) << ShapeString(shape) << " view of " << storage->bytes() << " bytes";
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::move(storage);
+  return t;
+}
+
 Tensor Tensor::Slice(int64_t begin, int64_t end) const {
   CHECK(defined() && ndim() >= 1);
   CHECK(0 <= begin && begin <= end && end <= shape_[0])
@@ -173,7 +196,7 @@ Tensor Tensor::Reshape(const Shape& shape) const {
 
 Tensor Tensor::Clone() const {
   Tensor t = Empty(shape_, dtype_, device());
-  std::memcpy(t.raw_data(), raw_data(), nbytes());
+  t.CopyFrom(*this);
   return t;
 }
 
@@ -185,7 +208,14 @@ Tensor Tensor::To(DType dtype) const {
 
 void Tensor::CopyFrom(const Tensor& src) {
   CHECK_EQ(src.numel(), numel()) << "copy " << src.ToString() << " into " << ToString();
-  CHECK(device().is_cpu() && src.device().is_cpu());
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+#ifdef TALLY_HAVE_CUDA
+    cuda::CopyTensor(src, this);
+    return;
+#else
+    LOG(FATAL) << "copy " << src.ToString() << " into " << ToString() << " in a build without CUDA";
+#endif
+  }
   size_t n = static_cast<size_t>(numel());
   if (src.dtype_ == dtype_) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
@@ -215,6 +245,12 @@ void Tensor::CopyFrom(const Tensor& src) {
 }
 
 void Tensor::Fill(float value) {
+  if (!device().is_cpu()) {
+#ifdef TALLY_HAVE_CUDA
+    cuda::FillTensor(this, value);
+    return;
+#endif
+  }
   size_t n = static_cast<size_t>(numel());
   switch (dtype_) {
     case DType::kF32: { float* p = data<float>(); for (size_t i = 0; i < n; ++i) p[i] = value; break; }
@@ -225,7 +261,15 @@ void Tensor::Fill(float value) {
   }
 }
 
-void Tensor::SetZero() { std::memset(raw_data(), 0, nbytes()); }
+void Tensor::SetZero() {
+  if (!device().is_cpu()) {
+#ifdef TALLY_HAVE_CUDA
+    cuda::ZeroTensor(this);
+    return;
+#endif
+  }
+  std::memset(raw_data(), 0, nbytes());
+}
 
 std::string Tensor::ToString() const {
   if (!defined()) return "undefined";
@@ -235,6 +279,13 @@ std::string Tensor::ToString() const {
 static Tensor Permute4(const Tensor& x, const Shape& out_shape, int a, int b, int c, int d) {
   CHECK_EQ(x.ndim(), 4) << x.ToString();
   Tensor y = Tensor::Empty(out_shape, x.dtype(), x.device());
+  if (!x.device().is_cpu()) {
+#ifdef TALLY_HAVE_CUDA
+    const int perm[4] = {a, b, c, d};
+    cuda::Permute4(x, perm, &y);
+    return y;
+#endif
+  }
   const Shape& s = x.shape();
   int64_t stride[4] = {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
   size_t es = DTypeSize(x.dtype());

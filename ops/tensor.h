@@ -8,6 +8,8 @@
 // Layout: row-major and contiguous. Activations are NHWC on every device; convolution
 // weights are [K, R, S, C] (out channels, kernel height, kernel width, in channels).
 // Copying a Tensor copies the view, not the bytes (like a shared_ptr); Clone() copies bytes.
+// A CUDA tensor's data() is a device pointer; To, CopyFrom, Fill and SetZero work on any
+// device, queued on the device's stream (ops/device.h); CopyFrom into a host tensor waits.
 // Storage lives until the last view of it is gone. Tensors are not synchronised: two
 // threads may read one tensor, but a writer needs exclusive access.
 #pragma once
@@ -41,12 +43,13 @@ struct Device {
   std::string ToString() const;  // "cpu:0", "cuda:1"
 };
 
-// Parses "cpu", "cpu:N" or "cuda:N". A CUDA device is refused with a clear message by a
-// build without the GPU ops.
+// Parses "cpu", "cpu:N", "cuda:N" or "gpu:N". A CUDA device must exist: the message says
+// why not (a build without CUDA, no GPU, too high an index; see CheckDevice in ops/device.h).
 Status ParseDevice(const std::string& text, Device* out);
 
 // Raw bytes owned by a deleter. Host allocations are 64-byte aligned; blocks of 256 KiB and
-// more are page-aligned and kept in a process-wide cache for reuse when released.
+// more are page-aligned and kept in a process-wide cache for reuse when released. Device
+// allocations come from the device's caching allocator (ops/device.h).
 class Storage {
  public:
   Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter);
@@ -81,6 +84,9 @@ class Tensor {
   static Tensor FromBlob(void* data, const Shape& shape, DType dtype, Device device,
                          std::function<void(void*)> release);
 
+  // Views the first NumElements(shape) * DTypeSize(dtype) bytes of `storage`.
+  static Tensor FromStorage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
+
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
@@ -108,7 +114,8 @@ class Tensor {
   Tensor Reshape(const Shape& shape) const;
   Tensor Clone() const;
   Tensor To(DType dtype) const;  // a converted copy (a plain copy when dtype is the same)
-  // Copies src's values into this tensor, converting dtype. REQUIRES: equal element counts.
+  // Copies src's values into this tensor, converting dtype, across devices too.
+  // REQUIRES: equal element counts.
   void CopyFrom(const Tensor& src);
   void Fill(float value);
   void SetZero();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -106,7 +107,7 @@ void BackwardData(const float* x, const float* dy, const float* mean, const floa
 
 }  // namespace
 
-void BatchNormForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+void cpu::BatchNormForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const BatchNormParams& p, Tensor* running_mean, Tensor* running_var,
                               Tensor* y, Tensor* save_mean, Tensor* save_inv_std) {
   const char* op = "BatchNormForwardTraining";
@@ -143,7 +144,7 @@ void BatchNormForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor
   ScaleShift(xp, scale.data(), bias.data(), d, y->data<float>());
 }
 
-void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+void cpu::BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var,
                                const BatchNormParams& p, Tensor* y) {
   const char* op = "BatchNormForwardInference";
@@ -159,7 +160,7 @@ void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tenso
   ScaleShift(x.data<float>(), scale.data(), bias.data(), d, y->data<float>());
 }
 
-void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+void cpu::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                        const Tensor& save_mean, const Tensor& save_inv_std, Tensor* dx,
                        Tensor* dgamma, Tensor* dbeta) {
   const char* op = "BatchNormBackward";
@@ -189,7 +190,7 @@ void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                dx->data<float>());
 }
 
-void BatchNormBackwardInference(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+void cpu::BatchNormBackwardInference(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                 const Tensor& running_mean, const Tensor& running_var,
                                 const BatchNormParams& p, Tensor* dx, Tensor* dgamma,
                                 Tensor* dbeta) {
@@ -212,6 +213,39 @@ void BatchNormBackwardInference(const Tensor& x, const Tensor& dy, const Tensor&
   }
   BackwardData(x.data<float>(), dy.data<float>(), mean, a.data(), zero.data(), zero.data(), d,
                dx->data<float>());
+}
+
+// The fused op's reference: the three ops of the CPU path in sequence.
+void cpu::BatchNormAddReluForwardTraining(const Tensor& x, const Tensor* z, const Tensor& gamma,
+                                          const Tensor& beta, const BatchNormParams& p, bool relu,
+                                          Tensor* running_mean, Tensor* running_var, Tensor* y,
+                                          Tensor* save_mean, Tensor* save_inv_std) {
+  cpu::BatchNormForwardTraining(x, gamma, beta, p, running_mean, running_var, y, save_mean,
+                                save_inv_std);
+  if (z != nullptr) cpu::Add(*y, *z, y);
+  if (relu) cpu::ReluForward(*y, y);
+}
+
+void cpu::BatchNormAddReluForwardInference(const Tensor& x, const Tensor* z, const Tensor& gamma,
+                                           const Tensor& beta, const Tensor& running_mean,
+                                           const Tensor& running_var, const BatchNormParams& p,
+                                           bool relu, Tensor* y) {
+  cpu::BatchNormForwardInference(x, gamma, beta, running_mean, running_var, p, y);
+  if (z != nullptr) cpu::Add(*y, *z, y);
+  if (relu) cpu::ReluForward(*y, y);
+}
+
+void cpu::BatchNormAddReluBackward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                   const Tensor& gamma, const Tensor& save_mean,
+                                   const Tensor& save_inv_std, bool relu, Tensor* dx, Tensor* dz,
+                                   Tensor* dgamma, Tensor* dbeta) {
+  Tensor masked = dy;
+  if (relu) {
+    masked = Tensor::Empty(dy.shape(), dy.dtype());
+    cpu::ReluBackward(y, dy, &masked);
+  }
+  if (dz != nullptr) dz->CopyFrom(masked);
+  cpu::BatchNormBackward(x, masked, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
 }
 
 }  // namespace tally

@@ -19,6 +19,7 @@
 
 #include "ops/cpu/conv2d_impl.h"
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -214,7 +215,7 @@ Shape Conv2dOutputShape(const Shape& x, const Shape& w, const ConvParams& p) {
           (x[2] + 2 * p.pad_w - w[2]) / p.stride_w + 1, w[0]};
 }
 
-void Conv2dForward(const Tensor& x, const Tensor& w, const ConvParams& p, Tensor* y) {
+void cpu::Conv2dForward(const Tensor& x, const Tensor& w, const ConvParams& p, Tensor* y) {
   CheckF32("Conv2dForward", "x", x);
   CheckF32("Conv2dForward", "w", w);
   CheckF32("Conv2dForward", "y", *y);
@@ -226,7 +227,7 @@ void Conv2dForward(const Tensor& x, const Tensor& w, const ConvParams& p, Tensor
   Execute(*plan, ConvPass::kForward, x.raw_data(), y->raw_data(), w.raw_data());
 }
 
-void Conv2dBackwardData(const Tensor& dy, const Tensor& w, const ConvParams& p, Tensor* dx) {
+void cpu::Conv2dBackwardData(const Tensor& dy, const Tensor& w, const ConvParams& p, Tensor* dx) {
   CheckF32("Conv2dBackwardData", "dy", dy);
   CheckF32("Conv2dBackwardData", "w", w);
   CheckF32("Conv2dBackwardData", "dx", *dx);
@@ -242,7 +243,7 @@ void Conv2dBackwardData(const Tensor& dy, const Tensor& w, const ConvParams& p, 
   Execute(*plan, ConvPass::kBackwardData, dx->raw_data(), dy.raw_data(), w.raw_data());
 }
 
-void Conv2dBackwardFilter(const Tensor& x, const Tensor& dy, const ConvParams& p, Tensor* dw) {
+void cpu::Conv2dBackwardFilter(const Tensor& x, const Tensor& dy, const ConvParams& p, Tensor* dw) {
   CheckF32("Conv2dBackwardFilter", "x", x);
   CheckF32("Conv2dBackwardFilter", "dy", dy);
   CheckF32("Conv2dBackwardFilter", "dw", *dw);

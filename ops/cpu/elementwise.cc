@@ -2,6 +2,7 @@
 // loop over a flat range that the compiler vectorises; aliasing (y == x) is fine because
 // each element is read before it is written by the same iteration.
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -15,7 +16,7 @@ void CheckPair(const char* op, const char* an, const Tensor& a, const char* bn, 
 
 }  // namespace
 
-void ReluForward(const Tensor& x, Tensor* y) {
+void cpu::ReluForward(const Tensor& x, Tensor* y) {
   CheckPair("ReluForward", "x", x, "y", *y);
   const float* xp = x.data<float>();
   float* yp = y->data<float>();
@@ -24,7 +25,7 @@ void ReluForward(const Tensor& x, Tensor* y) {
   for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] > 0.0f ? xp[i] : 0.0f;
 }
 
-void ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx) {
+void cpu::ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx) {
   CheckPair("ReluBackward", "y", y, "dy", dy);
   CheckPair("ReluBackward", "y", y, "dx", *dx);
   const float* yp = y.data<float>();
@@ -40,7 +41,7 @@ void ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx) {
   }
 }
 
-void Add(const Tensor& a, const Tensor& b, Tensor* y) {
+void cpu::Add(const Tensor& a, const Tensor& b, Tensor* y) {
   CheckPair("Add", "a", a, "b", b);
   CheckPair("Add", "a", a, "y", *y);
   const float* ap = a.data<float>();

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -26,7 +27,7 @@ void Check2d(const char* op, const char* name, const Tensor& t, int64_t rows, in
 
 }  // namespace
 
-void LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor* y) {
+void cpu::LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor* y) {
   CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1))
       << "LinearForward: x " << ShapeString(x.shape()) << " and w " << ShapeString(w.shape())
       << " disagree on inputs";
@@ -44,7 +45,7 @@ void LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor* y)
   }
 }
 
-void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
+void cpu::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
                     Tensor* db) {
   CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1))
       << "LinearBackward: x " << ShapeString(x.shape()) << " and w " << ShapeString(w.shape())

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -24,7 +25,7 @@ int32_t LabelAt(const char* op, const Tensor& labels, int64_t row, int64_t class
 
 }  // namespace
 
-double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+double cpu::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                            float grad_scale, Tensor* dlogits) {
   const char* op = "SoftmaxCrossEntropy";
   CheckLogits(op, logits, labels);
@@ -66,7 +67,7 @@ double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float lab
   return total;
 }
 
-int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
+int64_t cpu::TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
   const char* op = "TopKCorrect";
   CheckLogits(op, logits, labels);
   CHECK_GT(k, 0) << op << ": k must be positive";

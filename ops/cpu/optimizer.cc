@@ -1,34 +1,16 @@
 // MXNet's SGD and NAG updates, in place over flat arrays. The per-element update is one
-// inline function shared by the fp32 and multi-precision entry points, so both apply the
-// same arithmetic in the same order; the 16-bit weights are the master rounded to nearest
-// even by the scalar converters of ops/dtype.h.
+// inline function (ops/sgd_rule.h) shared by every entry point and by the CUDA kernels, so
+// all apply the same arithmetic in the same order; the 16-bit weights are the master rounded
+// to nearest even by the scalar converters of ops/dtype.h.
 #include <algorithm>
 
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
+#include "ops/sgd_rule.h"
 
 namespace tally {
 namespace {
-
-// Updates *w (and *mom when momentum is used) from the raw gradient g.
-inline void UpdateOne(const SgdParams& p, float g, float* w, float* mom) {
-  g *= p.rescale_grad;
-  if (p.clip_gradient > 0.0f) g = std::min(std::max(g, -p.clip_gradient), p.clip_gradient);
-  if (p.nesterov) {
-    const float gw = g + p.wd * *w;
-    if (mom != nullptr) {
-      *mom = p.momentum * *mom + gw;
-      *w -= p.lr * (gw + p.momentum * *mom);
-    } else {
-      *w -= p.lr * gw;
-    }
-  } else if (mom != nullptr) {
-    *mom = p.momentum * *mom - p.lr * (g + p.wd * *w);
-    *w += *mom;
-  } else {
-    *w -= p.lr * (g + p.wd * *w);
-  }
-}
 
 float* CheckedMomentum(const char* op, const SgdParams& p, Tensor* mom, int64_t n) {
   if (mom == nullptr) {
@@ -50,7 +32,7 @@ uint16_t FromFloat(DType t, float v) {
 
 }  // namespace
 
-void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
+void cpu::SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
   const char* op = "SgdUpdate";
   CHECK(weight->dtype() == DType::kF32 && grad.dtype() == DType::kF32 &&
         grad.numel() == weight->numel())
@@ -61,10 +43,10 @@ void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* m
   const float* g = grad.data<float>();
   float* w = weight->data<float>();
 #pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(n))
-  for (int64_t i = 0; i < n; ++i) UpdateOne(p, g[i], w + i, m != nullptr ? m + i : nullptr);
+  for (int64_t i = 0; i < n; ++i) SgdUpdateOne(p, g[i], w + i, m != nullptr ? m + i : nullptr);
 }
 
-void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight,
+void cpu::SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight,
                              Tensor* master, Tensor* mom) {
   const char* op = "SgdMultiPrecisionUpdate";
   const DType t = weight->dtype();
@@ -88,8 +70,23 @@ void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* wei
 #pragma omp parallel for schedule(static) num_threads(cpu::ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad_f32 ? g32[i] : ToFloat(t, g16[i]);
-    UpdateOne(p, g, ms + i, m != nullptr ? m + i : nullptr);
+    SgdUpdateOne(p, g, ms + i, m != nullptr ? m + i : nullptr);
     w[i] = FromFloat(t, ms[i]);
+  }
+}
+
+void cpu::MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    SgdSlot s = slots[i];
+    SgdParams q = p;
+    q.lr = p.lr * s.lr_mult;
+    q.wd = p.wd * s.wd_mult;
+    Tensor* mom = s.mom.defined() ? &s.mom : nullptr;
+    if (s.master.defined()) {
+      cpu::SgdMultiPrecisionUpdate(q, s.grad, &s.weight, &s.master, mom);
+    } else {
+      cpu::SgdUpdate(q, s.grad, &s.weight, mom);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/cpu/parallel.h"
+#include "ops/backends.h"
 #include "ops/ops.h"
 
 namespace tally {
@@ -54,7 +55,7 @@ Shape PoolOutputShape(const Shape& x, const PoolParams& p) {
           (x[2] + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1, x[3]};
 }
 
-void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* argmax) {
+void cpu::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* argmax) {
   const PoolDims d = CheckPool("MaxPoolForward", x, p, *y);
   CHECK(argmax->dtype() == DType::kI32 && argmax->shape() == y->shape())
       << "MaxPoolForward: argmax " << argmax->ToString() << " must be int32 of y's shape "
@@ -91,7 +92,7 @@ void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* arg
   }
 }
 
-void MaxPoolBackward(const Tensor& dy, const Tensor& argmax, Tensor* dx) {
+void cpu::MaxPoolBackward(const Tensor& dy, const Tensor& argmax, Tensor* dx) {
   CHECK(dy.dtype() == DType::kF32 && dx->dtype() == DType::kF32 && dy.ndim() == 4 &&
         dx->ndim() == 4 && dy.dim(0) == dx->dim(0) && dy.dim(3) == dx->dim(3))
       << "MaxPoolBackward: dy " << dy.ToString() << " and dx " << dx->ToString()
@@ -119,7 +120,7 @@ void MaxPoolBackward(const Tensor& dy, const Tensor& argmax, Tensor* dx) {
   }
 }
 
-void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor* y) {
+void cpu::AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor* y) {
   const PoolDims d = CheckPool("AvgPoolForward", x, p, *y);
   const float* xp = x.data<float>();
   float* yp = y->data<float>();
@@ -146,7 +147,7 @@ void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor* y) {
   }
 }
 
-void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor* dx) {
+void cpu::AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor* dx) {
   const PoolDims d = CheckPool("AvgPoolBackward", *dx, p, dy);
   const float* dyp = dy.data<float>();
   float* dxp = dx->data<float>();
@@ -172,7 +173,7 @@ void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor* dx) {
   }
 }
 
-void GlobalAvgPoolForward(const Tensor& x, Tensor* y) {
+void cpu::GlobalAvgPoolForward(const Tensor& x, Tensor* y) {
   CHECK(x.dtype() == DType::kF32 && y->dtype() == DType::kF32 && x.ndim() == 4 &&
         y->shape() == Shape({x.dim(0), x.dim(3)}))
       << "GlobalAvgPoolForward: x " << x.ToString() << " and y " << y->ToString()
@@ -195,7 +196,7 @@ void GlobalAvgPoolForward(const Tensor& x, Tensor* y) {
   }
 }
 
-void GlobalAvgPoolBackward(const Tensor& dy, Tensor* dx) {
+void cpu::GlobalAvgPoolBackward(const Tensor& dy, Tensor* dx) {
   CHECK(dy.dtype() == DType::kF32 && dx->dtype() == DType::kF32 && dx->ndim() == 4 &&
         dy.shape() == Shape({dx->dim(0), dx->dim(3)}))
       << "GlobalAvgPoolBackward: dy " << dy.ToString() << " and dx " << dx->ToString()

@@ -1,0 +1,75 @@
+// CUDA devices as seen from code that includes no CUDA header: how many there are, their
+// streams, their memory, and pinned host memory for fast copies.
+//
+//   TALLY_RETURN_IF_ERROR(CheckDevice(dev));           // "cuda:3: this machine has 1 GPU"
+//   Tensor x = Tensor::Empty({256, 224, 224, 4}, DType::kF16, dev);
+//   Tensor staging = PinnedEmpty({256, 224, 224, 4}, DType::kF16);   // host, page-locked
+//   x.CopyFrom(staging);                               // queued on dev's stream
+//   Synchronize(dev);
+//
+// Streams: each device has one stream, shared by every thread; every op, copy and kernel
+// for the device is queued on it, in call order. Device memory therefore never needs
+// events: a block freed and reused is reused by work queued after everything that used it.
+// A copy to the host waits for the stream, so its bytes are ready when CopyFrom returns.
+//
+// Memory: device allocations come from a caching allocator (one per device). Freed blocks
+// are kept and reused, so after its first step a training step makes no cudaMalloc calls
+// (DeviceMemoryStats::device_mallocs counts them). When a cudaMalloc fails the cache is
+// returned to the driver and the call retried once before the out-of-memory error, which
+// names the device, the request and the memory in use and cached.
+//
+// A build without CUDA (cmake -DTALLY_WITH_CUDA=OFF, or no toolkit) has none of this:
+// CudaDeviceCount() is 0 and CheckDevice() refuses every cuda:N, saying why.
+//
+// Thread-safety: every function here may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/status.h"
+#include "ops/tensor.h"
+
+namespace tally {
+
+// Whether this build has the CUDA ops.
+bool BuiltWithCuda();
+// The number of CUDA devices this process can use; 0 without CUDA, a driver or a GPU.
+int CudaDeviceCount();
+// OK for cpu devices and for a cuda:N that exists; otherwise a message naming the device
+// and the reason (no CUDA in this build, no driver, not that many GPUs).
+Status CheckDevice(const Device& device);
+// "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB" for a cuda device; "cpu" for the CPU.
+std::string DeviceDescription(const Device& device);
+
+// Waits until everything queued on the device's stream has run. A no-op for the CPU.
+void Synchronize(const Device& device);
+
+// Whether fp32 convolutions and GEMMs may use TF32 tensor cores (10-bit mantissa inputs,
+// fp32 accumulation). Off by default: fp32 means fp32, and the GPU-vs-CPU tests hold fp32
+// to 1e-5. fp16 and bf16 use tensor cores regardless.
+void SetAllowTf32(bool allow);
+bool AllowTf32();
+
+// Names this process in CUDA error messages ("worker 3 on host-a"); "" by default.
+void SetNodeLabel(const std::string& label);
+std::string NodeLabel();
+
+struct DeviceMemoryStats {
+  int64_t device_mallocs = 0;     // cudaMalloc calls so far
+  int64_t bytes_in_use = 0;       // held by live tensors
+  int64_t peak_bytes_in_use = 0;
+  int64_t bytes_cached = 0;       // freed, kept for reuse
+};
+DeviceMemoryStats GetDeviceMemoryStats(int cuda_index);
+// Returns the cached blocks of one device to the driver (after its stream is idle).
+void EmptyDeviceCache(int cuda_index);
+
+// A host (cpu) tensor in page-locked memory, which the GPU copies to and from at full link
+// speed and asynchronously. Blocks are cached for reuse; a block is handed out again only
+// after the copies queued on it have finished. Without CUDA: ordinary host memory.
+Tensor PinnedEmpty(const Shape& shape, DType dtype);
+// Whether a host pointer is page-locked memory from PinnedEmpty.
+bool IsPinned(const void* host_pointer);
+
+}  // namespace tally

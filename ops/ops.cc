@@ -1,0 +1,179 @@
+// The dispatcher behind ops/ops.h: every op checks that its tensors share one device and
+// calls that device's backend (ops/backends.h). A build without CUDA has no cuda branch at
+// all (so no CUDA symbol), and no CUDA tensor can exist in it (ParseDevice and
+// Storage::Allocate refuse them).
+#include <initializer_list>
+
+#include "ops/backends.h"
+#include "ops/ops.h"
+
+namespace tally {
+namespace {
+
+// The device of the op's tensors (nullptr entries are optional tensors left out).
+// A CHECK failure names the op and the two tensors that disagree.
+bool OnCuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (t == nullptr || !t->defined()) continue;
+    if (first == nullptr) {
+      first = t;
+    } else {
+      CHECK(t->device() == first->device())
+          << op << ": tensors on different devices: " << first->ToString() << " and "
+          << t->ToString();
+    }
+  }
+  return first != nullptr && !first->device().is_cpu();
+}
+
+}  // namespace
+
+#ifdef TALLY_HAVE_CUDA
+#define TALLY_OP(op, tensors, call)   \
+  do {                                \
+    if (OnCuda(op, tensors)) {        \
+      return cuda::call;              \
+    }                                 \
+    return cpu::call;                 \
+  } while (0)
+#else
+#define TALLY_OP(op, tensors, call) \
+  do {                              \
+    OnCuda(op, tensors);            \
+    return cpu::call;               \
+  } while (0)
+#endif
+#define TENSORS(...) (std::initializer_list<const Tensor*>{__VA_ARGS__})
+
+void Conv2dForward(const Tensor& x, const Tensor& w, const ConvParams& p, Tensor* y) {
+  TALLY_OP("Conv2dForward", TENSORS(&x, &w, y), Conv2dForward(x, w, p, y));
+}
+void Conv2dBackwardData(const Tensor& dy, const Tensor& w, const ConvParams& p, Tensor* dx) {
+  TALLY_OP("Conv2dBackwardData", TENSORS(&dy, &w, dx), Conv2dBackwardData(dy, w, p, dx));
+}
+void Conv2dBackwardFilter(const Tensor& x, const Tensor& dy, const ConvParams& p, Tensor* dw) {
+  TALLY_OP("Conv2dBackwardFilter", TENSORS(&x, &dy, dw), Conv2dBackwardFilter(x, dy, p, dw));
+}
+
+void BatchNormForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const BatchNormParams& p, Tensor* running_mean, Tensor* running_var,
+                              Tensor* y, Tensor* save_mean, Tensor* save_inv_std) {
+  TALLY_OP("BatchNormForwardTraining",
+           TENSORS(&x, &gamma, &beta, running_mean, running_var, y, save_mean, save_inv_std),
+           BatchNormForwardTraining(x, gamma, beta, p, running_mean, running_var, y, save_mean,
+                                    save_inv_std));
+}
+void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var,
+                               const BatchNormParams& p, Tensor* y) {
+  TALLY_OP("BatchNormForwardInference", TENSORS(&x, &gamma, &beta, &running_mean, &running_var, y),
+           BatchNormForwardInference(x, gamma, beta, running_mean, running_var, p, y));
+}
+void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                       const Tensor& save_mean, const Tensor& save_inv_std, Tensor* dx,
+                       Tensor* dgamma, Tensor* dbeta) {
+  TALLY_OP("BatchNormBackward",
+           TENSORS(&x, &dy, &gamma, &save_mean, &save_inv_std, dx, dgamma, dbeta),
+           BatchNormBackward(x, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta));
+}
+void BatchNormBackwardInference(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                const BatchNormParams& p, Tensor* dx, Tensor* dgamma,
+                                Tensor* dbeta) {
+  TALLY_OP("BatchNormBackwardInference",
+           TENSORS(&x, &dy, &gamma, &running_mean, &running_var, dx, dgamma, dbeta),
+           BatchNormBackwardInference(x, dy, gamma, running_mean, running_var, p, dx, dgamma,
+                                      dbeta));
+}
+void BatchNormAddReluForwardTraining(const Tensor& x, const Tensor* z, const Tensor& gamma,
+                                     const Tensor& beta, const BatchNormParams& p, bool relu,
+                                     Tensor* running_mean, Tensor* running_var, Tensor* y,
+                                     Tensor* save_mean, Tensor* save_inv_std) {
+  TALLY_OP("BatchNormAddReluForwardTraining",
+           TENSORS(&x, z, &gamma, &beta, running_mean, running_var, y, save_mean, save_inv_std),
+           BatchNormAddReluForwardTraining(x, z, gamma, beta, p, relu, running_mean, running_var,
+                                           y, save_mean, save_inv_std));
+}
+void BatchNormAddReluForwardInference(const Tensor& x, const Tensor* z, const Tensor& gamma,
+                                      const Tensor& beta, const Tensor& running_mean,
+                                      const Tensor& running_var, const BatchNormParams& p,
+                                      bool relu, Tensor* y) {
+  TALLY_OP("BatchNormAddReluForwardInference",
+           TENSORS(&x, z, &gamma, &beta, &running_mean, &running_var, y),
+           BatchNormAddReluForwardInference(x, z, gamma, beta, running_mean, running_var, p, relu,
+                                            y));
+}
+void BatchNormAddReluBackward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& gamma, const Tensor& save_mean,
+                              const Tensor& save_inv_std, bool relu, Tensor* dx, Tensor* dz,
+                              Tensor* dgamma, Tensor* dbeta) {
+  TALLY_OP("BatchNormAddReluBackward",
+           TENSORS(&x, &y, &dy, &gamma, &save_mean, &save_inv_std, dx, dz, dgamma, dbeta),
+           BatchNormAddReluBackward(x, y, dy, gamma, save_mean, save_inv_std, relu, dx, dz, dgamma,
+                                    dbeta));
+}
+
+void ReluForward(const Tensor& x, Tensor* y) {
+  TALLY_OP("ReluForward", TENSORS(&x, y), ReluForward(x, y));
+}
+void ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx) {
+  TALLY_OP("ReluBackward", TENSORS(&y, &dy, dx), ReluBackward(y, dy, dx));
+}
+void Add(const Tensor& a, const Tensor& b, Tensor* y) {
+  TALLY_OP("Add", TENSORS(&a, &b, y), Add(a, b, y));
+}
+
+void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* argmax) {
+  TALLY_OP("MaxPoolForward", TENSORS(&x, y, argmax), MaxPoolForward(x, p, y, argmax));
+}
+void MaxPoolBackward(const Tensor& dy, const Tensor& argmax, Tensor* dx) {
+  TALLY_OP("MaxPoolBackward", TENSORS(&dy, &argmax, dx), MaxPoolBackward(dy, argmax, dx));
+}
+void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor* y) {
+  TALLY_OP("AvgPoolForward", TENSORS(&x, y), AvgPoolForward(x, p, y));
+}
+void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor* dx) {
+  TALLY_OP("AvgPoolBackward", TENSORS(&dy, dx), AvgPoolBackward(dy, p, dx));
+}
+void GlobalAvgPoolForward(const Tensor& x, Tensor* y) {
+  TALLY_OP("GlobalAvgPoolForward", TENSORS(&x, y), GlobalAvgPoolForward(x, y));
+}
+void GlobalAvgPoolBackward(const Tensor& dy, Tensor* dx) {
+  TALLY_OP("GlobalAvgPoolBackward", TENSORS(&dy, dx), GlobalAvgPoolBackward(dy, dx));
+}
+
+void LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor* y) {
+  TALLY_OP("LinearForward", TENSORS(&x, &w, b, y), LinearForward(x, w, b, y));
+}
+void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
+                    Tensor* db) {
+  TALLY_OP("LinearBackward", TENSORS(&x, &w, &dy, dx, dw, db), LinearBackward(x, w, dy, dx, dw, db));
+}
+
+double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                           float grad_scale, Tensor* dlogits) {
+  TALLY_OP("SoftmaxCrossEntropy", TENSORS(&logits, &labels, dlogits),
+           SoftmaxCrossEntropy(logits, labels, label_smoothing, grad_scale, dlogits));
+}
+int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
+  TALLY_OP("TopKCorrect", TENSORS(&logits, &labels), TopKCorrect(logits, labels, k));
+}
+
+void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
+  TALLY_OP("SgdUpdate", TENSORS(&grad, weight, mom), SgdUpdate(p, grad, weight, mom));
+}
+void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight,
+                             Tensor* master, Tensor* mom) {
+  TALLY_OP("SgdMultiPrecisionUpdate", TENSORS(&grad, weight, master, mom),
+           SgdMultiPrecisionUpdate(p, grad, weight, master, mom));
+}
+void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
+  if (slots.empty()) return;
+  for (const SgdSlot& s : slots) {
+    OnCuda("MultiSgdUpdate", {&slots[0].weight, &s.grad, &s.weight, &s.master, &s.mom});
+  }
+  TALLY_OP("MultiSgdUpdate", TENSORS(&slots[0].weight), MultiSgdUpdate(p, slots));
+}
+
+}  // namespace tally

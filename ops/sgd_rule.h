@@ -1,0 +1,36 @@
+// MXNet's SGD and NAG rule for one element, shared by the CPU loops (ops/cpu/optimizer.cc)
+// and the CUDA kernels (ops/cuda/optimizer.cu), so that both apply the same arithmetic in
+// the same order. See SgdParams in ops/ops.h for the formulas.
+#pragma once
+
+#include "ops/ops.h"
+
+#ifdef __CUDACC__
+#define TALLY_HOST_DEVICE __host__ __device__
+#else
+#define TALLY_HOST_DEVICE
+#endif
+
+namespace tally {
+
+// Updates *w (and *mom when mom is not null) from the raw gradient g.
+TALLY_HOST_DEVICE inline void SgdUpdateOne(const SgdParams& p, float g, float* w, float* mom) {
+  g *= p.rescale_grad;
+  if (p.clip_gradient > 0.0f) g = g < -p.clip_gradient ? -p.clip_gradient : (g > p.clip_gradient ? p.clip_gradient : g);
+  if (p.nesterov) {
+    const float gw = g + p.wd * *w;
+    if (mom != nullptr) {
+      *mom = p.momentum * *mom + gw;
+      *w -= p.lr * (gw + p.momentum * *mom);
+    } else {
+      *w -= p.lr * gw;
+    }
+  } else if (mom != nullptr) {
+    *mom = p.momentum * *mom - p.lr * (g + p.wd * *w);
+    *w += *mom;
+  } else {
+    *w -= p.lr * (g + p.wd * *w);
+  }
+}
+
+}  // namespace tally
