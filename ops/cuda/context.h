@@ -14,6 +14,7 @@
 #include <cudnn.h>
 
 #include <mutex>
+#include <vector>
 
 #include "ops/cuda/check.h"
 #include "ops/tensor.h"
@@ -33,6 +34,9 @@ struct DeviceContext {
 // REQUIRES: device is a cuda device that exists (CheckDevice).
 const DeviceContext& Context(const Device& device);
 using ContextLock = std::lock_guard<std::mutex>;
+
+// The streams of the devices whose contexts exist so far (creates none).
+std::vector<cudaStream_t> ActiveStreams();
 
 // Scratch device memory for one op: from the caching allocator, freed when it goes out of
 // scope (safe, since later work on the stream runs after the op's kernels).
