@@ -149,7 +149,8 @@ void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* wei
 
 // Every parameter of a model updated by one call (one kernel launch on the GPU for up to a
 // few hundred tensors, instead of one per tensor). Slot i is updated with lr * lr_mult and
-// wd * wd_mult, as SgdUpdate (master undefined) or SgdMultiPrecisionUpdate (master defined).
+// wd * wd_mult, as SgdUpdate (master undefined) or SgdMultiPrecisionUpdate (master defined);
+// a slot without mom takes a step without momentum whatever p.momentum says.
 // Tensors are views: the updates land in the slots' storage.
 struct SgdSlot {
   Tensor grad;    // the weight's dtype

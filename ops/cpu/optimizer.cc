@@ -81,6 +81,7 @@ void cpu::MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) 
     SgdParams q = p;
     q.lr = p.lr * s.lr_mult;
     q.wd = p.wd * s.wd_mult;
+    if (!s.mom.defined()) q.momentum = 0.0f;
     Tensor* mom = s.mom.defined() ? &s.mom : nullptr;
     if (s.master.defined()) {
       cpu::SgdMultiPrecisionUpdate(q, s.grad, &s.weight, &s.master, mom);

@@ -134,6 +134,43 @@ TEST(BatchNormTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// y = relu(BN(x) + z): every input's gradient against finite differences. x and z are
+// distinct values so that no pre-activation sits on the ReLU's kink within a step.
+TEST(BatchNormTest, FusedAddReluMatchesFiniteDifferences) {
+  Rng rng(9);
+  const Shape shape{2, 3, 4, 5};
+  const int64_t C = 5;
+  BatchNormParams p;
+  for (bool with_z : {true, false}) {
+    for (bool relu : {true, false}) {
+      Tensor x = testing::DistinctTensor(shape, &rng), z = testing::DistinctTensor(shape, &rng);
+      Tensor gamma = RandomTensor({C}, &rng, 0.5f, 1.5f), beta = RandomTensor({C}, &rng);
+      Tensor r = RandomTensor(shape, &rng);
+      Tensor rm = Filled({C}, 0.0f), rv = Filled({C}, 1.0f);
+      Tensor y = Tensor::Empty(shape, DType::kF32), mean = Tensor::Empty({C}, DType::kF32);
+      Tensor inv_std = Tensor::Empty({C}, DType::kF32);
+      const Tensor* zp = with_z ? &z : nullptr;
+      auto loss = [&] {
+        BatchNormAddReluForwardTraining(x, zp, gamma, beta, p, relu, &rm, &rv, &y, &mean, &inv_std);
+        return Dot(y, r);
+      };
+      loss();
+      int negatives = 0;
+      for (int64_t i = 0; i < y.numel(); ++i) negatives += y.data<float>()[i] < 0.0f;
+      EXPECT_EQ(negatives == 0, relu) << "relu " << relu;
+      Tensor dx = Filled(shape, 7.0f), dz = Filled(shape, 7.0f);
+      Tensor dgamma = Filled({C}, 7.0f), dbeta = Filled({C}, 7.0f);
+      BatchNormAddReluBackward(x, y, r, gamma, mean, inv_std, relu, &dx,
+                               with_z ? &dz : nullptr, &dgamma, &dbeta);
+      const std::string name = std::string(with_z ? "with z" : "without z") + (relu ? ", relu" : "");
+      ExpectGradientNear("dx " + name, loss, &x, dx, 1e-3);
+      ExpectGradientNear("dgamma " + name, loss, &gamma, dgamma, 1e-3);
+      ExpectGradientNear("dbeta " + name, loss, &beta, dbeta, 1e-3);
+      if (with_z) ExpectGradientNear("dz " + name, loss, &z, dz, 1e-3);
+    }
+  }
+}
+
 TEST(BatchNormTest, BackwardInferenceMatchesFiniteDifferences) {
   Rng rng(5);
   const Shape shape{2, 4, 3, 5};

@@ -3,6 +3,8 @@
 // weight must be exactly the rounded fp32 master.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "ops/ops.h"
 #include "tests/gradient_check.h"
 
@@ -116,6 +118,58 @@ void CheckMultiPrecision(DType t) {
 
 TEST(OptimizerTest, MultiPrecisionHalf) { CheckMultiPrecision(DType::kF16); }
 TEST(OptimizerTest, MultiPrecisionBFloat16) { CheckMultiPrecision(DType::kBF16); }
+
+// One call over mixed slots (fp32 with and without momentum, fp16 and bf16 multi-precision,
+// NAG) equals each slot updated on its own with its lr and wd multipliers, bit for bit.
+TEST(OptimizerTest, MultiSgdEqualsPerTensorUpdates) {
+  for (bool nesterov : {false, true}) {
+    SgdParams p = Params(0.9f, nesterov);
+    Rng rng(3);
+    struct Spec { int64_t n; DType dtype; bool mom; float lr_mult, wd_mult; };
+    const std::vector<Spec> specs = {{37, DType::kF32, true, 1.0f, 1.0f},
+                                     {5, DType::kF32, false, 0.5f, 0.0f},
+                                     {1000, DType::kF16, true, 2.0f, 1.0f},
+                                     {64, DType::kBF16, true, 1.0f, 0.0f}};
+    std::vector<SgdSlot> slots, expected;
+    for (const Spec& s : specs) {
+      SgdSlot a;
+      Tensor w32 = testing::RandomTensor({s.n}, &rng), g32 = testing::RandomTensor({s.n}, &rng);
+      a.weight = w32.To(s.dtype);
+      a.grad = g32.To(s.dtype);
+      if (s.dtype != DType::kF32) a.master = a.weight.To(DType::kF32);
+      if (s.mom) a.mom = testing::RandomTensor({s.n}, &rng);
+      a.lr_mult = s.lr_mult;
+      a.wd_mult = s.wd_mult;
+      SgdSlot b = a;
+      b.weight = a.weight.Clone();
+      if (a.master.defined()) b.master = a.master.Clone();
+      if (a.mom.defined()) b.mom = a.mom.Clone();
+      slots.push_back(a);
+      expected.push_back(b);
+    }
+    for (SgdSlot& b : expected) {
+      SgdParams q = p;
+      if (!b.mom.defined()) q.momentum = 0.0f;
+      q.lr = p.lr * b.lr_mult;
+      q.wd = p.wd * b.wd_mult;
+      if (b.master.defined()) {
+        SgdMultiPrecisionUpdate(q, b.grad, &b.weight, &b.master, b.mom.defined() ? &b.mom : nullptr);
+      } else {
+        SgdUpdate(q, b.grad, &b.weight, b.mom.defined() ? &b.mom : nullptr);
+      }
+    }
+    MultiSgdUpdate(p, slots);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const std::string what = "slot " + std::to_string(i) + (nesterov ? " nag" : " sgd");
+      EXPECT_EQ(0, std::memcmp(slots[i].weight.raw_data(), expected[i].weight.raw_data(),
+                               slots[i].weight.nbytes())) << what;
+      if (slots[i].mom.defined()) {
+        EXPECT_EQ(0, std::memcmp(slots[i].mom.raw_data(), expected[i].mom.raw_data(),
+                                 slots[i].mom.nbytes())) << what;
+      }
+    }
+  }
+}
 
 TEST(OptimizerDeathTest, MomentumWithoutStateNamesOp) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
