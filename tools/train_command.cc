@@ -67,7 +67,19 @@ namespace {
 
 Status BuildConfig(TrainerConfig* cfg) {
   if (!FLAGS_gpus.empty()) {
-    return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": this Tally has no GPU ops yet; leave --gpus empty to train on the CPU");
+    // Each GPU named must exist in this build and on this machine; the message says why not.
+    size_t begin = 0;
+    while (begin <= FLAGS_gpus.size()) {
+      size_t comma = FLAGS_gpus.find(',', begin);
+      if (comma == std::string::npos) comma = FLAGS_gpus.size();
+      const std::string index = FLAGS_gpus.substr(begin, comma - begin);
+      Device d;
+      Status s = ParseDevice("cuda:" + index, &d);
+      if (!s.ok()) return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": " + s.message());
+      begin = comma + 1;
+    }
+    return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": the GPU ops are built (ops/cuda/, docs/gpu.md) but `tally train` does not "
+                                   "run its model on them yet; leave --gpus empty to train on the CPU");
   }
   DType dtype;
   Status parsed = ParseDType(FLAGS_dtype, &dtype);
