@@ -13,6 +13,7 @@ namespace tally {
 namespace {
 
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_deterministic{false};
 
 std::mutex& LabelMutex() {
   static std::mutex mu;
@@ -77,6 +78,9 @@ void Synchronize(const Device& device) {
 
 void SetAllowTf32(bool allow) { g_allow_tf32 = allow; }
 bool AllowTf32() { return g_allow_tf32; }
+
+void SetDeterministic(bool deterministic) { g_deterministic = deterministic; }
+bool Deterministic() { return g_deterministic; }
 
 void SetNodeLabel(const std::string& label) {
   std::lock_guard<std::mutex> lock(LabelMutex());

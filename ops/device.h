@@ -51,6 +51,14 @@ void Synchronize(const Device& device);
 void SetAllowTf32(bool allow);
 bool AllowTf32();
 
+// Whether GPU ops must give the same bits on every run: cuDNN engines that accumulate with
+// atomics in an unspecified order (numerical note NONDETERMINISTIC, typically some
+// backward-filter kernels) are then skipped. Off by default, as in PyTorch and MXNet; turn
+// it on when runs must repeat bit for bit (exact resume on GPUs). Tally's own kernels are
+// deterministic either way.
+void SetDeterministic(bool deterministic);
+bool Deterministic();
+
 // Names this process in CUDA error messages ("worker 3 on host-a"); "" by default.
 void SetNodeLabel(const std::string& label);
 std::string NodeLabel();

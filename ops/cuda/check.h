@@ -26,8 +26,10 @@ namespace cuda {
 inline void CheckCuda(cudaError_t e, const char* expr, const char* file, int line) {
   if (e != cudaSuccess) FailCall("CUDA", cudaGetErrorName(e), cudaGetErrorString(e), expr, file, line);
 }
+// A failure's detail is cuDNN's own account of it (cudnnGetLastErrorString).
+[[noreturn]] void FailCudnn(cudnnStatus_t s, const char* expr, const char* file, int line);
 inline void CheckCudnn(cudnnStatus_t s, const char* expr, const char* file, int line) {
-  if (s != CUDNN_STATUS_SUCCESS) FailCall("cuDNN", cudnnGetErrorString(s), nullptr, expr, file, line);
+  if (s != CUDNN_STATUS_SUCCESS) FailCudnn(s, expr, file, line);
 }
 void CheckCublas(cublasStatus_t s, const char* expr, const char* file, int line);
 

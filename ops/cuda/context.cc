@@ -68,6 +68,12 @@ void FailCall(const char* library, const char* error, const char* detail, const 
   abort();  // LOG(FATAL) does not return; this tells the compiler so.
 }
 
+void FailCudnn(cudnnStatus_t s, const char* expr, const char* file, int line) {
+  char detail[1024] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  FailCall("cuDNN", cudnnGetErrorString(s), detail, expr, file, line);
+}
+
 int DeviceCount() {
   static const int count = [] {
     int n = 0;

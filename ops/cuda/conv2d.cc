@@ -52,6 +52,7 @@ ConvPlanKey MakeKey(ConvPass pass, const Shape& x, const Shape& w, const Shape& 
   key.pad_h = p.pad_h, key.pad_w = p.pad_w;
   // Only fp32 can run on TF32; a 16-bit call's plan does not depend on the switch.
   key.tf32 = dtype == DType::kF32 && AllowTf32();
+  key.deterministic = Deterministic();
   key.device = device.index;
   return key;
 }

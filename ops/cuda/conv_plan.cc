@@ -74,6 +74,7 @@ std::string KeyString(const ConvPlanKey& k) {
      << "] stride " << k.stride_h << "x" << k.stride_w << " pad " << k.pad_h << "x" << k.pad_w
      << " " << DTypeName(k.dtype)
      << (k.dtype == DType::kF32 ? (k.tf32 ? " TF32 on" : " TF32 off") : "")
+     << (k.deterministic ? " deterministic" : "")
      << " on cuda:" << k.device << ", pointers aligned to " << k.align_x << "/" << k.align_w
      << "/" << k.align_y << " bytes";
   return os.str();
@@ -288,6 +289,9 @@ const char* Rejection(const std::vector<cudnnBackendNumericalNote_t>& notes,
       case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
         return NoteName(note);
+      case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+        if (key.deterministic) return NoteName(note);
+        break;
       case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
       case CUDNN_NUMERICAL_NOTE_FFT:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
@@ -418,9 +422,10 @@ std::shared_ptr<ConvPlan> BuildPlan(const ConvPlanKey& key, cudnnHandle_t handle
 
 bool ConvPlanKey::operator<(const ConvPlanKey& o) const {
   return std::tie(pass, dtype, n, h, w, c, k, r, s, oh, ow, stride_h, stride_w, pad_h, pad_w, tf32,
-                  device, align_x, align_w, align_y) <
+                  deterministic, device, align_x, align_w, align_y) <
          std::tie(o.pass, o.dtype, o.n, o.h, o.w, o.c, o.k, o.r, o.s, o.oh, o.ow, o.stride_h,
-                  o.stride_w, o.pad_h, o.pad_w, o.tf32, o.device, o.align_x, o.align_w, o.align_y);
+                  o.stride_w, o.pad_h, o.pad_w, o.tf32, o.deterministic, o.device, o.align_x,
+                  o.align_w, o.align_y);
 }
 
 std::shared_ptr<const ConvPlan> GetConvPlan(const ConvPlanKey& key, const DeviceContext& ctx) {

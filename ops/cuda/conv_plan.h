@@ -35,6 +35,7 @@ struct ConvPlanKey {
   int64_t oh = 0, ow = 0;              // y: [N, OH, OW, K]
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   bool tf32 = false;  // fp32 only: whether TF32 tensor-core engines may run
+  bool deterministic = false;  // skip engines whose results vary from run to run
   int device = 0;
   // Byte alignment (2 to 16) of the pointers of x, w and y: engines that load vectors need
   // it, and a view into a batch may start anywhere.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ using testing::Gpu;
 using testing::RandomTensor;
 using testing::Rounded;
 using testing::ToDevice;
+using testing::ToHostF32;
 
 const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 const ConvPass kPasses[] = {ConvPass::kForward, ConvPass::kBackwardData,
@@ -200,6 +202,34 @@ TEST(CudaConv2dTest, Fp32WithTf32StaysClose) {
   const double err = testing::RelativeError(yg, y);
   SetAllowTf32(false);
   EXPECT_LE(err, testing::ToleranceFor(DType::kF16)) << Describe(c, DType::kF32) << " with TF32";
+}
+
+// SetDeterministic(true): no engine marked nondeterministic is chosen, and two runs of the
+// backward passes give the same bits.
+TEST(CudaConv2dTest, DeterministicModeRepeatsBitForBit) {
+  TALLY_REQUIRE_GPU();
+  SetDeterministic(true);
+  Rng rng(700);
+  for (const Case& c : ResNetCases()) {
+    const Shape ys = Conv2dOutputShape(c.x, c.w, c.p);
+    const Tensor x = ToDevice(RandomTensor(c.x, &rng), DType::kF16);
+    const Tensor dy = ToDevice(RandomTensor(ys, &rng), DType::kF16);
+    const Tensor w = ToDevice(RandomTensor(c.w, &rng), DType::kF16);
+    Tensor dw1 = NanOnGpu(c.w, DType::kF16), dw2 = NanOnGpu(c.w, DType::kF16);
+    Tensor dx1 = NanOnGpu(c.x, DType::kF16), dx2 = NanOnGpu(c.x, DType::kF16);
+    cuda::Conv2dBackwardFilter(x, dy, c.p, &dw1);
+    cuda::Conv2dBackwardFilter(x, dy, c.p, &dw2);
+    cuda::Conv2dBackwardData(dy, w, c.p, &dx1);
+    cuda::Conv2dBackwardData(dy, w, c.p, &dx2);
+    const Tensor a = ToHostF32(dw1), b = ToHostF32(dw2), e = ToHostF32(dx1), f = ToHostF32(dx2);
+    EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << Describe(c, DType::kF16);
+    EXPECT_EQ(0, std::memcmp(e.raw_data(), f.raw_data(), e.nbytes())) << Describe(c, DType::kF16);
+    for (ConvPass pass : kPasses) {
+      const std::string engine = cuda::Conv2dEngineName(pass, c.x, c.w, c.p, DType::kF16, Gpu());
+      EXPECT_EQ(engine.find("nondeterministic"), std::string::npos) << Describe(c, DType::kF16) << ": " << engine;
+    }
+  }
+  SetDeterministic(false);
 }
 
 // Plans are cached and the workspace comes back from the caching allocator: after the
