@@ -1,6 +1,7 @@
-// The modules a ResNet is assembled from: convolution, batch norm, pooling and fully
-// connected layers over fp32 NHWC tensors, each a thin owner of its Parameters around the
-// ops in ops/ops.h.
+// The modules a ResNet is assembled from: convolution, batch norm (with the residual add
+// and ReLU fused in), pooling and fully connected layers over NHWC tensors, each a thin
+// owner of its Parameters around the ops in ops/ops.h. Outputs take the input's device and
+// dtype; parameters are created fp32 on the host and moved by the network (MoveParameter).
 //
 //   Conv2d conv("layer1.0.conv1", /*in=*/64, /*out=*/64, /*kernel=*/3, /*stride=*/1, /*pad=*/1);
 //   Tensor y = conv.Forward(x);                  // keeps x for the backward pass
@@ -24,6 +25,8 @@ class Conv2d {
  public:
   Conv2d(const std::string& name, int64_t in_channels, int64_t out_channels, int kernel,
          int stride, int pad);
+  // x may have more channels than the weight (zeros, ModelConfig::input_channels): the
+  // weight is then padded with zero channels to match, and its gradient cropped back.
   Tensor Forward(const Tensor& x);
   // dy: the gradient of the output. Returns dx, or an undefined Tensor when !need_dx.
   Tensor Backward(const Tensor& dy, bool need_dx);
@@ -34,19 +37,22 @@ class Conv2d {
   Parameter weight_;
   ConvParams params_;
   Tensor x_;
+  Tensor padded_weight_, padded_grad_;  // when x has more channels than the weight
 };
 
 // Batch normalisation per channel: "<name>.weight" (gamma), ".bias" (beta), ".running_mean",
 // ".running_var". In training, batch statistics are used and the running ones updated,
 // unless use_global_stats, where the running statistics normalise in training too and stay
-// fixed (MXNet's use_global_stats).
+// fixed (MXNet's use_global_stats). Forward computes relu(BN(x) + z) when asked (z may be
+// nullptr), one fused op.
 class BatchNorm {
  public:
   BatchNorm(const std::string& name, int64_t channels, float eps, float momentum,
             bool use_global_stats);
-  Tensor Forward(const Tensor& x, bool training);
-  // REQUIRES: the last Forward had training = true.
-  Tensor Backward(const Tensor& dy);
+  Tensor Forward(const Tensor& x, bool training, const Tensor* z = nullptr, bool relu = false);
+  // REQUIRES: the last Forward had training = true. dz receives the gradient of that
+  // Forward's z (REQUIRES: it had one).
+  Tensor Backward(const Tensor& dy, Tensor* dz = nullptr);
   void AppendParameters(std::vector<Parameter*>* out);
   Parameter* gamma() { return &gamma_; }
 
@@ -55,7 +61,8 @@ class BatchNorm {
   BatchNormParams params_;
   bool use_global_stats_;
   bool batch_stats_used_ = false;  // how the last Forward normalised
-  Tensor x_, save_mean_, save_inv_std_;
+  bool relu_ = false, had_z_ = false;
+  Tensor x_, y_, save_mean_, save_inv_std_;
 };
 
 class MaxPool {
@@ -93,7 +100,11 @@ class Linear {
   Tensor x_;
 };
 
-// A trainable parameter with a zeroed value and gradient; an auxiliary state has no grad.
-Parameter MakeParameter(const std::string& name, const Shape& shape, bool trainable);
+// A trainable parameter with a zeroed value and gradient, fp32 on the host; an auxiliary
+// state has no grad.
+Parameter MakeParameter(const std::string& name, const Shape& shape, bool trainable,
+                        bool keep_f32 = false);
+// Moves p to `device`, in `dtype` unless p->keep_f32; the gradient is zeroed there.
+void MoveParameter(Parameter* p, Device device, DType dtype);
 
 }  // namespace tally

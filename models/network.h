@@ -25,9 +25,12 @@ namespace tally {
 
 struct Parameter {
   std::string name;
-  Tensor value;           // fp32
-  Tensor grad;            // same shape; undefined for auxiliary states
+  Tensor value;           // on the model's device; fp32, or the model's dtype (below)
+  Tensor grad;            // value's shape, dtype and device; undefined for auxiliary states
   bool trainable = true;  // false: batch-norm running mean and variance
+  // Batch-norm parameters and statistics stay fp32 whatever the model's dtype; convolution
+  // and fully connected weights (and the fc bias) take the model's dtype.
+  bool keep_f32 = false;
 };
 
 struct ModelConfig {
@@ -42,12 +45,23 @@ struct ModelConfig {
   std::string initializer = "xavier";  // "xavier" (gaussian, in, magnitude 2) or "msra";
                                        // models/init.h has the exact rules
   uint64_t seed = 0;
+  // Where the parameters and activations live, and the dtype of the activations and of the
+  // convolution and fc weights (fp16 and bf16 need a cuda device). Parameters are
+  // initialised in fp32 on the host (the same values on every device) and then moved.
+  Device device = Device::Cpu();
+  DType dtype = DType::kF32;
+  // The channels images reach Forward with: image_shape[0] (0 means that), or more, the
+  // extra ones zero (tensor cores want 4 or 8 in fp16). conv1's weight keeps
+  // image_shape[0] input channels; the stem pads it to match.
+  int input_channels = 0;
 };
 
 class Network {
  public:
   virtual ~Network() = default;
-  // x: [N, H, W, C] fp32. training: batch statistics in BN (unless bn_use_global_stats).
+  // x: [N, H, W, C] on the model's device in its dtype, C = the input channels (ModelConfig).
+  // training: batch statistics in BN (unless bn_use_global_stats). The logits have the
+  // model's dtype.
   virtual Tensor Forward(const Tensor& x, bool training) = 0;
   // dlogits: [N, num_classes]. Overwrites the grad of every trainable parameter.
   // REQUIRES: the last Forward had training = true.
@@ -65,7 +79,8 @@ class Network {
 };
 
 // Builds and initialises a network from cfg (deterministic for cfg.seed). Fails, naming
-// the flag, for an unknown network, an unsupported depth or a bad image shape.
+// the flag, for an unknown network, an unsupported depth, a bad image shape, a device that
+// is not there or a dtype the device cannot compute in.
 Status CreateNetwork(const ModelConfig& cfg, std::unique_ptr<Network>* out);
 
 }  // namespace tally

@@ -8,9 +8,14 @@
 #include "models/init.h"
 #include "models/layers.h"
 #include "models/network.h"
+#include "ops/device.h"
 
 namespace tally {
 namespace {
+
+int64_t InputChannels(const ModelConfig& cfg) {
+  return cfg.input_channels > 0 ? cfg.input_channels : cfg.image_shape[0];
+}
 
 struct Depth {
   bool imagenet;      // ImageNet stem (7x7/2 conv, 3x3/2 max pool) and 4 stages
@@ -77,31 +82,25 @@ class ResidualBlock {
 
   Parameter* last_gamma() { return bns_.back()->gamma(); }
 
+  // Every BN is fused with what follows it: the ReLU inside the block, and the shortcut's
+  // addition and the final ReLU at its end.
   Tensor Forward(const Tensor& x, bool training) {
-    relu_out_.clear();
+    Tensor shortcut = down_conv_ ? down_bn_->Forward(down_conv_->Forward(x), training) : x;
     Tensor h = x;
     for (size_t i = 0; i < convs_.size(); ++i) {
-      h = bns_[i]->Forward(convs_[i]->Forward(h), training);
-      if (i + 1 < convs_.size()) {
-        ReluForward(h, &h);
-        relu_out_.push_back(h);
-      }
+      const bool last = i + 1 == convs_.size();
+      h = bns_[i]->Forward(convs_[i]->Forward(h), training, last ? &shortcut : nullptr,
+                           /*relu=*/true);
     }
-    Tensor shortcut = down_conv_ ? down_bn_->Forward(down_conv_->Forward(x), training) : x;
-    Add(h, shortcut, &h);
-    ReluForward(h, &h);
-    out_ = h;
     return h;
   }
 
   // The gradient reaching the input is the sum of the main path's and the shortcut's.
   Tensor Backward(const Tensor& dy) {
-    Tensor d = Tensor::Empty(dy.shape(), DType::kF32);
-    ReluBackward(out_, dy, &d);
-    Tensor dmain = d;
-    for (size_t i = convs_.size(); i-- > 0;) {
+    Tensor d = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());  // of the shortcut's output
+    Tensor dmain = convs_.back()->Backward(bns_.back()->Backward(dy, &d), /*need_dx=*/true);
+    for (size_t i = convs_.size() - 1; i-- > 0;) {
       dmain = convs_[i]->Backward(bns_[i]->Backward(dmain), /*need_dx=*/true);
-      if (i > 0) ReluBackward(relu_out_[i - 1], dmain, &dmain);
     }
     Tensor dshort = down_conv_ ? down_conv_->Backward(down_bn_->Backward(d), true) : d;
     Add(dmain, dshort, &dmain);
@@ -113,8 +112,6 @@ class ResidualBlock {
   std::vector<std::unique_ptr<BatchNorm>> bns_;
   std::unique_ptr<Conv2d> down_conv_;
   std::unique_ptr<BatchNorm> down_bn_;
-  std::vector<Tensor> relu_out_;  // after each inner ReLU, for its backward
-  Tensor out_;                    // the block's output, after the final ReLU
 };
 
 class ResNet : public Network {
@@ -158,17 +155,18 @@ class ResNet : public Network {
     if (cfg_.zero_last_gamma) {
       for (auto& b : blocks_) b->last_gamma()->value.SetZero();
     }
+    for (Parameter* p : params_) MoveParameter(p, cfg_.device, cfg_.dtype);
     return Status::Ok();
   }
 
   Tensor Forward(const Tensor& x, bool training) override {
     CHECK_EQ(x.ndim(), 4) << "Forward takes NHWC images, got " << x.ToString();
-    CHECK_EQ(x.dim(3), cfg_.image_shape[0]) << "image channels of " << x.ToString();
-    CHECK(x.dtype() == DType::kF32) << x.ToString();
+    CHECK_EQ(x.dim(3), InputChannels(cfg_)) << "image channels of " << x.ToString();
+    CHECK(x.dtype() == cfg_.dtype && x.device() == cfg_.device)
+        << "images " << x.ToString() << " for a " << DTypeName(cfg_.dtype) << " model on "
+        << cfg_.device.ToString();
     trained_ = training;
-    Tensor h = bn1_->Forward(conv1_->Forward(x), training);
-    ReluForward(h, &h);
-    stem_out_ = h;
+    Tensor h = bn1_->Forward(conv1_->Forward(x), training, nullptr, /*relu=*/true);
     if (maxpool_) h = maxpool_->Forward(h);
     for (auto& b : blocks_) h = b->Forward(h, training);
     return fc_->Forward(pool_.Forward(h));
@@ -183,7 +181,6 @@ class ResNet : public Network {
       GradientsReady(block_params_[i]);
     }
     if (maxpool_) d = maxpool_->Backward(d);
-    ReluBackward(stem_out_, d, &d);
     conv1_->Backward(bn1_->Backward(d), /*need_dx=*/false);
     GradientsReady(stem_params_);
   }
@@ -213,7 +210,6 @@ class ResNet : public Network {
   std::pair<size_t, size_t> stem_params_, fc_params_;  // [first, last) in params_
   std::vector<std::pair<size_t, size_t>> block_params_;
   GradientReadyFn grad_ready_;
-  Tensor stem_out_;
   bool trained_ = false;
 };
 
@@ -248,6 +244,19 @@ Status CreateNetwork(const ModelConfig& cfg, std::unique_ptr<Network>* out) {
     msg << "--image-shape: expected C,H,W with C = 3 (or 1 for grayscale) and H, W at least "
         << min_size << " for resnet-" << cfg.num_layers << ", got " << ShapeString(s);
     return Status::InvalidArgument(msg.str());
+  }
+  TALLY_RETURN_IF_ERROR(CheckDevice(cfg.device));
+  if (cfg.dtype != DType::kF32 && (cfg.dtype != DType::kF16 && cfg.dtype != DType::kBF16)) {
+    return Status::InvalidArgument(std::string("--dtype: a network computes in float32, float16 "
+                                               "or bfloat16, not ") + DTypeName(cfg.dtype));
+  }
+  if (cfg.dtype != DType::kF32 && cfg.device.is_cpu()) {
+    return Status::InvalidArgument(std::string("--dtype ") + DTypeName(cfg.dtype) +
+                                   " needs a GPU (--gpus); CPU workers compute in float32");
+  }
+  if (cfg.input_channels != 0 && cfg.input_channels < s[0]) {
+    return Status::InvalidArgument("input channels " + std::to_string(cfg.input_channels) +
+                                   " are fewer than the image's " + std::to_string(s[0]));
   }
   auto net = std::make_unique<ResNet>(cfg, depth);
   TALLY_RETURN_IF_ERROR(net->Initialize());

@@ -124,6 +124,13 @@ void Add(const Tensor& a, const Tensor& b, Tensor* y) {
   TALLY_OP("Add", TENSORS(&a, &b, y), Add(a, b, y));
 }
 
+void PadLastDim(const Tensor& x, Tensor* y) {
+  TALLY_OP("PadLastDim", TENSORS(&x, y), PadLastDim(x, y));
+}
+void CropLastDim(const Tensor& x, Tensor* y) {
+  TALLY_OP("CropLastDim", TENSORS(&x, y), CropLastDim(x, y));
+}
+
 void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor* y, Tensor* argmax) {
   TALLY_OP("MaxPoolForward", TENSORS(&x, y, argmax), MaxPoolForward(x, p, y, argmax));
 }

@@ -92,6 +92,15 @@ void ReluForward(const Tensor& x, Tensor* y);                       // y may be 
 void ReluBackward(const Tensor& y, const Tensor& dy, Tensor* dx);   // from the output; dx may be dy
 void Add(const Tensor& a, const Tensor& b, Tensor* y);              // y may be a or b
 
+// ---- channel padding (ops/cpu/pad.cc) ----
+// Tensor cores want the channels of a convolution's input in multiples of 4 or 8, and an
+// image has 3: the stem pads its input and weight with zero channels.
+// y = x with its last dimension extended by zeros. REQUIRES: same dtype (any), y's shape is
+// x's but for a last dimension at least as large.
+void PadLastDim(const Tensor& x, Tensor* y);
+// y = the first y.dim(-1) entries of x's last dimension. REQUIRES: as PadLastDim, reversed.
+void CropLastDim(const Tensor& x, Tensor* y);
+
 // ---- pooling, NHWC (ops/cpu/pooling.cc) ----
 struct PoolParams {
   int kernel_h = 1, kernel_w = 1;
