@@ -167,6 +167,12 @@ int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
   TALLY_OP("TopKCorrect", TENSORS(&logits, &labels), TopKCorrect(logits, labels, k));
 }
 
+bool AllFinite(const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return true;
+  for (const Tensor& t : tensors) OnCuda("AllFinite", {&tensors[0], &t});
+  TALLY_OP("AllFinite", TENSORS(&tensors[0]), AllFinite(tensors));
+}
+
 void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
   TALLY_OP("SgdUpdate", TENSORS(&grad, weight, mom), SgdUpdate(p, grad, weight, mom));
 }

@@ -137,6 +137,12 @@ double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float lab
 // How many rows have their label among the k largest logits (ties count against).
 int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k);
 
+// ---- mixed precision (ops/cpu/finite.cc) ----
+// Whether every element of every tensor is finite (no NaN, no ±inf): the check behind
+// dynamic loss scaling. One kernel launch for all the tensors on the GPU, and a wait for its
+// one-int answer. REQUIRES: float tensors (any float dtype) on one device.
+bool AllFinite(const std::vector<Tensor>& tensors);
+
 // ---- optimizers (ops/cpu/optimizer.cc), MXNet's update rules ----
 // g = rescale_grad * grad, clipped to [-clip, clip] when clip_gradient > 0; then
 //   sgd: mom = momentum * mom - lr * (g + wd * w);  w += mom        (w -= lr*(g+wd*w) if no momentum)
