@@ -23,6 +23,23 @@ Status KVStore::Create(const std::string& type, int num_devices, std::unique_ptr
                                  "' (local, device, dist_sync, dist_device_sync or dist_async)");
 }
 
+Status KVStore::SetGradientScale(float scale) {
+  if (scale == 1.0f) return Status::Ok();
+  return Status::InvalidArgument("--kv-store " + type() + " does not take a loss scale (float16 "
+                                 "training with dynamic loss scaling needs local or device)");
+}
+
+Status KVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) {
+  return Status::InvalidArgument("--kv-store " + type() + " keeps no fp32 master weights here");
+}
+
+#ifndef TALLY_HAVE_CUDA
+Status KVStore::CreateOnGpus(const std::string& type, const std::vector<Device>& devices,
+                             std::unique_ptr<KVStore>* out) {
+  return Status::InvalidArgument("--kv-store " + type + " on GPUs: this tally was built without CUDA");
+}
+#endif
+
 Status KVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
   if (keys.size() != values.size()) {
     return Status::InvalidArgument("kvstore Init with " + std::to_string(keys.size()) + " keys and " +

@@ -49,6 +49,12 @@ class KVStore {
   // made by CreateDistKVStore (kvstore/dist_kvstore.h); here they fail saying so.
   // num_devices: how many values each Push gives and each Pull fills.
   static Status Create(const std::string& type, int num_devices, std::unique_ptr<KVStore>* out);
+  // `local` and `device` over GPUs, one replica per entry of `devices` (cuda devices of this
+  // process; kvstore/gpu_kvstore.h): gradients are summed across the GPUs (NCCL) and every
+  // GPU runs the optimizer on its own fp32 master weights, all keys of a step in one launch
+  // at WaitAll, so both types give the same results. Fails in a build without CUDA.
+  static Status CreateOnGpus(const std::string& type, const std::vector<Device>& devices,
+                             std::unique_ptr<KVStore>* out);
   virtual ~KVStore() = default;
 
   virtual const std::string& type() const = 0;
@@ -86,6 +92,15 @@ class KVStore {
   // Restores what GetOptimizerState gave, after Init and before the first push. The
   // distributed types: every worker calls it (worker 0 sends, the others wait for it).
   virtual Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) = 0;
+
+  // Dynamic loss scaling: from the next push on, pushed gradients are `scale` times the
+  // true ones and the updates divide them back. 1 by default. Types that cannot fail with
+  // a message naming themselves (the distributed types, for now).
+  virtual Status SetGradientScale(float scale);
+  // Host fp32 copies of the fp32 master weights the optimizer keeps for 16-bit values
+  // (multi_precision), shaped as the keys' values: what a checkpoint of a float16 or
+  // bfloat16 model saves. Types that keep none fail saying so.
+  virtual Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out);
 
   // Non-finite gradients (NaN, ±Inf). A key's n-th push is its step n - 1. When the summed
   // gradient of some key at step t is not finite, step t is skipped as a whole: once
