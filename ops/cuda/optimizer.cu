@@ -233,9 +233,14 @@ void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
       table = NewTable<kMaxSlots>(p);
     }
     const SgdSlot& s = slots[i];
+    // A slot without mom steps without momentum whatever p.momentum says (ops/ops.h), so
+    // it is checked as the CPU checks it, with momentum 0; the kernel never reads momentum
+    // for a slot without mom.
+    SgdParams slot_params = p;
+    if (!s.mom.defined()) slot_params.momentum = 0.0f;
     // The same float products as the CPU's MultiSgdUpdate, so lr and wd agree to the bit.
-    AddSlot(OpName{"MultiSgdUpdate", static_cast<int64_t>(i)}, p, p.lr * s.lr_mult, p.wd * s.wd_mult,
-            s.grad, s.weight, &s.master, &s.mom, table.get());
+    AddSlot(OpName{"MultiSgdUpdate", static_cast<int64_t>(i)}, slot_params, p.lr * s.lr_mult,
+            p.wd * s.wd_mult, s.grad, s.weight, &s.master, &s.mom, table.get());
   }
   Launch(device, table.get());
 }

@@ -258,6 +258,9 @@ TEST(CudaOptimizerTest, MultiSgdResNet50MixedSlotsOneLaunch) {
   CompareMulti(Params(0.9f, true), ResNet50Slots(true, false), 1);
   // Without momentum, slots may still carry a mom tensor (written as the CPU writes it).
   CompareMulti(Params(0.0f, false), ResNet50Slots(true, true), 1);
+  // With momentum, a slot without mom takes a plain step (ops/ops.h), as on the CPU.
+  CompareMulti(Params(0.9f, false), ResNet50Slots(true, true), 1);
+  CompareMulti(Params(0.9f, true), ResNet50Slots(true, true), 1);
 }
 
 // More slots than one launch's table holds (512, ops/cuda/optimizer.cu): one launch per full
@@ -291,14 +294,19 @@ TEST(CudaOptimizerTest, SecondCallAllocatesNothing) {
   EXPECT_EQ(GetDeviceMemoryStats(0).device_mallocs, mallocs);
 }
 
-TEST(CudaOptimizerDeathTest, MissingMomentumNamesSlot) {
+// A slot without mom is allowed (it steps without momentum); a mom of the wrong size is not.
+TEST(CudaOptimizerDeathTest, BadMomentumNamesSlot) {
   TALLY_REQUIRE_GPU();
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   Rng rng(5);
   std::vector<SgdSlot> slots = {GpuCopy(HostSlot(10, kKinds[0], true, 1, 1, &rng)),
                                 GpuCopy(HostSlot(10, kKinds[1], false, 1, 1, &rng))};
+  slots[1].mom = Tensor::Zeros({9}, DType::kF32, Gpu());
   EXPECT_DEATH(MultiSgdUpdate(Params(0.9f, false), slots),
-               "MultiSgdUpdate: slot 1: momentum 0.9 needs a mom tensor");
+               "MultiSgdUpdate: slot 1: mom float32\\[9\\]@cuda:0 must be float32 with 10 "
+               "elements");
+  EXPECT_DEATH(SgdUpdate(Params(0.9f, false), slots[0].grad, &slots[0].weight, nullptr),
+               "SgdUpdate: momentum 0.9 needs a mom tensor");
 }
 
 }  // namespace
