@@ -97,22 +97,21 @@ void CopyBytes(const DeviceContext& ctx, const Tensor& src, Tensor* dst) {
 void CopyTensor(const Tensor& src, Tensor* dst) {
   CHECK_EQ(src.numel(), dst->numel()) << "copy " << src.ToString() << " into " << dst->ToString();
   const Device sd = src.device(), dd = dst->device();
-  if (!sd.is_cpu() && !dd.is_cpu() && sd != dd) {
+  const bool across_gpus = !sd.is_cpu() && !dd.is_cpu() && sd != dd;
+  cudaStream_t source_stream = nullptr;
+  if (across_gpus) {
     // Between two GPUs: the source's queued work must finish before the destination's
     // stream reads it.
     Synchronize(sd.index);
+    source_stream = Context(sd).stream;
   }
   const DeviceContext& ctx = Context(dd.is_cpu() ? sd : dd);
   if (src.dtype() == dst->dtype()) {
     CopyBytes(ctx, src, dst);
-    return;
-  }
-  if (sd == dd) {
+  } else if (sd == dd) {
     Convert(ctx, src, dst);
-    return;
-  }
-  // Across devices with a conversion: convert on the GPU side, through a scratch tensor.
-  if (dd.is_cpu()) {
+  } else if (dd.is_cpu()) {
+    // Across devices with a conversion: convert on the GPU side, through a scratch tensor.
     Tensor converted = Tensor::Empty(src.shape(), dst->dtype(), sd);
     Convert(ctx, src, &converted);
     CopyBytes(ctx, converted, dst);
@@ -120,6 +119,16 @@ void CopyTensor(const Tensor& src, Tensor* dst) {
     Tensor moved = Tensor::Empty(src.shape(), src.dtype(), dd);
     CopyBytes(ctx, src, &moved);
     Convert(ctx, moved, dst);
+  }
+  if (across_gpus) {
+    // The copy runs on the destination's stream, so nothing orders it before what the
+    // source's stream does next: a write into src, or src's block reused once it is
+    // freed. The source's stream waits for the copy.
+    cudaEvent_t copied;
+    TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    TALLY_CUDA_CHECK(cudaEventRecord(copied, ctx.stream));
+    TALLY_CUDA_CHECK(cudaStreamWaitEvent(source_stream, copied, 0));
+    TALLY_CUDA_CHECK(cudaEventDestroy(copied));
   }
 }
 

@@ -52,15 +52,30 @@ class PinnedCache {
   // process exits and the driver is already gone, when nothing will use the block again.
   void Free(void* p, size_t bytes) {
     FreeBlock block{p, {}};
+    // An event can only be recorded on a stream of the device it was created on, so each
+    // stream's event is made on that stream's device; the caller's device is put back after.
+    int caller_device = -1;
+    if (cudaGetDevice(&caller_device) != cudaSuccess) {
+      cudaGetLastError();
+      caller_device = -1;
+    }
     for (cudaStream_t stream : ActiveStreams()) {
+      int device = -1;
       cudaEvent_t event;
-      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
-          cudaEventRecord(event, stream) != cudaSuccess) {
+      if (cudaStreamGetDevice(stream, &device) != cudaSuccess ||
+          cudaSetDevice(device) != cudaSuccess ||
+          cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
         cudaGetLastError();
+        continue;
+      }
+      if (cudaEventRecord(event, stream) != cudaSuccess) {
+        cudaGetLastError();
+        cudaEventDestroy(event);
         continue;
       }
       block.pending.push_back(event);
     }
+    if (caller_device >= 0 && cudaSetDevice(caller_device) != cudaSuccess) cudaGetLastError();
     std::lock_guard<std::mutex> lock(mu_);
     free_.emplace(bytes, std::move(block));
   }
