@@ -74,6 +74,13 @@ Tensor NanOnGpu(const Shape& shape, DType dtype) {
   return t;
 }
 
+bool AllFinite(const Tensor& host_f32) {
+  for (int64_t i = 0; i < host_f32.numel(); ++i) {
+    if (!std::isfinite(host_f32.data<float>()[i])) return false;
+  }
+  return true;
+}
+
 // The three passes on the GPU in `dtype` against the CPU on the same (rounded) values.
 void ExpectPassesMatchCpu(const Case& c, DType dtype, uint64_t seed) {
   Rng rng(seed);
@@ -222,6 +229,8 @@ TEST(CudaConv2dTest, DeterministicModeRepeatsBitForBit) {
     cuda::Conv2dBackwardData(dy, w, c.p, &dx1);
     cuda::Conv2dBackwardData(dy, w, c.p, &dx2);
     const Tensor a = ToHostF32(dw1), b = ToHostF32(dw2), e = ToHostF32(dx1), f = ToHostF32(dx2);
+    // Outputs left at their NaN fill would compare equal too: they must have been written.
+    EXPECT_TRUE(AllFinite(a) && AllFinite(e)) << Describe(c, DType::kF16);
     EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << Describe(c, DType::kF16);
     EXPECT_EQ(0, std::memcmp(e.raw_data(), f.raw_data(), e.nbytes())) << Describe(c, DType::kF16);
     for (ConvPass pass : kPasses) {
