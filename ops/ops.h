@@ -127,7 +127,8 @@ void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* 
                     Tensor* db);
 
 // ---- loss and metrics (ops/cpu/loss.cc) ----
-// logits: [N, K] fp32; labels: [N] int32 in [0, K). The target is (1 - s) * onehot + s / K
+// logits: [N, K] (fp32; on a GPU also fp16 or bf16, computed in fp32); labels: [N] int32 in
+// [0, K); dlogits: logits' shape and dtype, never aliasing logits. The target is (1 - s) * onehot + s / K
 // for label smoothing s. Returns the summed loss over the N rows (a double, so that
 // per-device sums add up exactly enough). When dlogits is given it receives
 // (softmax - target) * grad_scale; grad_scale = 1 / global batch makes the gradients of a
