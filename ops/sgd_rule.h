@@ -3,13 +3,8 @@
 // the same order. See SgdParams in ops/ops.h for the formulas.
 #pragma once
 
+#include "ops/host_device.h"
 #include "ops/ops.h"
-
-#ifdef __CUDACC__
-#define TALLY_HOST_DEVICE __host__ __device__
-#else
-#define TALLY_HOST_DEVICE
-#endif
 
 namespace tally {
 

@@ -12,13 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef TALLY_HOST_DEVICE
-#ifdef __CUDACC__
-#define TALLY_HOST_DEVICE __host__ __device__
-#else
-#define TALLY_HOST_DEVICE
-#endif
-#endif
+#include "ops/host_device.h"
 
 namespace tally {
 namespace cuda {

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "ops/sgd_rule.h"  // TALLY_HOST_DEVICE
+#include "ops/host_device.h"
 
 namespace tally {
 namespace cuda {
