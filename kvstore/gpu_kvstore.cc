@@ -330,9 +330,40 @@ Status GpuKVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<Te
   return Status::Ok();
 }
 
+Status GpuKVStore::SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  TALLY_RETURN_IF_ERROR(RefuseWhilePending("SetMasterWeights"));
+  if (keys.size() != values.size()) {
+    return Status::InvalidArgument(Name() + ": " + std::to_string(keys.size()) + " keys but " +
+                                   std::to_string(values.size()) + " master weights");
+  }
+  std::vector<Entry*> entries;
+  for (size_t i = 0; i < keys.size(); ++i) {  // every key checked before any is written
+    Entry* e = nullptr;
+    TALLY_RETURN_IF_ERROR(Find(keys[i], "master weights", &e));
+    const Tensor& v = values[i];
+    if (v.dtype() != DType::kF32 || v.numel() != NumElements(e->shape)) {
+      return Status::InvalidArgument(Name() + ": master weights of key " + std::to_string(keys[i]) + " are " +
+                                     v.ToString() + ", not float32" + ShapeString(e->shape));
+    }
+    if (e->dtype != DType::kF32 && !config_.multi_precision) {
+      return Status::InvalidArgument(Name() + ": no fp32 master weights of " + DTypeName(e->dtype) +
+                                     " key " + std::to_string(keys[i]) + " without multi_precision");
+    }
+    entries.push_back(e);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    for (Replica& r : entries[i]->replicas) {
+      Tensor& target = entries[i]->dtype == DType::kF32 ? r.weight : r.master;
+      if (target.defined()) target.CopyFrom(values[i].Reshape(target.shape()));
+    }
+  }
+  return Status::Ok();
+}
+
 KVStore::Times GpuKVStore::TakeTimes() {
   Times t = times_;
-  t.on_caller_thread = true;
+  // The update runs inside WaitAll, which the Trainer times as the wait.
+  t.on_caller_thread = false;
   times_ = Times();
   return t;
 }

@@ -98,6 +98,9 @@ class GpuKVStore : public KVStore {
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
   Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override;
+  // Every device's masters (16-bit keys with multi_precision), and the 16-bit weights of the
+  // last Init rounded from them, so that both start from the checkpoint's fp32 values.
+  Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Times TakeTimes() override;
 
  private:

@@ -33,6 +33,10 @@ Status KVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<Tenso
   return Status::InvalidArgument("--kv-store " + type() + " keeps no fp32 master weights here");
 }
 
+Status KVStore::SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  return Status::InvalidArgument("--kv-store " + type() + " keeps no fp32 master weights here");
+}
+
 #ifndef TALLY_HAVE_CUDA
 Status KVStore::CreateOnGpus(const std::string& type, const std::vector<Device>& devices,
                              std::unique_ptr<KVStore>* out) {

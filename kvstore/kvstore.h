@@ -101,6 +101,10 @@ class KVStore {
   // (multi_precision), shaped as the keys' values: what a checkpoint of a float16 or
   // bfloat16 model saves. Types that keep none fail saying so.
   virtual Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out);
+  // Restores what GetMasterWeights gave (host fp32, shaped as the keys' values), after Init
+  // and before the first push, so that a resumed 16-bit run continues from the exact fp32
+  // weights rather than their rounded copies. Types that keep none fail saying so.
+  virtual Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values);
 
   // Non-finite gradients (NaN, ±Inf). A key's n-th push is its step n - 1. When the summed
   // gradient of some key at step t is not finite, step t is skipped as a whole: once

@@ -1,50 +1,10 @@
-// The dispatcher behind ops/ops.h: every op checks that its tensors share one device and
-// calls that device's backend (ops/backends.h). A build without CUDA has no cuda branch at
-// all (so no CUDA symbol), and no CUDA tensor can exist in it (ParseDevice and
-// Storage::Allocate refuse them).
-#include <initializer_list>
-
-#include "ops/backends.h"
-#include "ops/ops.h"
+// The dispatcher behind ops/ops.h (ops/dispatch.h): every op checks that its tensors share
+// one device and calls that device's backend. No CUDA tensor can exist in a build without
+// CUDA (ParseDevice and Storage::Allocate refuse them). The optimizer ops' dispatch is in
+// ops/ops_optimizer.cc, so that code needing only them links without the layers' backends.
+#include "ops/dispatch.h"
 
 namespace tally {
-namespace {
-
-// The device of the op's tensors (nullptr entries are optional tensors left out).
-// A CHECK failure names the op and the two tensors that disagree.
-bool OnCuda(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : tensors) {
-    if (t == nullptr || !t->defined()) continue;
-    if (first == nullptr) {
-      first = t;
-    } else {
-      CHECK(t->device() == first->device())
-          << op << ": tensors on different devices: " << first->ToString() << " and "
-          << t->ToString();
-    }
-  }
-  return first != nullptr && !first->device().is_cpu();
-}
-
-}  // namespace
-
-#ifdef TALLY_HAVE_CUDA
-#define TALLY_OP(op, tensors, call)   \
-  do {                                \
-    if (OnCuda(op, tensors)) {        \
-      return cuda::call;              \
-    }                                 \
-    return cpu::call;                 \
-  } while (0)
-#else
-#define TALLY_OP(op, tensors, call) \
-  do {                              \
-    OnCuda(op, tensors);            \
-    return cpu::call;               \
-  } while (0)
-#endif
-#define TENSORS(...) (std::initializer_list<const Tensor*>{__VA_ARGS__})
 
 void Conv2dForward(const Tensor& x, const Tensor& w, const ConvParams& p, Tensor* y) {
   TALLY_OP("Conv2dForward", TENSORS(&x, &w, y), Conv2dForward(x, w, p, y));
@@ -165,28 +125,6 @@ double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float lab
 }
 int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
   TALLY_OP("TopKCorrect", TENSORS(&logits, &labels), TopKCorrect(logits, labels, k));
-}
-
-bool AllFinite(const std::vector<Tensor>& tensors) {
-  if (tensors.empty()) return true;
-  for (const Tensor& t : tensors) OnCuda("AllFinite", {&tensors[0], &t});
-  TALLY_OP("AllFinite", TENSORS(&tensors[0]), AllFinite(tensors));
-}
-
-void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
-  TALLY_OP("SgdUpdate", TENSORS(&grad, weight, mom), SgdUpdate(p, grad, weight, mom));
-}
-void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight,
-                             Tensor* master, Tensor* mom) {
-  TALLY_OP("SgdMultiPrecisionUpdate", TENSORS(&grad, weight, master, mom),
-           SgdMultiPrecisionUpdate(p, grad, weight, master, mom));
-}
-void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
-  if (slots.empty()) return;
-  for (const SgdSlot& s : slots) {
-    OnCuda("MultiSgdUpdate", {&slots[0].weight, &s.grad, &s.weight, &s.master, &s.mom});
-  }
-  TALLY_OP("MultiSgdUpdate", TENSORS(&slots[0].weight), MultiSgdUpdate(p, slots));
 }
 
 }  // namespace tally

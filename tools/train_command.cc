@@ -76,24 +76,29 @@ Status BuildConfig(TrainerConfig* cfg) {
       Device d;
       Status s = ParseDevice("cuda:" + index, &d);
       if (!s.ok()) return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": " + s.message());
+      cfg->gpus.push_back(d.index);
       begin = comma + 1;
     }
-    return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": the GPU ops are built (ops/cuda/, docs/gpu.md) but `tally train` does not "
-                                   "run its model on them yet; leave --gpus empty to train on the CPU");
   }
   DType dtype;
   Status parsed = ParseDType(FLAGS_dtype, &dtype);
   if (!parsed.ok()) return Status::InvalidArgument("--dtype: " + parsed.message());
-  if (dtype != DType::kF32) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    return Status::InvalidArgument("--dtype " + FLAGS_dtype + ": training computes in float32, float16 or bfloat16");
+  }
+  if (dtype != DType::kF32 && cfg->gpus.empty()) {
     return Status::InvalidArgument("--dtype " + FLAGS_dtype + " needs --gpus; CPU workers compute in float32");
   }
+  cfg->dtype = dtype;
+  cfg->reuse_device_batch = FLAGS_benchmark != 0;
   if (FLAGS_cpu_devices < 1 || FLAGS_cpu_devices > 64) return Status::InvalidArgument("--cpu-devices must be in 1..64");
   if (FLAGS_num_epochs < 1) return Status::InvalidArgument("--num-epochs must be positive");
   if (FLAGS_disp_batches < 1) return Status::InvalidArgument("--disp-batches must be positive");
   if (FLAGS_num_classes < 2) return Status::InvalidArgument("--num-classes must be at least 2");
   if (FLAGS_top_k < 0 || FLAGS_top_k > FLAGS_num_classes) return Status::InvalidArgument("--top-k must be in 0..--num-classes");
   if (FLAGS_label_smoothing < 0 || FLAGS_label_smoothing >= 1) return Status::InvalidArgument("--label-smoothing must be in [0, 1)");
-  TALLY_RETURN_IF_ERROR(CheckBatchSplit(FLAGS_batch_size, FLAGS_cpu_devices));
+  TALLY_RETURN_IF_ERROR(CheckBatchSplit(
+      FLAGS_batch_size, cfg->gpus.empty() ? FLAGS_cpu_devices : static_cast<int>(cfg->gpus.size())));
   if (FLAGS_save_period < 1) return Status::InvalidArgument("--save-period must be positive");
   if (FLAGS_resume != "" && FLAGS_resume != "auto") {
     return Status::InvalidArgument("--resume '" + FLAGS_resume + "': the only value is auto");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kvstore/dist_kvstore.h"
+#include "ops/device.h"
 #include "ops/ops.h"
 #include "ops/profile/trace.h"
 
@@ -75,19 +76,49 @@ Status CheckBatchSplit(int batch_size, int num_devices) {
 }
 
 Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out, const Checkpoint* resume) {
-  if (config.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
-  for (int d = 0; d < config.num_devices; ++d) {
+  const bool on_gpus = !config.gpus.empty();
+  if (on_gpus) {
+    for (int g : config.gpus) {
+      const Device d{Device::Kind::kCuda, g};
+      for (const Device& seen : t->devices_) {
+        if (seen == d) return Status::InvalidArgument("--gpus names " + d.ToString() + " twice");
+      }
+      Status s = CheckDevice(d);
+      if (!s.ok()) return Status::InvalidArgument("--gpus: " + s.message());
+      t->devices_.push_back(d);
+    }
+    if (config.kv_store.rfind("dist_", 0) == 0) {
+      return Status::InvalidArgument("--kv-store " + config.kv_store + " with --gpus: the distributed kvstores take "
+                                     "gradients from CPU devices only so far; use local or device on GPUs");
+    }
+  } else {
+    if (config.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
+    if (config.dtype != DType::kF32) {
+      return Status::InvalidArgument(std::string("--dtype ") + DTypeName(config.dtype) +
+                                     " needs --gpus; CPU workers compute in float32");
+    }
+    for (int d = 0; d < config.num_devices; ++d) t->devices_.push_back(Device::Cpu(d));
+  }
+  t->scaler_ = LossScaler(config.loss_scale, /*enabled=*/config.dtype == DType::kF16);
+  for (const Device& device : t->devices_) {
+    ModelConfig model = config.model;
+    model.device = device;
+    model.dtype = config.dtype;
+    // Tensor cores take fp16/bf16 convolutions in channels of 4 or more: RGB gets a zero fourth.
+    if (on_gpus && config.dtype != DType::kF32 && model.image_shape[0] < 4) model.input_channels = 4;
     std::unique_ptr<Network> net;
-    TALLY_RETURN_IF_ERROR(CreateNetwork(config.model, &net));  // same seed: identical replicas
+    TALLY_RETURN_IF_ERROR(CreateNetwork(model, &net));  // same seed: identical replicas
     t->replicas_.push_back(std::move(net));
   }
   if (resume != nullptr) {
     TALLY_RETURN_IF_ERROR(t->LoadParameters(*resume));
     t->step_ = resume->step;
   }
-  if (config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0) {
+  if (on_gpus) {
+    TALLY_RETURN_IF_ERROR(KVStore::CreateOnGpus(config.kv_store, t->devices_, &t->kv_));
+  } else if (config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0) {
     TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, config.num_devices, config.cluster, &t->kv_));
   } else {
     TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
@@ -110,6 +141,14 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     }
     Status s = t->kv_->SetOptimizerState(t->trainable_, states);
     if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
+    if (config.dtype != DType::kF32 && config.optimizer.multi_precision) {
+      // The kvstore's masters were made from the 16-bit weights; the checkpoint has them exact.
+      const std::map<std::string, const Tensor*> weights = ByName(resume->params);
+      std::vector<Tensor> masters;
+      for (int i : t->trainable_) masters.push_back(*weights.at(params[i]->name));
+      s = t->kv_->SetMasterWeights(t->trainable_, masters);
+      if (!s.ok()) return Status::InvalidArgument("the checkpoint's weights: " + s.message());
+    }
   }
   TALLY_RETURN_IF_ERROR(ParseTestNan(t->kv_->rank(), &t->nan_step_, &t->nan_all_));
   Trainer* self = t.get();
@@ -129,7 +168,7 @@ Status Trainer::LoadParameters(const Checkpoint& c) {
     auto it = by_name.find(params[i]->name);
     if (it == by_name.end()) return Status::InvalidArgument("the checkpoint has no parameter " + params[i]->name);
     const Tensor& v = *it->second;
-    if (v.shape() != params[i]->value.shape() || v.dtype() != DType::kF32) {
+    if (v.shape() != params[i]->value.shape() || v.dtype() != DType::kF32 || !v.device().is_cpu()) {
       return Status::InvalidArgument("the checkpoint's " + params[i]->name + " is " + v.ToString() + ", the model's " +
                                      params[i]->value.ToString());
     }
@@ -142,7 +181,20 @@ Status Trainer::Snapshot(Checkpoint* c) {
   c->params.clear();
   c->states.clear();
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
-  for (const Parameter* p : params) c->params.push_back({p->name, p->value.Clone()});
+  // A 16-bit model's weights are saved from the kvstore's fp32 masters; the rest as held.
+  std::map<int, Tensor> masters;
+  if (config_.dtype != DType::kF32 && config_.optimizer.multi_precision) {
+    std::vector<Tensor> m;
+    TALLY_RETURN_IF_ERROR(kv_->GetMasterWeights(trainable_, &m));
+    for (size_t i = 0; i < trainable_.size(); ++i) masters[trainable_[i]] = m[i];
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter* p = params[i];
+    auto it = masters.find(static_cast<int>(i));
+    Tensor host = Tensor::Empty(p->value.shape(), DType::kF32);
+    host.CopyFrom(it != masters.end() ? it->second : p->value);
+    c->params.push_back({p->name, host});
+  }
   std::vector<Tensor> states;
   TALLY_RETURN_IF_ERROR(kv_->GetOptimizerState(trainable_, &states));
   for (size_t i = 0; i < trainable_.size(); ++i) {
@@ -150,6 +202,30 @@ Status Trainer::Snapshot(Checkpoint* c) {
     c->states.push_back({params[trainable_[i]]->name, states[i].Reshape(params[trainable_[i]]->value.shape())});
   }
   return Status::Ok();
+}
+
+void Trainer::PrepareSlice(int d, const Tensor& images, const Tensor& labels, Tensor* x,
+                           Tensor* y) const {
+  const Device device = devices_[d];
+  if (device.is_cpu()) {
+    *x = images;
+    *y = labels;
+    return;
+  }
+  const ModelConfig& model = replicas_[d]->config();
+  Tensor converted = Tensor::Empty(images.shape(), config_.dtype, device);
+  converted.CopyFrom(images);  // uploads, then converts on the GPU
+  const int64_t channels = model.input_channels > 0 ? model.input_channels : images.dim(3);
+  if (channels > images.dim(3)) {
+    Shape padded = images.shape();
+    padded[3] = channels;
+    *x = Tensor::Empty(padded, config_.dtype, device);
+    PadLastDim(converted, x);
+  } else {
+    *x = converted;
+  }
+  *y = Tensor::Empty(labels.shape(), DType::kI32, device);
+  y->CopyFrom(labels);
 }
 
 void Trainer::Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const {
@@ -178,16 +254,34 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   nan_written_ = false;
   last_step_ = profile::StepRecord();
   profile::Tracer& tracer = profile::Tracer::Get();
+  // fp16: the loss's gradient is scaled up, and the kvstore's update divides it back.
+  const float loss_scale = scaler_.scale();
+  TALLY_RETURN_IF_ERROR(kv_->SetGradientScale(loss_scale));
+  const bool keep_batch = config_.reuse_device_batch && !devices_[0].is_cpu();
+  const bool have_batch = keep_batch && static_cast<int>(device_images_.size()) == devices;
   for (int d = 0; d < devices; ++d) {
-    Tensor x = images.Slice(d * per_device, (d + 1) * per_device);
-    Tensor y = labels.Slice(d * per_device, (d + 1) * per_device);
+    Tensor x, y;
+    if (have_batch) {
+      x = device_images_[d];
+      y = device_labels_[d];
+    } else {
+      PrepareSlice(d, images.Slice(d * per_device, (d + 1) * per_device),
+                   labels.Slice(d * per_device, (d + 1) * per_device), &x, &y);
+      if (keep_batch) {
+        device_images_.push_back(x);
+        device_labels_.push_back(y);
+      }
+    }
     const int64_t t0 = NowUs();
     Tensor logits = replicas_[d]->Forward(x, /*training=*/true);
-    Tensor dlogits = Tensor::Empty(logits.shape(), DType::kF32);
-    stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing, grad_scale, &dlogits);
+    Tensor dlogits = Tensor::Empty(logits.shape(), logits.dtype(), logits.device());
+    stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing,
+                                           grad_scale * loss_scale, &dlogits);
     Count(logits, y, stats);
+    if (config_.synchronize_phases) Synchronize(devices_[d]);
     const int64_t t1 = NowUs();
     replicas_[d]->Backward(dlogits);
+    if (config_.synchronize_phases) Synchronize(devices_[d]);
     const int64_t t2 = NowUs();
     last_step_.phase(Phase::kForward) += t1 - t0;
     last_step_.phase(Phase::kBackward) += t2 - t1;
@@ -214,6 +308,7 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   TALLY_RETURN_IF_ERROR(waited);
   skipped_ = kv_->TakeSkippedStep(&last_skip_);
   if (skipped_) stats->skipped_steps += 1;
+  scaler_.Update(skipped_);
   return Status::Ok();
 }
 
@@ -226,7 +321,8 @@ void Trainer::InjectNan(const std::vector<Tensor>& grads) {
       t.Fill(nan);
     }
   } else {
-    grads[0].data<float>()[0] = nan;
+    Tensor first = grads[0].Reshape({grads[0].numel()}).Slice(0, 1);  // any device and dtype
+    first.Fill(nan);
   }
   nan_written_ = true;
 }
@@ -254,9 +350,11 @@ void Trainer::PushGradient(int key) {
 }
 
 Status Trainer::Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats) {
-  Tensor logits = replicas_[0]->Forward(images, /*training=*/false);
-  stats->loss_sum += SoftmaxCrossEntropy(logits, labels, 0.0f, 1.0f, nullptr);
-  Count(logits, labels, stats);
+  Tensor x, y;
+  PrepareSlice(0, images, labels, &x, &y);
+  Tensor logits = replicas_[0]->Forward(x, /*training=*/false);
+  stats->loss_sum += SoftmaxCrossEntropy(logits, y, 0.0f, 1.0f, nullptr);
+  Count(logits, y, stats);
   return Status::Ok();
 }
 

@@ -6,6 +6,13 @@
 //   StepStats stats;
 //   TALLY_RETURN_IF_ERROR(trainer->Step(images, labels, &stats));
 //
+// Devices are CPU devices or GPUs (TrainerConfig::gpus). On GPUs the replicas compute in the
+// configured dtype (fp32, fp16 or bf16) with fp32 master weights in the kvstore; each step
+// uploads its slice of the batch, converts it and pads its channels to what tensor cores want.
+// fp16 uses dynamic loss scaling (worker/loss_scaler.h): the loss's gradient is multiplied by
+// the scale, the kvstore divides it back, and a step whose gradients overflow is skipped and
+// halves the scale.
+//
 // A step splits the batch evenly across the devices (one model replica each), runs forward
 // and backward on each, and push-pulls every gradient through the kvstore, which sums them
 // and updates the weights. Each gradient is pushed as soon as the last replica's backward
@@ -29,12 +36,23 @@
 #include "models/network.h"
 #include "ops/profile/records.h"
 #include "worker/checkpoint.h"
+#include "worker/loss_scaler.h"
 
 namespace tally {
 
 struct TrainerConfig {
   ModelConfig model;
-  int num_devices = 1;  // cpu:0 .. cpu:num_devices-1
+  int num_devices = 1;  // cpu:0 .. cpu:num_devices-1, when gpus is empty
+  std::vector<int> gpus;  // cuda:N for each N, one replica each; empty: CPU devices
+  DType dtype = DType::kF32;  // float16 and bfloat16 need gpus
+  LossScaleConfig loss_scale;  // float16 only
+  // --benchmark 1 on GPUs: the first batch is uploaded once and every step trains on it
+  // (the data source repeats one batch anyway), so a step measures compute alone.
+  bool reuse_device_batch = false;
+  // Wait for the GPUs after each forward and backward pass, so that last_step()'s phase
+  // times are the GPUs' own rather than the time to queue their work (benchmarks' time
+  // split; costs a little speed).
+  bool synchronize_phases = false;
   std::string kv_store = "device";
   // The job this worker has joined; required by the dist_* kvstore types. Not owned; must
   // outlive the Trainer.
@@ -49,7 +67,7 @@ struct StepStats {
   int64_t correct = 0;       // top-1
   int64_t topk_correct = 0;  // top-k, when TrainerConfig::top_k > 1
   int64_t samples = 0;
-  int64_t skipped_steps = 0;  // steps skipped for a non-finite gradient
+  int64_t skipped_steps = 0;  // steps skipped for a non-finite gradient (fp16 overflow included)
   void Add(const StepStats& o) {
     loss_sum += o.loss_sum;
     correct += o.correct;
@@ -89,12 +107,16 @@ class Trainer {
   void RequestStop() { kv_->RequestStop(); }
   bool StopAgreed() const { return kv_->StopAgreed(); }
   Network& replica(int d) { return *replicas_[d]; }
+  const LossScaler& loss_scaler() const { return scaler_; }
   int num_devices() const { return static_cast<int>(replicas_.size()); }
   KVStore& kvstore() { return *kv_; }
 
  private:
   Trainer() = default;
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
+  // Replica d's share of a host batch on its device, in the model's dtype and input
+  // channels (the CPU replicas take the host slices as they are).
+  void PrepareSlice(int d, const Tensor& images, const Tensor& labels, Tensor* x, Tensor* y) const;
   void PushGradient(int key);
   // Copies the checkpoint's parameters into every replica.
   Status LoadParameters(const Checkpoint& c);
@@ -102,7 +124,10 @@ class Trainer {
   void InjectNan(const std::vector<Tensor>& grads);
 
   TrainerConfig config_;
+  std::vector<Device> devices_;
   std::vector<std::unique_ptr<Network>> replicas_;
+  LossScaler scaler_;
+  std::vector<Tensor> device_images_, device_labels_;  // reuse_device_batch: the kept batch
   std::unique_ptr<KVStore> kv_;
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
   Status push_status_;          // the first failed push of the current step

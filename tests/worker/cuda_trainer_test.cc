@@ -1,0 +1,138 @@
+// The Trainer on GPUs: one GPU in fp32 follows the CPU's trajectory; fp16 with dynamic loss
+// scaling trains (the loss falls) and an overflowing step is skipped and halves the scale;
+// --benchmark's kept device batch; a checkpoint of a 16-bit model holds fp32 weights. And,
+// runnable anywhere, the errors for GPU settings that cannot work. GPU tests skip visibly.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <limits>
+
+#include "ops/device.h"
+#include "tests/ops/cuda_compare.h"
+#include "worker/synthetic_data.h"
+#include "worker/trainer.h"
+
+namespace tally {
+namespace {
+
+TrainerConfig SmallConfig() {
+  TrainerConfig cfg;
+  cfg.model.num_layers = 8;  // CIFAR-style, one block per stage
+  cfg.model.num_classes = 4;
+  cfg.model.image_shape = {3, 12, 12};
+  cfg.model.seed = 11;
+  cfg.kv_store = "device";
+  cfg.optimizer.lr = 0.05f;
+  cfg.optimizer.momentum = 0.9f;
+  cfg.optimizer.wd = 1e-4f;
+  cfg.top_k = 2;
+  return cfg;
+}
+
+std::unique_ptr<Trainer> Make(const TrainerConfig& cfg) {
+  std::unique_ptr<Trainer> t;
+  Status s = Trainer::Create(cfg, &t);
+  EXPECT_TRUE(s.ok()) << s;
+  return t;
+}
+
+std::string CreateError(const TrainerConfig& cfg) {
+  std::unique_ptr<Trainer> t;
+  Status s = Trainer::Create(cfg, &t);
+  return s.ok() ? "" : s.message();
+}
+
+TEST(TrainerGpuSettingsTest, RefusedWithTheirReason) {
+  TrainerConfig cfg = SmallConfig();
+  cfg.dtype = DType::kF16;
+  EXPECT_NE(CreateError(cfg).find("--dtype float16 needs --gpus"), std::string::npos) << CreateError(cfg);
+  cfg = SmallConfig();
+  cfg.gpus = {CudaDeviceCount()};  // one past the last GPU (cuda:0 on a machine without)
+  EXPECT_NE(CreateError(cfg).find("--gpus: cuda:" + std::to_string(CudaDeviceCount())), std::string::npos)
+      << CreateError(cfg);
+  if (CudaDeviceCount() > 0) {
+    cfg.gpus = {0, 0};
+    EXPECT_NE(CreateError(cfg).find("names cuda:0 twice"), std::string::npos) << CreateError(cfg);
+    cfg.gpus = {0};
+    cfg.kv_store = "dist_sync";
+    EXPECT_NE(CreateError(cfg).find("with --gpus"), std::string::npos) << CreateError(cfg);
+  }
+}
+
+TEST(CudaTrainerTest, Fp32FollowsTheCpu) {
+  TALLY_REQUIRE_GPU();
+  SetAllowTf32(false);
+  TrainerConfig cpu_cfg = SmallConfig(), gpu_cfg = SmallConfig();
+  gpu_cfg.gpus = {0};
+  auto cpu = Make(cpu_cfg), gpu = Make(gpu_cfg);
+  SyntheticData data(cpu_cfg.model.image_shape, 4, 5);
+  for (int step = 0; step < 5; ++step) {
+    Tensor x, y;
+    data.NextBatch(16, &x, &y);
+    StepStats a, b;
+    ASSERT_TRUE(cpu->Step(x, y, &a).ok());
+    ASSERT_TRUE(gpu->Step(x, y, &b).ok());
+    EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-3 * std::abs(a.loss_sum)) << "step " << step;
+  }
+  const auto& pc = cpu->replica(0).Parameters();
+  const auto& pg = gpu->replica(0).Parameters();
+  for (size_t i = 0; i < pc.size(); ++i) {
+    EXPECT_LE(testing::RelativeError(pg[i]->value, pc[i]->value), 1e-4) << pc[i]->name;
+  }
+}
+
+TEST(CudaTrainerTest, Fp16WithLossScalingTrains) {
+  TALLY_REQUIRE_GPU();
+  TrainerConfig cfg = SmallConfig();
+  cfg.gpus = {0};
+  cfg.dtype = DType::kF16;
+  auto t = Make(cfg);
+  EXPECT_EQ(t->loss_scaler().scale(), 65536.0f);
+  SyntheticData data(cfg.model.image_shape, 4, 5);
+  Tensor x, y;
+  data.NextBatch(32, &x, &y);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    StepStats s;
+    ASSERT_TRUE(t->Step(x, y, &s).ok());
+    if (step == 0) first = s.loss_sum;
+    last = s.loss_sum;
+  }
+  EXPECT_LT(last, 0.5 * first) << "one batch, 30 steps: the loss must fall";
+  EXPECT_EQ(t->replica(0).Parameters()[0]->value.dtype(), DType::kF16);
+  Checkpoint c;
+  ASSERT_TRUE(t->Snapshot(&c).ok());
+  for (const NamedTensor& p : c.params) {
+    EXPECT_EQ(p.tensor.dtype(), DType::kF32) << p.name;
+    EXPECT_TRUE(p.tensor.device().is_cpu()) << p.name;
+  }
+}
+
+// A NaN gradient (TALLY_TEST_NAN) is an overflow: the step changes no weight, is counted as
+// skipped, and the scale halves.
+TEST(CudaTrainerTest, OverflowSkipsTheStepAndHalvesTheScale) {
+  TALLY_REQUIRE_GPU();
+  setenv("TALLY_TEST_NAN", "0:2", 1);
+  TrainerConfig cfg = SmallConfig();
+  cfg.gpus = {0};
+  cfg.dtype = DType::kF16;
+  auto t = Make(cfg);
+  unsetenv("TALLY_TEST_NAN");
+  SyntheticData data(cfg.model.image_shape, 4, 5);
+  Tensor x, y;
+  data.NextBatch(16, &x, &y);
+  for (int step = 0; step < 2; ++step) {
+    StepStats s;
+    ASSERT_TRUE(t->Step(x, y, &s).ok());
+  }
+  Tensor before = testing::ToHostF32(t->replica(0).Parameters()[0]->value);
+  StepStats s;
+  ASSERT_TRUE(t->Step(x, y, &s).ok());
+  EXPECT_EQ(s.skipped_steps, 1);
+  EXPECT_NE(t->last_skip(), nullptr);
+  EXPECT_EQ(t->loss_scaler().scale(), 32768.0f);
+  EXPECT_EQ(testing::RelativeError(t->replica(0).Parameters()[0]->value, before), 0.0);
+}
+
+}  // namespace
+}  // namespace tally
