@@ -104,7 +104,8 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   t->scaler_ = LossScaler(config.loss_scale, /*enabled=*/config.dtype == DType::kF16);
   for (const Device& device : t->devices_) {
     ModelConfig model = config.model;
-    model.device = device;
+    // CPU "devices" are replicas in one host memory: their tensors all live on cpu:0.
+    model.device = device.is_cpu() ? Device::Cpu() : device;
     model.dtype = config.dtype;
     // Tensor cores take fp16/bf16 convolutions in channels of 4 or more: RGB gets a zero fourth.
     if (on_gpus && config.dtype != DType::kF32 && model.image_shape[0] < 4) model.input_channels = 4;
