@@ -136,13 +136,14 @@ class LaunchCase(unittest.TestCase):
         launcher.stderr.close()
         return launcher.returncode, err, time.monotonic() - began
 
-    def check_failing_worker(self, host):
+    def check_failing_worker(self, host, launcher_kills=True):
         rc, out, err, _ = self.launch(["-n", "3", "-s", "2", "--grace", "1"],
                                       "worker1=exit3:1,server1=ignoreterm,*=grandchild")
         self.assertEqual(rc, 3, err)
         self.assertIn(f"launch.py: worker 1 on {host} exited with status 3; stopping the job",
                       err)
-        self.assertRegex(err, r"still running after 1 s, killing: .*server 1 on ")
+        if launcher_kills:
+            self.assertRegex(err, r"still running after 1 s, killing: .*server 1 on ")
         self.assertNothingLeft()
 
 
@@ -386,7 +387,10 @@ class MpiLauncherTest(LaunchCase):
         self.assertNothingLeft()
 
     def test_a_failing_worker_stops_the_job(self):
-        self.check_failing_worker("localhost")
+        # mpirun passes the SIGTERM on and escalates to SIGKILL by itself, at times before
+        # the launcher's grace period ends: who kills the server that ignores SIGTERM varies,
+        # that nothing of the job is left does not.
+        self.check_failing_worker("localhost", launcher_kills=False)
 
 
 class HostfileCase(unittest.TestCase):
