@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ops/device.h"
+
 namespace {
 
 struct CliRun {
@@ -79,6 +81,21 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << " said:\n" << r.output;
     EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << c.args << " crashed:\n" << r.output;
+  }
+}
+
+// Asking a machine without a GPU for one: the train and bench commands name the device and
+// why it cannot be used, and crash on nothing.
+TEST(TrainCli, GpuCommandsWithoutAGpuSayWhy) {
+  if (tally::CudaDeviceCount() > 0) GTEST_SKIP() << "skipped: a GPU is present, so nothing is refused";
+  const std::string reason = tally::BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA";
+  for (const char* args : {"train --gpus 0 --dtype float16 --kv-store device",
+                           "bench compute --gpu --peer=false"}) {
+    CliRun r = Tally(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.output.find("cuda:0: "), std::string::npos) << args << " said:\n" << r.output;
+    EXPECT_NE(r.output.find(reason), std::string::npos) << args << " said:\n" << r.output;
+    EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << args << " crashed:\n" << r.output;
   }
 }
 
