@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ops/status.h"
 #include "ops/tensor.h"
@@ -24,5 +25,8 @@ void ParseFlags(const std::string& usage, int* argc, char*** argv);
 
 // Parses MXNet's --image-shape "C,H,W"; the error names the flag.
 Status ParseImageShape(const std::string& text, Shape* chw);
+// Parses MXNet's --gpus "0,2" into CUDA device indices, each checked to exist in this build
+// and on this machine; the error names the flag, the device and why it cannot be used.
+Status ParseGpus(const std::string& text, std::vector<int>* gpus);
 
 }  // namespace tally

@@ -59,4 +59,19 @@ Status ParseImageShape(const std::string& text, Shape* chw) {
   return Status::Ok();
 }
 
+Status ParseGpus(const std::string& text, std::vector<int>* gpus) {
+  gpus->clear();
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t comma = text.find(',', begin);
+    if (comma == std::string::npos) comma = text.size();
+    Device d;
+    Status s = ParseDevice("cuda:" + text.substr(begin, comma - begin), &d);
+    if (!s.ok()) return Status::InvalidArgument("--gpus " + text + ": " + s.message());
+    gpus->push_back(d.index);
+    begin = comma + 1;
+  }
+  return Status::Ok();
+}
+
 }  // namespace tally

@@ -66,20 +66,7 @@ namespace tally {
 namespace {
 
 Status BuildConfig(TrainerConfig* cfg) {
-  if (!FLAGS_gpus.empty()) {
-    // Each GPU named must exist in this build and on this machine; the message says why not.
-    size_t begin = 0;
-    while (begin <= FLAGS_gpus.size()) {
-      size_t comma = FLAGS_gpus.find(',', begin);
-      if (comma == std::string::npos) comma = FLAGS_gpus.size();
-      const std::string index = FLAGS_gpus.substr(begin, comma - begin);
-      Device d;
-      Status s = ParseDevice("cuda:" + index, &d);
-      if (!s.ok()) return Status::InvalidArgument("--gpus " + FLAGS_gpus + ": " + s.message());
-      cfg->gpus.push_back(d.index);
-      begin = comma + 1;
-    }
-  }
+  if (!FLAGS_gpus.empty()) TALLY_RETURN_IF_ERROR(ParseGpus(FLAGS_gpus, &cfg->gpus));
   DType dtype;
   Status parsed = ParseDType(FLAGS_dtype, &dtype);
   if (!parsed.ok()) return Status::InvalidArgument("--dtype: " + parsed.message());
