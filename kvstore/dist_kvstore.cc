@@ -57,6 +57,12 @@ class DistKVStore : public KVStore {
   }
 
   void SetLearningRate(float lr) override;
+  // Sent with every push (Meta.grad_scale); the servers divide the summed gradient by it.
+  Status SetGradientScale(float scale) override {
+    if (!(scale > 0.0f)) return Status::InvalidArgument("a gradient scale must be positive");
+    gradient_scale_ = scale;
+    return Status::Ok();
+  }
 
   Status Init(int key, const Tensor& value) override { return Init(std::vector<int>{key}, {value}); }
   Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
@@ -126,6 +132,7 @@ class DistKVStore : public KVStore {
                        const Tensor& sum, PendingRequest* pending) const {
     Message m = Request(command, step);
     m.meta.set_stop(stop_requested_);
+    if (gradient_scale_ != 1.0f) m.meta.set_grad_scale(gradient_scale_);
     m.meta.set_dtype(ToWire(sum.dtype()));
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(key);
@@ -144,6 +151,7 @@ class DistKVStore : public KVStore {
   std::shared_ptr<DistChannel> channel_;
   bool has_optimizer_ = false;
   OptimizerConfig optimizer_;
+  float gradient_scale_ = 1.0f;  // SetGradientScale
   bool initialised_ = false;
   std::map<int, Key> keys_;
   int64_t rolled_back_ = -1;  // the last step RollBack undid: later answers of it are no news

@@ -82,7 +82,7 @@ void Updater::Update(int key, const Tensor& grad, Tensor* weight) {
   p.lr = config_.lr;
   p.momentum = config_.momentum;
   p.wd = config_.wd;
-  p.rescale_grad = config_.rescale_grad;
+  p.rescale_grad = config_.rescale_grad / gradient_scale_;
   p.clip_gradient = config_.clip_gradient;
   p.nesterov = config_.type == "nag";
 

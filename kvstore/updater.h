@@ -15,6 +15,9 @@ class Updater {
   explicit Updater(const OptimizerConfig& config);
 
   void set_learning_rate(float lr) { config_.lr = lr; }
+  // Gradients given to Update from now on are `scale` times the true ones (dynamic loss
+  // scaling); the update divides them back. 1 by default.
+  void set_gradient_scale(float scale) { gradient_scale_ = scale; }
   const OptimizerConfig& config() const { return config_; }
 
   // Applies one step of the optimizer for key: weight <- update(weight, grad).
@@ -46,6 +49,7 @@ class Updater {
 
   OptimizerConfig config_;
   std::map<int, State> states_;
+  float gradient_scale_ = 1.0f;
 };
 
 }  // namespace tally

@@ -247,6 +247,10 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   const int rank = m.sender_id() - 1 - num_servers_;
   const int64_t step = m.step();
   if (step < 0) return Status::InvalidArgument("step " + std::to_string(step) + " is negative");
+  const float scale = m.grad_scale() == 0.0f ? 1.0f : m.grad_scale();
+  if (!(scale > 0.0f) || !std::isfinite(scale)) {
+    return Status::InvalidArgument("grad_scale " + std::to_string(m.grad_scale()) + " is not a positive number");
+  }
   std::vector<Slice*> slices;
   TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
   std::set<Slice*> distinct(slices.begin(), slices.end());
@@ -296,12 +300,19 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
                                 " is not finite: not applied (dist_async)");
         continue;
       }
-      Apply(s, {data[i]}, step);
+      Apply(s, {data[i]}, step, scale);
       s->applied = std::max(s->applied, step);
       continue;
     }
     Slice::Step& st = s->pushes[step];
     if (st.grads.empty()) st.grads.resize(num_workers_);
+    if (st.count > 0 && st.scale != scale) {
+      LOG_EVERY_N(ERROR, 100) << "server: worker " << rank << " pushed step " << step << " of key " << s->key
+                              << " with gradient scale " << scale << ", another worker with " << st.scale
+                              << "; the first is used";
+    } else {
+      st.scale = scale;
+    }
     st.grads[rank] = std::move(data[i]);
     ++st.count;
     ApplyReadySteps(s);

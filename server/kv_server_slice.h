@@ -48,6 +48,7 @@ struct KVServer::Slice {
   struct Step {
     std::vector<Tensor> grads;  // by worker rank; undefined until that worker's push is in
     int count = 0;
+    float scale = 1.0f;         // the pushes' gradient scale (Meta.grad_scale)
   };
   std::map<int64_t, Step> pushes;  // sync: steps not yet applied
   std::vector<std::shared_ptr<PendingPull>> waiting;

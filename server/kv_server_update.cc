@@ -23,7 +23,7 @@ void KVServer::ApplyReadySteps(Slice* s) {
     if (s->skip_when_ready.erase(it->first) > 0) {
       Skip(s, it->first, {});  // rolled back before it could be applied
     } else {
-      Apply(s, it->second.grads, it->first);
+      Apply(s, it->second.grads, it->first, it->second.scale);
     }
     s->applied = it->first;
     s->pushes.erase(it);
@@ -47,7 +47,7 @@ float KVServer::LearningRateFor(int64_t step) const {
   return it == lr_from_step_.begin() ? base_lr_ : std::prev(it)->second;
 }
 
-void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
+void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale) {
   const int64_t t0 = profile::NowUs();
   Tensor g;
   if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
@@ -94,6 +94,7 @@ void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step) {
     s->value = s->value.Clone();  // a pull answered in fp32 may still be sending these values
   }
   updater_->set_learning_rate(LearningRateFor(step));
+  updater_->set_gradient_scale(scale);
   updater_->Update(s->id, g, &s->value);
   RecordApply(step, s->key, t0, t1, profile::NowUs());
 }

@@ -119,7 +119,8 @@ class KVServer {
   // Applies the sum of grads (in their order) to s's value through the optimizer with the
   // learning rate of `step`, or, without an optimizer, makes the sum the value. Sync: keeps
   // the undo copy first, and skips the step instead when the sum is not finite.
-  void Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step);
+  // scale: the pushes' gradient scale, divided out by the update.
+  void Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale);
   // Copies s's values and optimizer state as they are before the update of `step`.
   void KeepUndo(Slice* s, int64_t step);
   // Marks `step` skipped on s: its answers say so and name the workers given.

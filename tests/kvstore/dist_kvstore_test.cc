@@ -169,6 +169,51 @@ TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
   });
 }
 
+// Dynamic loss scaling: fp16 gradients pushed 1024 times too large with SetGradientScale(1024)
+// update the servers' fp32 weights exactly as the unscaled ones do with scale 1 (a power of
+// two scales every rounding of the sums and the update exactly), and a gradient that
+// overflows fp16 only once scaled is a non-finite step, skipped on every worker.
+TEST_P(DistKVStoreTest, ScaledGradientsUpdateAsUnscaledOnes) {
+  for (float scale : {1.0f, 1024.0f}) {
+    std::vector<float> final(2);
+    LocalJob job(GetParam(), 2, 2);
+    job.Run([&](int rank, Cluster* cluster) {
+      auto kv = MakeStore("dist_sync", 1, cluster);
+      OptimizerConfig opt;
+      opt.lr = 0.5f;
+      opt.momentum = 0.9f;
+      opt.wd = 1e-4f;
+      opt.rescale_grad = 0.5f;
+      ASSERT_TRUE(kv->SetOptimizer(opt).ok());
+      const int64_t n = kSizes[0];
+      ASSERT_TRUE(kv->Init({0}, {Filled(n, DType::kF32, [](int64_t i) { return 1.0f + 1e-4f * (i % 7); })}).ok());
+      ASSERT_TRUE(kv->SetGradientScale(scale).ok());
+      Tensor w32 = Tensor::Zeros({n}, DType::kF32);
+      for (int step = 0; step < 3; ++step) {
+        Tensor g = Filled(n, DType::kF16, [&](int64_t i) { return scale * 1e-3f * (rank + 1) * (1 + i % 3); });
+        ASSERT_TRUE(kv->PushPull(0, {g}, {w32}).ok());
+        ASSERT_TRUE(kv->WaitAll().ok());
+      }
+      KVStore::SkippedStep skipped;
+      EXPECT_FALSE(kv->TakeSkippedStep(&skipped));
+      if (rank == 0) final = {w32.data<float>()[0], w32.data<float>()[n - 1]};
+      // 70 * 1024 overflows fp16 (max 65504): the step is skipped everywhere.
+      if (scale > 1.0f) {
+        Tensor big = Filled(n, DType::kF16, [](int64_t i) { return 70.0f * 1024.0f; });
+        ASSERT_TRUE(kv->PushPull(0, {big}, {w32}).ok());
+        ASSERT_TRUE(kv->WaitAll().ok());
+        EXPECT_TRUE(kv->TakeSkippedStep(&skipped)) << "worker " << rank;
+      }
+    });
+    static std::vector<float> unscaled;
+    if (scale == 1.0f) {
+      unscaled = final;
+    } else {
+      EXPECT_EQ(final, unscaled);
+    }
+  }
+}
+
 // A NaN in worker 1's gradient of one key at step 1: that key's server skips the step and
 // says so; both workers then roll step 1 back on every server, so the keys that had been
 // updated (on both servers) get their weights and momentum back. Both workers report the
