@@ -58,6 +58,7 @@ class DistKVStore : public KVStore {
 
   void SetLearningRate(float lr) override;
   // Sent with every push (Meta.grad_scale); the servers divide the summed gradient by it.
+  Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override;
   Status SetGradientScale(float scale) override {
     if (!(scale > 0.0f)) return Status::InvalidArgument("a gradient scale must be positive");
     gradient_scale_ = scale;
@@ -279,6 +280,21 @@ Status DistKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector<
     Key& k = keys_[keys[i]];
     (*states)[i] = Tensor::Empty({k.numel}, DType::kF32);
     PullSlices(wire::PULL, keys[i], k, (*states)[i], {}, INT_MAX, /*optimizer_state=*/true);
+  }
+  return WaitAll();
+}
+
+// The servers' values are the fp32 master weights: a pull of them in fp32, which does not
+// touch the keys' registered outputs (what a rollback rewrites).
+Status DistKVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) {
+  out->assign(keys.size(), Tensor());
+  for (int key : keys) {
+    if (!keys_.count(key)) return Status::InvalidArgument("master weights of key " + std::to_string(key) + " before Init");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Key& k = keys_[keys[i]];
+    (*out)[i] = Tensor::Empty({k.numel}, DType::kF32);
+    PullSlices(wire::PULL, keys[i], k, (*out)[i], {}, INT_MAX, /*optimizer_state=*/false);
   }
   return WaitAll();
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -197,6 +198,11 @@ TEST_P(DistKVStoreTest, ScaledGradientsUpdateAsUnscaledOnes) {
       KVStore::SkippedStep skipped;
       EXPECT_FALSE(kv->TakeSkippedStep(&skipped));
       if (rank == 0) final = {w32.data<float>()[0], w32.data<float>()[n - 1]};
+      // The servers' fp32 weights, as a checkpoint of a 16-bit model reads them.
+      std::vector<Tensor> masters;
+      ASSERT_TRUE(kv->GetMasterWeights({0}, &masters).ok());
+      ASSERT_EQ(masters[0].numel(), n);
+      EXPECT_EQ(0, std::memcmp(masters[0].raw_data(), w32.raw_data(), w32.nbytes())) << "worker " << rank;
       // 70 * 1024 overflows fp16 (max 65504): the step is skipped everywhere.
       if (scale > 1.0f) {
         Tensor big = Filled(n, DType::kF16, [](int64_t i) { return 70.0f * 1024.0f; });

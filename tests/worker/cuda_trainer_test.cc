@@ -6,8 +6,10 @@
 
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 
 #include "ops/device.h"
+#include "tests/local_job.h"
 #include "tests/ops/cuda_compare.h"
 #include "worker/synthetic_data.h"
 #include "worker/trainer.h"
@@ -54,8 +56,8 @@ TEST(TrainerGpuSettingsTest, RefusedWithTheirReason) {
     cfg.gpus = {0, 0};
     EXPECT_NE(CreateError(cfg).find("names cuda:0 twice"), std::string::npos) << CreateError(cfg);
     cfg.gpus = {0};
-    cfg.kv_store = "dist_sync";
-    EXPECT_NE(CreateError(cfg).find("with --gpus"), std::string::npos) << CreateError(cfg);
+    cfg.kv_store = "dist_sync";  // without a job to join
+    EXPECT_NE(CreateError(cfg).find("--kv-store dist_sync on GPUs"), std::string::npos) << CreateError(cfg);
   }
 }
 
@@ -105,6 +107,60 @@ TEST(CudaTrainerTest, Fp16WithLossScalingTrains) {
   for (const NamedTensor& p : c.params) {
     EXPECT_EQ(p.tensor.dtype(), DType::kF32) << p.name;
     EXPECT_TRUE(p.tensor.device().is_cpu()) << p.name;
+  }
+}
+
+// dist_sync with a GPU per worker (two workers sharing cuda:0 here), gradients and weights
+// through host buffers, fp16 with loss scaling: the job trains like one GPU process with the
+// whole batch, the servers' fp32 weights are what a checkpoint saves, and every worker
+// agrees on the weights.
+TEST(CudaTrainerTest, DistSyncWithGpuWorkersTrainsLikeOneProcess) {
+  TALLY_REQUIRE_GPU();
+  constexpr int kSteps = 10, kBatch = 16;
+  TrainerConfig ref_cfg = SmallConfig();
+  ref_cfg.model.bn_use_global_stats = true;
+  ref_cfg.gpus = {0};
+  ref_cfg.dtype = DType::kF16;
+  auto ref = Make(ref_cfg);
+  SyntheticData ref_data(ref_cfg.model.image_shape, 4, 5);
+  for (int step = 0; step < kSteps; ++step) {
+    Tensor x, y;
+    ref_data.NextBatch(kBatch, &x, &y);
+    StepStats s;
+    ASSERT_TRUE(ref->Step(x, y, &s).ok());
+  }
+  Checkpoint want;
+  ASSERT_TRUE(ref->Snapshot(&want).ok());
+  std::mutex mu;
+  std::vector<Checkpoint> got(2);
+  LocalJob job(/*zmq=*/false, 2, 1);
+  job.Run([&](int rank, Cluster* cluster) {
+    TrainerConfig cfg = ref_cfg;
+    cfg.kv_store = "dist_sync";
+    cfg.cluster = cluster;
+    std::unique_ptr<Trainer> t;
+    Status st = Trainer::Create(cfg, &t);
+    ASSERT_TRUE(st.ok()) << st;
+    SyntheticData data(cfg.model.image_shape, 4, 5);
+    for (int step = 0; step < kSteps; ++step) {
+      Tensor x, y;
+      data.NextBatch(kBatch, &x, &y);
+      const int half = kBatch / 2;
+      StepStats s;
+      st = t->Step(x.Slice(rank * half, (rank + 1) * half), y.Slice(rank * half, (rank + 1) * half), &s);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    Checkpoint c;
+    ASSERT_TRUE(t->Snapshot(&c).ok());
+    std::lock_guard<std::mutex> l(mu);
+    got[rank] = c;
+  });
+  ASSERT_EQ(got[0].params.size(), want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    // fp16 gradients summed in another order (per worker, then on the server) than one
+    // process's: close, not equal.
+    EXPECT_LE(testing::RelativeError(got[0].params[i].tensor, want.params[i].tensor), 1e-2) << want.params[i].name;
+    EXPECT_EQ(testing::RelativeError(got[1].params[i].tensor, got[0].params[i].tensor), 0.0) << want.params[i].name;
   }
 }
 
