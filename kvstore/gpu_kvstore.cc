@@ -170,6 +170,9 @@ Status GpuKVStore::PushPull(int key, const std::vector<Tensor>& grads, const std
     e->replicas[d].grad = grads[d];
     e->replicas[d].weight = weights[d];
   }
+  // The step's gradients were scaled by the scale in force when it began (kvstore.h: a new
+  // scale applies from the next push), not by one set between its pushes and WaitAll.
+  if (pending_.empty()) step_scale_ = gradient_scale_;
   e->pending = true;
   ++e->pushes;
   pending_.push_back(key);
@@ -227,7 +230,7 @@ void GpuKVStore::Update() {
   p.lr = config_.lr;
   p.momentum = config_.momentum;
   p.wd = config_.wd;
-  p.rescale_grad = config_.rescale_grad / gradient_scale_;
+  p.rescale_grad = config_.rescale_grad / step_scale_;
   p.clip_gradient = config_.clip_gradient;
   p.nesterov = config_.type == "nag";
   std::vector<SgdSlot> slots(pending_.size());

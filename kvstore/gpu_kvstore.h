@@ -55,9 +55,11 @@
 // Init, before the first push). All three are refused while a step is recorded and not
 // waited for.
 //
-// Times: update_us is the host time WaitAll spends queuing the updates (step 4), counted as
-// on the caller's thread; the GPU runs them later, overlapped with what follows. pull_us is
-// 0: nothing is copied back.
+// Times: update_us is the host time WaitAll spends queuing the updates (step 4); the GPU runs
+// them later, overlapped with what follows. on_caller_thread is false: that time is spent in
+// WaitAll, not inside PushPull, so it must not be taken out of the pushes' time (the Trainer
+// subtracts update_us from its PushPull time only when on_caller_thread). pull_us is 0:
+// nothing is copied back.
 //
 // Thread-safety: none; driven by one thread, as every KVStore.
 #pragma once
@@ -93,13 +95,17 @@ class GpuKVStore : public KVStore {
                   int priority) override;
   Status WaitAll() override;
   bool TakeSkippedStep(SkippedStep* out) override;
-  // REQUIRES: scale > 0 and finite. Applies from the next WaitAll on.
+  // REQUIRES: scale > 0 and finite. Applies from the next push on (kvstore.h): a step's
+  // update divides by the scale in force at its first PushPull.
   Status SetGradientScale(float scale) override;
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
   Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override;
-  // Every device's masters (16-bit keys with multi_precision), and the 16-bit weights of the
-  // last Init rounded from them, so that both start from the checkpoint's fp32 values.
+  // Every device's masters (16-bit keys with multi_precision); for an fp32 key, the weights
+  // the store holds (Init's value before the first push, else every device's last pushed
+  // weights). The 16-bit weights themselves are the caller's to load, rounded from the same
+  // values (the Trainer does, from the checkpoint): before the first push the store knows
+  // no replica's 16-bit weights.
   Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Times TakeTimes() override;
 
@@ -134,6 +140,7 @@ class GpuKVStore : public KVStore {
   bool has_optimizer_ = false;
   OptimizerConfig config_;
   float gradient_scale_ = 1.0f;
+  float step_scale_ = 1.0f;  // gradient_scale_ at the step's first push
   std::map<int, Entry> entries_;
   std::vector<int> pending_;  // keys pushed since the last WaitAll
   SkippedStep skipped_;
