@@ -305,6 +305,9 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   TALLY_RETURN_IF_ERROR(push_status_);
   const int64_t t_wait = NowUs();
   Status waited = kv_->WaitAll();
+  if (config_.synchronize_phases) {
+    for (const Device& d : devices_) Synchronize(d);  // the GPU kvstore's update, queued by WaitAll
+  }
   const int64_t wait = NowUs() - t_wait;
   tracer.Complete("wait", "comm", t_wait, wait);
   // The pushes ran inside the backward pass; with a single-process kvstore, so did the
