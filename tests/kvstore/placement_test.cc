@@ -6,24 +6,13 @@
 
 #include <gtest/gtest.h>
 
-#include "models/network.h"
+#include "tests/models/resnet50_sizes.h"
 
 namespace tally {
 namespace {
 
-std::vector<int64_t> ResNet50KeySizes() {
-  std::unique_ptr<Network> net;
-  ModelConfig cfg;  // resnet-50, 1000 classes
-  EXPECT_TRUE(CreateNetwork(cfg, &net).ok());
-  std::vector<int64_t> sizes;
-  for (const Parameter* p : net->Parameters()) {
-    if (p->trainable) sizes.push_back(p->value.numel());
-  }
-  return sizes;
-}
-
 TEST(Placement, ResNet50IsBalancedWithinTwoPercent) {
-  std::vector<int64_t> sizes = ResNet50KeySizes();
+  std::vector<int64_t> sizes = testing::ResNet50ParameterSizes();
   ASSERT_EQ(sizes.size(), 161u);
   ASSERT_EQ(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}), 25557032);
   for (int servers : {2, 4, 8, 16}) {
@@ -65,7 +54,7 @@ TEST(Placement, MatchesTheDocumentedExample) {
 }
 
 TEST(Placement, IsAPureFunctionOfSizesAndServers) {
-  std::vector<int64_t> sizes = ResNet50KeySizes();
+  std::vector<int64_t> sizes = testing::ResNet50ParameterSizes();
   Placement a = Placement::Compute(sizes, 8), b = Placement::Compute(sizes, 8);
   for (int k = 0; k < a.num_keys(); ++k) {
     ASSERT_EQ(a.slices(k).size(), b.slices(k).size());

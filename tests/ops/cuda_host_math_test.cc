@@ -9,29 +9,17 @@
 #include <memory>
 #include <vector>
 
-#include "models/network.h"
 #include "ops/cuda/loss_math.cuh"
 #include "ops/cuda/multi_tensor.cuh"
 #include "ops/random.h"
+#include "tests/models/resnet50_sizes.h"
 
 namespace tally {
 namespace {
 
 using cuda::ChunkSpan;
 using cuda::kMultiTensorChunk;
-
-std::vector<int64_t> ResNet50ParameterSizes() {
-  ModelConfig cfg;  // resnet-50, 1000 classes
-  std::unique_ptr<Network> net;
-  Status s = CreateNetwork(cfg, &net);
-  EXPECT_TRUE(s.ok()) << s;
-  std::vector<int64_t> sizes;
-  if (net == nullptr) return sizes;
-  for (const Parameter* p : net->Parameters()) {
-    if (p->trainable) sizes.push_back(p->value.numel());
-  }
-  return sizes;
-}
+using testing::ResNet50ParameterSizes;
 
 // Maps every chunk and counts how often each element of each tensor is visited; also checks
 // that chunks are full but for each tensor's last one, so blocks get even shares.

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "models/network.h"
 #include "ops/backends.h"
 #include "ops/device.h"
 #include "ops/dtype.h"
 #include "ops/ops.h"
 #include "ops/random.h"
+#include "tests/models/resnet50_sizes.h"
 #include "tests/ops/cuda_compare.h"
 
 #ifdef TALLY_HAVE_CUDA
@@ -33,6 +33,7 @@ namespace {
 using testing::ExpectAllNear;
 using testing::Gpu;
 using testing::RandomTensor;
+using testing::ResNet50ParameterSizes;
 using testing::ToDevice;
 using testing::ToDouble;
 using testing::ToHostF32;
@@ -208,19 +209,6 @@ int KernelLaunches(const std::function<void()>& fn) {
   ADD_FAILURE() << "no CUDA in this build";
   return -1;
 #endif
-}
-
-std::vector<int64_t> ResNet50ParameterSizes() {
-  ModelConfig cfg;  // resnet-50, 1000 classes
-  std::unique_ptr<Network> net;
-  Status s = CreateNetwork(cfg, &net);
-  EXPECT_TRUE(s.ok()) << s;
-  std::vector<int64_t> sizes;
-  if (net == nullptr) return sizes;
-  for (const Parameter* p : net->Parameters()) {
-    if (p->trainable) sizes.push_back(p->value.numel());
-  }
-  return sizes;
 }
 
 // Runs two steps of MultiSgdUpdate on both devices and compares every slot; the GPU's call
