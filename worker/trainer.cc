@@ -273,33 +273,42 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   TALLY_RETURN_IF_ERROR(kv_->SetGradientScale(loss_scale));
   const bool keep_batch = config_.reuse_device_batch && !devices_[0].is_cpu();
   const bool have_batch = keep_batch && static_cast<int>(device_images_.size()) == devices;
+  // Every replica's forward pass is queued before any loss is read back (which waits for
+  // its device), so that GPUs compute their forward passes at the same time.
+  std::vector<Tensor> logits(devices), targets(devices);
   for (int d = 0; d < devices; ++d) {
-    Tensor x, y;
+    Tensor x;
     if (have_batch) {
       x = device_images_[d];
-      y = device_labels_[d];
+      targets[d] = device_labels_[d];
     } else {
       PrepareSlice(d, images.Slice(d * per_device, (d + 1) * per_device),
-                   labels.Slice(d * per_device, (d + 1) * per_device), &x, &y);
+                   labels.Slice(d * per_device, (d + 1) * per_device), &x, &targets[d]);
       if (keep_batch) {
         device_images_.push_back(x);
-        device_labels_.push_back(y);
+        device_labels_.push_back(targets[d]);
       }
     }
     const int64_t t0 = NowUs();
-    Tensor logits = replicas_[d]->Forward(x, /*training=*/true);
-    Tensor dlogits = Tensor::Empty(logits.shape(), logits.dtype(), logits.device());
-    stats->loss_sum += SoftmaxCrossEntropy(logits, y, config_.label_smoothing,
+    logits[d] = replicas_[d]->Forward(x, /*training=*/true);
+    const int64_t t1 = NowUs();
+    last_step_.phase(Phase::kForward) += t1 - t0;
+    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);
+  }
+  for (int d = 0; d < devices; ++d) {
+    const int64_t t0 = NowUs();
+    Tensor dlogits = Tensor::Empty(logits[d].shape(), logits[d].dtype(), logits[d].device());
+    stats->loss_sum += SoftmaxCrossEntropy(logits[d], targets[d], config_.label_smoothing,
                                            grad_scale * loss_scale, &dlogits);
-    Count(logits, y, stats);
+    Count(logits[d], targets[d], stats);
     if (config_.synchronize_phases) Synchronize(devices_[d]);
     const int64_t t1 = NowUs();
     replicas_[d]->Backward(dlogits);
     if (config_.synchronize_phases) Synchronize(devices_[d]);
     const int64_t t2 = NowUs();
-    last_step_.phase(Phase::kForward) += t1 - t0;
+    last_step_.phase(Phase::kForward) += t1 - t0;  // the loss and the accuracy count
     last_step_.phase(Phase::kBackward) += t2 - t1;
-    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);
+    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);  // its loss and accuracy
     tracer.Complete("bwd", "compute", t1, t2 - t1, "device", d);
   }
   TALLY_RETURN_IF_ERROR(push_status_);
