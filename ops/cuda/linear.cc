@@ -252,17 +252,26 @@ void CheckVector(const char* op, const char* name, const Tensor& t, DType dtype,
       << n << "]";
 }
 
+// The shapes of y = x w^T: x [n, in] and w [out, in] of one float dtype, CHECKed.
+struct LinearShape {
+  int64_t n, in, out;
+  DType dtype;
+};
+LinearShape CheckLinear(const char* op, const Tensor& x, const Tensor& w) {
+  CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1))
+      << op << ": x " << ShapeString(x.shape()) << " and w " << ShapeString(w.shape())
+      << " disagree on inputs";
+  CheckFloat(op, "x", x);
+  LinearShape s{x.dim(0), x.dim(1), w.dim(0), x.dtype()};
+  Check2d(op, "w", w, s.dtype, s.out, s.in);
+  return s;
+}
+
 }  // namespace
 
 void cuda::LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor* y) {
   const char* op = "LinearForward";
-  CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1))
-      << op << ": x " << ShapeString(x.shape()) << " and w " << ShapeString(w.shape())
-      << " disagree on inputs";
-  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  CheckFloat(op, "x", x);
-  const DType t = x.dtype();
-  Check2d(op, "w", w, t, out, in);
+  const auto [n, in, out, t] = CheckLinear(op, x, w);
   Check2d(op, "y", *y, t, n, out);
   if (b != nullptr) CheckVector(op, "b", *b, t, out);
   CHECK(in > 0 && out > 0) << op << ": w " << w.ToString() << " is empty";
@@ -275,13 +284,7 @@ void cuda::LinearForward(const Tensor& x, const Tensor& w, const Tensor* b, Tens
 void cuda::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                           Tensor* dw, Tensor* db) {
   const char* op = "LinearBackward";
-  CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1))
-      << op << ": x " << ShapeString(x.shape()) << " and w " << ShapeString(w.shape())
-      << " disagree on inputs";
-  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  CheckFloat(op, "x", x);
-  const DType t = x.dtype();
-  Check2d(op, "w", w, t, out, in);
+  const auto [n, in, out, t] = CheckLinear(op, x, w);
   Check2d(op, "dy", dy, t, n, out);
   CHECK(dw != nullptr) << op << ": dw is required";
   Check2d(op, "dw", *dw, t, out, in);
