@@ -465,4 +465,11 @@ Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* clus
   return Status::Ok();
 }
 
+#ifndef TALLY_HAVE_CUDA
+Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device>& devices,
+                               Cluster* cluster, std::unique_ptr<KVStore>* out) {
+  return Status::InvalidArgument("--kv-store " + type + " on GPUs: this tally was built without CUDA");
+}
+#endif
+
 }  // namespace tally

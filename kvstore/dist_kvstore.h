@@ -44,6 +44,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
@@ -53,6 +54,13 @@ namespace tally {
 // type: dist_sync, dist_device_sync or dist_async.
 Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* cluster,
                          std::unique_ptr<KVStore>* out);
+
+// The same types on a worker whose replicas are on GPUs, one entry of `devices` each
+// (kvstore/gpu_dist_kvstore.h): the gradients are summed across the GPUs with NCCL, copied
+// to page-locked host memory without stalling the backward pass, and pushed as one; the
+// pulled weights are uploaded to every GPU at WaitAll. Fails in a build without CUDA.
+Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device>& devices,
+                               Cluster* cluster, std::unique_ptr<KVStore>* out);
 
 // How long WaitAll and the Init barrier wait for the servers before giving up (ms). The
 // default (10 minutes) only catches hangs: dead nodes are reported by the cluster at once.

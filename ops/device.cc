@@ -5,7 +5,10 @@
 #include <atomic>
 #include <mutex>
 
+#include <glog/logging.h>
+
 #ifdef TALLY_HAVE_CUDA
+#include "ops/cuda/fence.h"
 #include "ops/cuda/runtime.h"
 #endif
 
@@ -123,6 +126,24 @@ bool IsPinned(const void* host_pointer) {
 #else
   return false;
 #endif
+}
+
+void DeviceFence::Wait() const {
+#ifdef TALLY_HAVE_CUDA
+  if (event_ != nullptr) cuda::WaitEvent(event_.get());
+#endif
+}
+
+DeviceFence CopyToHostAsync(const Tensor& src, Tensor* dst) {
+  CHECK(!src.device().is_cpu() && dst->device().is_cpu() && src.dtype() == dst->dtype() &&
+        src.numel() == dst->numel())
+      << "CopyToHostAsync from " << src.ToString() << " into " << dst->ToString()
+      << ": needs a GPU source, a host destination, one dtype and one size";
+  DeviceFence fence;
+#ifdef TALLY_HAVE_CUDA
+  fence.event_ = cuda::CopyToHostAsync(src, dst);
+#endif
+  return fence;
 }
 
 }  // namespace tally

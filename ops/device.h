@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ops/status.h"
@@ -79,5 +80,23 @@ void EmptyDeviceCache(int cuda_index);
 Tensor PinnedEmpty(const Shape& shape, DType dtype);
 // Whether a host pointer is page-locked memory from PinnedEmpty.
 bool IsPinned(const void* host_pointer);
+
+// A point in one device's stream: Wait() returns once everything queued on the stream before
+// it has run. A default-made fence has been reached already. Copyable; cheap.
+class DeviceFence {
+ public:
+  DeviceFence() = default;
+  void Wait() const;
+
+ private:
+  friend DeviceFence CopyToHostAsync(const Tensor& src, Tensor* dst);
+  std::shared_ptr<void> event_;  // a CUDA event, destroyed with the last copy of the fence
+};
+
+// Queues a copy of a GPU tensor into host memory and returns without waiting for it: dst's
+// bytes are there once the returned fence is waited for, and neither tensor may be written
+// before then. dst should be page-locked (PinnedEmpty), else CUDA copies synchronously.
+// REQUIRES: src on a cuda device, dst on the host, the same dtype and element count.
+DeviceFence CopyToHostAsync(const Tensor& src, Tensor* dst);
 
 }  // namespace tally

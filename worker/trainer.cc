@@ -89,11 +89,6 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
       if (!s.ok()) return Status::InvalidArgument("--gpus: " + s.message());
       t->devices_.push_back(d);
     }
-    if (config.kv_store.rfind("dist_", 0) == 0 && t->devices_.size() > 1) {
-      return Status::InvalidArgument("--kv-store " + config.kv_store + " with --gpus " + std::to_string(config.gpus.size()) +
-                                     " GPUs: the distributed kvstores take one GPU per worker process so far; "
-                                     "start one worker per GPU (tools/launch.py -n)");
-    }
   } else {
     if (config.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
     if (config.dtype != DType::kF32) {
@@ -121,8 +116,10 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   const bool dist = config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0;
   if (on_gpus && !dist) {
     TALLY_RETURN_IF_ERROR(KVStore::CreateOnGpus(config.kv_store, t->devices_, &t->kv_));
+  } else if (dist && on_gpus) {
+    TALLY_RETURN_IF_ERROR(CreateDistKVStoreOnGpus(config.kv_store, t->devices_, config.cluster, &t->kv_));
   } else if (dist) {
-    TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, on_gpus ? 1 : config.num_devices, config.cluster, &t->kv_));
+    TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, config.num_devices, config.cluster, &t->kv_));
   } else {
     TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
   }
@@ -135,12 +132,10 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     t->trainable_.push_back(static_cast<int>(i));
     if (on_gpus && dist) {
       // The servers keep fp32 master weights: they start from the checkpoint's exact values,
-      // or from the model's; gradients and weights cross through page-locked host buffers.
+      // or from the model's.
       Tensor host = Tensor::Empty(params[i]->value.shape(), DType::kF32);
       host.CopyFrom(resume ? *resumed.at(params[i]->name) : params[i]->value);
       values.push_back(host);
-      t->host_grads_[static_cast<int>(i)] = PinnedEmpty(params[i]->grad.shape(), params[i]->grad.dtype());
-      t->host_weights_[static_cast<int>(i)] = PinnedEmpty(params[i]->value.shape(), params[i]->value.dtype());
     } else {
       values.push_back(params[i]->value);
     }
@@ -332,7 +327,6 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   last_step_.grad_norm = grad_sumsq_ >= 0 ? std::sqrt(grad_sumsq_) : -1;
   ++step_;
   TALLY_RETURN_IF_ERROR(waited);
-  for (auto& [key, host] : host_weights_) replicas_[0]->Parameters()[key]->value.CopyFrom(host);
   skipped_ = kv_->TakeSkippedStep(&last_skip_);
   if (skipped_) stats->skipped_steps += 1;
   scaler_.Update(skipped_);
@@ -364,15 +358,6 @@ void Trainer::PushGradient(int key) {
     weights[d] = p->value;
   }
   InjectNan(grads);
-  auto staged = host_grads_.find(key);
-  if (staged != host_grads_.end()) {
-    // A GPU worker of a distributed job: the gradient goes out from host memory (this waits
-    // for the backward pass to have made it), and the pulled weights land there too, to be
-    // uploaded after WaitAll.
-    staged->second.CopyFrom(grads[0]);
-    grads = {staged->second};
-    weights = {host_weights_.at(key)};
-  }
   if (grad_sumsq_ >= 0) {
     const double sq = GradientSumSquares(grads);
     grad_sumsq_ = sq < 0 ? -1 : grad_sumsq_ + sq;

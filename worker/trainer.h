@@ -129,9 +129,6 @@ class Trainer {
   std::vector<std::unique_ptr<Network>> replicas_;
   LossScaler scaler_;
   std::vector<Tensor> device_images_, device_labels_;  // reuse_device_batch: the kept batch
-  // A GPU worker of a distributed job: page-locked host copies of each trainable key's
-  // gradient (pushed) and weights (pulled), by parameter index.
-  std::map<int, Tensor> host_grads_, host_weights_;
   std::unique_ptr<KVStore> kv_;
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
   Status push_status_;          // the first failed push of the current step

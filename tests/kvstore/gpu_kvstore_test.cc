@@ -29,14 +29,6 @@ using testing::RelativeError;
 using testing::Rounded;
 using testing::ToHostF32;
 
-#define TALLY_REQUIRE_TWO_GPUS()                                                              \
-  do {                                                                                      \
-    TALLY_REQUIRE_GPU();                                                                    \
-    if (CudaDeviceCount() < 2) {                                                            \
-      GTEST_SKIP() << "skipped: needs 2 GPUs, this machine has " << CudaDeviceCount();      \
-    }                                                                                       \
-  } while (0)
-
 Device Cuda(int index) { return Device{Device::Kind::kCuda, index}; }
 
 // The first `n` GPUs, at most as many as there are.

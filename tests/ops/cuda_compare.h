@@ -37,6 +37,15 @@ namespace testing {
     }                                                                                      \
   } while (0)
 
+// As TALLY_REQUIRE_GPU, for tests that need two GPUs.
+#define TALLY_REQUIRE_TWO_GPUS()                                                            \
+  do {                                                                                    \
+    TALLY_REQUIRE_GPU();                                                                  \
+    if (::tally::CudaDeviceCount() < 2) {                                                 \
+      GTEST_SKIP() << "skipped: needs 2 GPUs, this machine has " << ::tally::CudaDeviceCount(); \
+    }                                                                                     \
+  } while (0)
+
 inline Device Gpu() { return Device{Device::Kind::kCuda, 0}; }
 
 inline double ToleranceFor(DType t) {

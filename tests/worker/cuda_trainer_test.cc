@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "ops/device.h"
 #include "tests/local_job.h"
@@ -110,12 +112,11 @@ TEST(CudaTrainerTest, Fp16WithLossScalingTrains) {
   }
 }
 
-// dist_sync with a GPU per worker (two workers sharing cuda:0 here), gradients and weights
-// through host buffers, fp16 with loss scaling: the job trains like one GPU process with the
-// whole batch, the servers' fp32 weights are what a checkpoint saves, and every worker
-// agrees on the weights.
-TEST(CudaTrainerTest, DistSyncWithGpuWorkersTrainsLikeOneProcess) {
-  TALLY_REQUIRE_GPU();
+// A two-worker job whose workers each train on `gpus` (the workers share them here), fp16
+// with loss scaling, gradients and weights through host buffers: it trains like one GPU
+// process with the whole batch, the servers' fp32 weights are what a checkpoint saves, and
+// every worker agrees on the weights.
+void ExpectDistJobTrainsLikeOneProcess(const std::string& kv_store, const std::vector<int>& gpus) {
   constexpr int kSteps = 10, kBatch = 16;
   TrainerConfig ref_cfg = SmallConfig();
   ref_cfg.model.bn_use_global_stats = true;
@@ -136,7 +137,8 @@ TEST(CudaTrainerTest, DistSyncWithGpuWorkersTrainsLikeOneProcess) {
   LocalJob job(/*zmq=*/false, 2, 1);
   job.Run([&](int rank, Cluster* cluster) {
     TrainerConfig cfg = ref_cfg;
-    cfg.kv_store = "dist_sync";
+    cfg.kv_store = kv_store;
+    cfg.gpus = gpus;
     cfg.cluster = cluster;
     std::unique_ptr<Trainer> t;
     Status st = Trainer::Create(cfg, &t);
@@ -157,11 +159,23 @@ TEST(CudaTrainerTest, DistSyncWithGpuWorkersTrainsLikeOneProcess) {
   });
   ASSERT_EQ(got[0].params.size(), want.params.size());
   for (size_t i = 0; i < want.params.size(); ++i) {
-    // fp16 gradients summed in another order (per worker, then on the server) than one
-    // process's: close, not equal.
+    // fp16 gradients summed in another order (per GPU, per worker, then on the server) than
+    // one process's: close, not equal.
     EXPECT_LE(testing::RelativeError(got[0].params[i].tensor, want.params[i].tensor), 1e-2) << want.params[i].name;
     EXPECT_EQ(testing::RelativeError(got[1].params[i].tensor, got[0].params[i].tensor), 0.0) << want.params[i].name;
   }
+}
+
+TEST(CudaTrainerTest, DistSyncWithGpuWorkersTrainsLikeOneProcess) {
+  TALLY_REQUIRE_GPU();
+  ExpectDistJobTrainsLikeOneProcess("dist_sync", {0});
+}
+
+// dist_device_sync with two GPUs per worker: each worker sums its GPUs' gradients with NCCL
+// before pushing one.
+TEST(CudaTrainerTest, DistDeviceSyncReducesAWorkersGpusBeforePushing) {
+  TALLY_REQUIRE_TWO_GPUS();
+  ExpectDistJobTrainsLikeOneProcess("dist_device_sync", {0, 1});
 }
 
 // A NaN gradient (TALLY_TEST_NAN) is an overflow: the step changes no weight, is counted as

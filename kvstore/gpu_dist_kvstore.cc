@@ -1,0 +1,138 @@
+#include "kvstore/gpu_dist_kvstore.h"
+
+#include <utility>
+
+#include "kvstore/dist_kvstore.h"
+
+namespace tally {
+
+GpuDistKVStore::GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Device> devices,
+                               std::unique_ptr<NcclComms> comms)
+    : inner_(std::move(inner)), devices_(std::move(devices)), comms_(std::move(comms)) {
+  sender_ = std::thread([this] { SendLoop(); });
+}
+
+GpuDistKVStore::~GpuDistKVStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  sender_.join();
+}
+
+Status GpuDistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority) {
+  return Status::InvalidArgument("--kv-store " + type() + " on GPUs: push key " + std::to_string(key) +
+                                 " with its pull (PushPull), not alone");
+}
+
+Status GpuDistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority) {
+  return Status::InvalidArgument("--kv-store " + type() + " on GPUs: pull key " + std::to_string(key) +
+                                 " with its push (PushPull), not alone");
+}
+
+Status GpuDistKVStore::PushPull(int key, const std::vector<Tensor>& grads,
+                                const std::vector<Tensor>& weights, int priority) {
+  const std::string what = "--kv-store " + type() + " on GPUs: key " + std::to_string(key);
+  if (grads.size() != devices_.size() || weights.size() != devices_.size()) {
+    return Status::InvalidArgument(what + ": " + std::to_string(grads.size()) + " gradients and " +
+                                   std::to_string(weights.size()) + " weights for " +
+                                   std::to_string(devices_.size()) + " GPUs");
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (grads[d].device() != devices_[d] || weights[d].device() != devices_[d] ||
+        grads[d].numel() != grads[0].numel() || weights[d].numel() != grads[0].numel() ||
+        grads[d].dtype() != grads[0].dtype() || weights[d].dtype() != weights[0].dtype()) {
+      return Status::InvalidArgument(what + ": device " + std::to_string(d) + " gives gradient " +
+                                     grads[d].ToString() + " and weights " + weights[d].ToString() +
+                                     ", expected both on " + devices_[d].ToString() + " and like device 0's");
+    }
+  }
+  if (pending_.count(key) != 0) {
+    return Status::InvalidArgument(what + " pushed twice before WaitAll");
+  }
+  Staged& staged = staged_[key];
+  if (!staged.grad.defined() || staged.grad.dtype() != grads[0].dtype()) {
+    staged.grad = PinnedEmpty(grads[0].shape(), grads[0].dtype());
+  }
+  if (!staged.weight.defined() || staged.weight.dtype() != weights[0].dtype()) {
+    staged.weight = PinnedEmpty(weights[0].shape(), weights[0].dtype());
+  }
+  if (comms_ != nullptr) comms_->AllReduceSum({grads});
+  Send send;
+  send.key = key;
+  send.priority = priority;
+  send.copied = CopyToHostAsync(grads[0], &staged.grad);
+  send.buffers = staged;
+  pending_[key] = weights;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(send));
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void GpuDistKVStore::SendLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to hand over
+    Send send = std::move(queue_.front());
+    queue_.pop_front();
+    sending_ = true;
+    const bool failed = !send_status_.ok();
+    lock.unlock();
+    Status s;
+    if (!failed) {  // after a failure the step is lost: the rest is dropped, WaitAll says why
+      send.copied.Wait();
+      s = inner_->PushPull(send.key, {send.buffers.grad}, {send.buffers.weight}, send.priority);
+    }
+    lock.lock();
+    if (send_status_.ok() && !s.ok()) send_status_ = s;
+    sending_ = false;
+    cv_.notify_all();
+  }
+}
+
+Status GpuDistKVStore::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return queue_.empty() && !sending_; });
+  Status s = send_status_;
+  send_status_ = Status::Ok();
+  return s;
+}
+
+Status GpuDistKVStore::WaitAll() {
+  Status sent = Drain();
+  Status waited = inner_->WaitAll();
+  std::map<int, std::vector<Tensor>> pending = std::move(pending_);
+  pending_.clear();
+  TALLY_RETURN_IF_ERROR(sent);
+  TALLY_RETURN_IF_ERROR(waited);
+  for (auto& [key, weights] : pending) {
+    const Tensor& host = staged_.at(key).weight;
+    for (Tensor& w : weights) w.CopyFrom(host);  // queued: page-locked host to device
+  }
+  return Status::Ok();
+}
+
+Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device>& devices,
+                               Cluster* cluster, std::unique_ptr<KVStore>* out) {
+  if (devices.empty()) return Status::InvalidArgument("--kv-store " + type + " on GPUs needs at least one GPU");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    TALLY_RETURN_IF_ERROR(CheckDevice(devices[i]));
+    if (devices[i].is_cpu()) return Status::InvalidArgument(devices[i].ToString() + " is not a GPU");
+    for (size_t j = 0; j < i; ++j) {
+      if (devices[j] == devices[i]) return Status::InvalidArgument(devices[i].ToString() + " is named twice");
+    }
+  }
+  std::unique_ptr<KVStore> inner;
+  TALLY_RETURN_IF_ERROR(CreateDistKVStore(type, /*num_devices=*/1, cluster, &inner));
+  std::unique_ptr<NcclComms> comms;
+  if (devices.size() > 1) TALLY_RETURN_IF_ERROR(NcclComms::Create(devices, &comms));
+  out->reset(new GpuDistKVStore(std::move(inner), devices, std::move(comms)));
+  return Status::Ok();
+}
+
+}  // namespace tally

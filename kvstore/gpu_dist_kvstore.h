@@ -1,0 +1,129 @@
+// GpuDistKVStore: a distributed kvstore type (dist_sync, dist_device_sync, dist_async) on a
+// worker whose model replicas are on GPUs. Internal to kvstore/; users create it through
+// CreateDistKVStoreOnGpus (dist_kvstore.h).
+//
+//   std::unique_ptr<KVStore> kv;
+//   TALLY_RETURN_IF_ERROR(CreateDistKVStoreOnGpus("dist_device_sync", {cuda0, cuda1}, cluster, &kv));
+//   ... SetOptimizer, Init(keys, host fp32 values) as with any distributed type ...
+//   for each key, as backward makes its gradient:
+//     TALLY_RETURN_IF_ERROR(kv->PushPull(key, {grad0, grad1}, {weight0, weight1}, -key));
+//   TALLY_RETURN_IF_ERROR(kv->WaitAll());
+//
+// It wraps the worker's DistKVStore (made for one device) and puts the GPUs in front of it:
+//   PushPull(key, grads, weights)
+//     1. with more than one GPU, sums the key's gradient across them in place with NCCL
+//        (NcclComms::AllReduceSum), so the worker pushes one gradient, as MXNet's
+//        dist_device_sync reduces on the worker's GPUs before pushing;
+//     2. queues a copy of device 0's sum into a page-locked host buffer (the gradient's
+//        dtype, so fp16 gradients travel as fp16) and returns without waiting for it: the
+//        caller goes on queueing the rest of the backward pass;
+//   a sending thread waits for each copy in turn and hands it to the DistKVStore's
+//   PushPull, whose pulled weights land in a second page-locked buffer per key (the
+//   weights' dtype: the servers keep the fp32 masters and send them converted).
+//   WaitAll() waits for the sending thread to have handed over every push, then for the
+//     DistKVStore's WaitAll (which writes the restored weights of a skipped step), then
+//     queues the upload of every pushed key's weights to every GPU and returns: work queued
+//     later on those streams (the next forward pass) sees the new weights.
+// The gradients given to PushPull must not be written, nor the weights read, until WaitAll
+// returns (as with every distributed type).
+//
+// Everything else (optimizer, learning rate, loss scale, checkpoints, skipped steps,
+// stopping together, rank) is the DistKVStore's. Driven by one thread, as every KVStore; the
+// DistKVStore is then driven by the sending thread during a step and by the caller between
+// steps, never by both at once.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvstore/kvstore.h"
+#include "kvstore/nccl_comm.h"
+#include "ops/device.h"
+
+namespace tally {
+
+class GpuDistKVStore : public KVStore {
+ public:
+  // inner: a distributed store made for one device; comms: the GPUs' communicators (null
+  // with one GPU). REQUIRES: devices are distinct cuda devices that exist.
+  GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Device> devices,
+                 std::unique_ptr<NcclComms> comms);
+  // Waits for the sending thread to finish what it was given, then stops it.
+  ~GpuDistKVStore() override;
+
+  const std::string& type() const override { return inner_->type(); }
+  int rank() const override { return inner_->rank(); }
+  int num_workers() const override { return inner_->num_workers(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Status SetOptimizer(const OptimizerConfig& config) override { return inner_->SetOptimizer(config); }
+  void SetLearningRate(float lr) override { inner_->SetLearningRate(lr); }
+  using KVStore::Init;
+  // value: on the host (the servers' fp32 start); every key in one call, as the DistKVStore.
+  Status Init(int key, const Tensor& value) override { return inner_->Init(key, value); }
+  Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override {
+    return inner_->Init(keys, values);
+  }
+  // Refused: a GPU worker pushes and pulls together (PushPull).
+  Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
+  Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
+  // grads[d] and weights[d] on devices[d]; grads all of one dtype, weights all of one dtype.
+  Status PushPull(int key, const std::vector<Tensor>& grads, const std::vector<Tensor>& weights,
+                  int priority) override;
+  Status WaitAll() override;
+  Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override {
+    return inner_->GetOptimizerState(keys, states);
+  }
+  Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override {
+    return inner_->SetOptimizerState(keys, states);
+  }
+  Status SetGradientScale(float scale) override { return inner_->SetGradientScale(scale); }
+  Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override {
+    return inner_->GetMasterWeights(keys, out);
+  }
+  Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override {
+    return inner_->SetMasterWeights(keys, values);
+  }
+  bool TakeSkippedStep(SkippedStep* out) override { return inner_->TakeSkippedStep(out); }
+  void RequestStop() override { inner_->RequestStop(); }
+  bool StopAgreed() const override { return inner_->StopAgreed(); }
+  Times TakeTimes() override { return inner_->TakeTimes(); }
+
+ private:
+  struct Staged {  // one key's host buffers
+    Tensor grad;    // page-locked, the gradients' dtype
+    Tensor weight;  // page-locked, the weights' dtype
+  };
+  struct Send {  // a push the sending thread hands to inner_ once its copy has landed
+    int key = 0;
+    int priority = 0;
+    DeviceFence copied;
+    Staged buffers;
+  };
+
+  void SendLoop();
+  // Waits until the sending thread has handed over everything queued; its first failure.
+  Status Drain();
+
+  const std::unique_ptr<KVStore> inner_;
+  const std::vector<Device> devices_;
+  const std::unique_ptr<NcclComms> comms_;  // null with one GPU
+  std::map<int, Staged> staged_;            // by key; made at the key's first push
+  // Pushed since the last WaitAll: the weights to upload to, per key.
+  std::map<int, std::vector<Tensor>> pending_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Send> queue_;   // GUARDED_BY(mu_)
+  bool sending_ = false;     // GUARDED_BY(mu_): the thread is handing one over
+  bool stopping_ = false;    // GUARDED_BY(mu_)
+  Status send_status_;       // GUARDED_BY(mu_): the first failed push of the step
+  std::thread sender_;
+};
+
+}  // namespace tally
