@@ -126,5 +126,21 @@ double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float lab
 int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
   TALLY_OP("TopKCorrect", TENSORS(&logits, &labels), TopKCorrect(logits, labels, k));
 }
+void SoftmaxCrossEntropyAccumulate(const Tensor& logits, const Tensor& labels,
+                                   float label_smoothing, float grad_scale, const Tensor* scale,
+                                   Tensor* dlogits, Tensor* loss_sum) {
+  TALLY_OP("SoftmaxCrossEntropyAccumulate", TENSORS(&logits, &labels, scale, dlogits, loss_sum),
+           SoftmaxCrossEntropyAccumulate(logits, labels, label_smoothing, grad_scale, scale,
+                                         dlogits, loss_sum));
+}
+void TopKCorrectAccumulate(const Tensor& logits, const Tensor& labels, int k, Tensor* count) {
+  TALLY_OP("TopKCorrectAccumulate", TENSORS(&logits, &labels, count),
+           TopKCorrectAccumulate(logits, labels, k, count));
+}
+void LossScaleUpdate(const LossScaleParams& p, const Tensor& found, Tensor* scale,
+                     Tensor* state) {
+  TALLY_OP("LossScaleUpdate", TENSORS(&found, scale, state),
+           LossScaleUpdate(p, found, scale, state));
+}
 
 }  // namespace tally

@@ -178,4 +178,62 @@ struct SgdSlot {
 };
 void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots);
 
+// ---- device-resident step results ----
+// A training step on a GPU whose figures (loss, accuracy, the overflow check, the loss
+// scale) stay on the device, so that the host never waits for the GPU inside a step and the
+// step can be captured as a CUDA graph. Every per-step value these ops read (a loss scale, a
+// learning rate, an overflow flag) is read from device memory by the kernels themselves,
+// never by the host; the host reads the results back when it wants them (say, every 20
+// steps for the Speedometer). Each op is queued on the device's stream and returns at once;
+// on the CPU it runs at once. The scalar tensors live on the op's device (CHECKed with the
+// other tensors) and their dtypes and shapes are CHECKed, naming the op and the argument.
+// ops/cpu/ is the reference, as for every op.
+
+// SoftmaxCrossEntropy, with its loss added to a running sum on the device:
+// - dlogits (required) = (softmax - target) * (grad_scale * scale[0]), the product taken in
+//   fp32; scale: fp32 [1], or nullptr for 1 (a loss scale kept on the device).
+// - loss_sum: fp32 [2], a compensated (Kahan) sum: [0] the sum, [1] what the sum still
+//   lacks, so that [0] + [1] is the total to about twice fp32's precision. The batch's
+//   summed loss is computed exactly as SoftmaxCrossEntropy's (in double, in a fixed order),
+//   then added by one thread (ops/kahan.h): the same batches give the same bits.
+// A label outside [0, K) fails the CPU op; the CUDA op cannot fail without waiting, so it
+// adds NaN to loss_sum instead (NonFiniteFlag over loss_sum then flags the step).
+void SoftmaxCrossEntropyAccumulate(const Tensor& logits, const Tensor& labels,
+                                   float label_smoothing, float grad_scale, const Tensor* scale,
+                                   Tensor* dlogits, Tensor* loss_sum);
+// Adds TopKCorrect(logits, labels, k) to count[0] (int32 [1]). On the GPU a row whose label
+// is outside [0, K) counts as not correct (SoftmaxCrossEntropyAccumulate reports it).
+void TopKCorrectAccumulate(const Tensor& logits, const Tensor& labels, int k, Tensor* count);
+
+// found[0] (int32 [1]) = 0 when every element of every tensor is finite, else 1: AllFinite
+// without the wait. The flag is written on every call (zeroed first, on the device).
+// REQUIRES: float tensors (any float dtype), on found's device.
+void NonFiniteFlag(const std::vector<Tensor>& tensors, Tensor* found);
+
+// MultiSgdUpdate with a step's scalars read on the device. Each tensor is optional
+// (undefined: p's value is used):
+struct SgdStepScalars {
+  Tensor lr;          // fp32 [1]: replaces p.lr (each slot still takes lr * lr_mult)
+  Tensor grad_scale;  // fp32 [1]: gradients are multiplied by p.rescale_grad / grad_scale[0]
+  Tensor found;       // int32 [1], NonFiniteFlag's: when nonzero the step is skipped, and no
+                      // weight, master or momentum changes
+};
+void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots,
+                    const SgdStepScalars& s);
+
+// Dynamic loss scaling, LossScaler's rule (worker/loss_scaler.h) on the device
+// (ops/loss_scale_rule.h): a step with found[0] != 0 counts as skipped and, when enabled,
+// halves the scale (not below min) and restarts the count of clean steps; when enabled,
+// `window` clean steps in a row double the scale (not above max) and restart the count.
+struct LossScaleParams {
+  bool enabled = true;
+  int window = 2000;
+  float min = 1.0f;
+  float max = 16777216.0f;  // 2^24
+};
+// scale: fp32 [1]; state: int32 [2] = {clean steps in a row, skipped steps so far};
+// found: int32 [1], as NonFiniteFlag writes it.
+void LossScaleUpdate(const LossScaleParams& p, const Tensor& found, Tensor* scale,
+                     Tensor* state);
+
 }  // namespace tally

@@ -8,6 +8,10 @@ bool AllFinite(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) dispatch::OnCuda("AllFinite", {&tensors[0], &t});
   TALLY_OP("AllFinite", TENSORS(&tensors[0]), AllFinite(tensors));
 }
+void NonFiniteFlag(const std::vector<Tensor>& tensors, Tensor* found) {
+  for (const Tensor& t : tensors) dispatch::OnCuda("NonFiniteFlag", {found, &t});
+  TALLY_OP("NonFiniteFlag", TENSORS(found), NonFiniteFlag(tensors, found));
+}
 
 void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
   TALLY_OP("SgdUpdate", TENSORS(&grad, weight, mom), SgdUpdate(p, grad, weight, mom));
@@ -18,11 +22,17 @@ void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* wei
            SgdMultiPrecisionUpdate(p, grad, weight, master, mom));
 }
 void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
+  MultiSgdUpdate(p, slots, SgdStepScalars{});
+}
+void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots,
+                    const SgdStepScalars& s) {
   if (slots.empty()) return;
-  for (const SgdSlot& s : slots) {
-    dispatch::OnCuda("MultiSgdUpdate", {&slots[0].weight, &s.grad, &s.weight, &s.master, &s.mom});
+  for (const SgdSlot& slot : slots) {
+    dispatch::OnCuda("MultiSgdUpdate",
+                     {&slots[0].weight, &slot.grad, &slot.weight, &slot.master, &slot.mom});
   }
-  TALLY_OP("MultiSgdUpdate", TENSORS(&slots[0].weight), MultiSgdUpdate(p, slots));
+  TALLY_OP("MultiSgdUpdate", TENSORS(&slots[0].weight, &s.lr, &s.grad_scale, &s.found),
+           MultiSgdUpdate(p, slots, s));
 }
 
 }  // namespace tally

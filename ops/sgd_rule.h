@@ -28,4 +28,15 @@ TALLY_HOST_DEVICE inline void SgdUpdateOne(const SgdParams& p, float g, float* w
   }
 }
 
+// The step's parameters once MultiSgdUpdate's device-held scalars (SgdStepScalars) are
+// read: lr, when not null, replaces p.lr; grad_scale, when not null, divides rescale_grad.
+// A slot then takes lr * lr_mult, as without them. The CPU op and the CUDA kernel both call
+// this, so the two compute the same fp32 quotient.
+TALLY_HOST_DEVICE inline SgdParams WithStepScalars(SgdParams p, const float* lr,
+                                                   const float* grad_scale) {
+  if (lr != nullptr) p.lr = *lr;
+  if (grad_scale != nullptr) p.rescale_grad = p.rescale_grad / *grad_scale;
+  return p;
+}
+
 }  // namespace tally

@@ -8,7 +8,8 @@
 //
 // Rule: on a step whose gradients hold inf or NaN (the kvstore skips it everywhere) the scale
 // halves, down to min; after `window` clean steps in a row it doubles, up to max. Every
-// worker of a job sees the same skipped steps, so every worker's scale is the same.
+// worker of a job sees the same skipped steps, so every worker's scale is the same. The rule
+// is ops/loss_scale_rule.h's, shared with the op LossScaleUpdate that keeps a scale on a GPU.
 // A LossScaler is a value; not thread-safe.
 #pragma once
 
@@ -32,12 +33,15 @@ class LossScaler {
   float scale() const { return scale_; }
   void Update(bool overflowed);
   int64_t overflows() const { return overflows_; }
+  // Takes the state of a scale kept on a device (LossScaleUpdate's scale and state, read
+  // back), so that this scaler goes on from where the device's is.
+  void Restore(float scale, int32_t clean, int64_t overflows);
 
  private:
   LossScaleConfig config_;
   bool enabled_ = false;
   float scale_ = 1.0f;
-  int clean_ = 0;
+  int32_t clean_ = 0;
   int64_t overflows_ = 0;
 };
 

@@ -1,10 +1,13 @@
-// Softmax cross-entropy and top-k accuracy over rows of logits. Each row's log-softmax is
-// taken about its maximum so that exp never overflows; the loss is summed in double.
+// Softmax cross-entropy and top-k accuracy over rows of logits, returned to the caller or
+// added to accumulators (the *Accumulate ops). Each row's log-softmax is taken about its
+// maximum so that exp never overflows; the loss is summed in double.
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
 #include "ops/backends.h"
+#include "ops/kahan.h"
 #include "ops/ops.h"
+#include "ops/scalar_tensor.h"
 
 namespace tally {
 namespace {
@@ -23,11 +26,10 @@ int32_t LabelAt(const char* op, const Tensor& labels, int64_t row, int64_t class
   return y;
 }
 
-}  // namespace
-
-double cpu::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                           float grad_scale, Tensor* dlogits) {
-  const char* op = "SoftmaxCrossEntropy";
+// The rows' summed loss; dlogits, when not null, receives (softmax - target) * grad_scale.
+// The shared body of SoftmaxCrossEntropy and SoftmaxCrossEntropyAccumulate.
+double CrossEntropyRows(const char* op, const Tensor& logits, const Tensor& labels,
+                        float label_smoothing, float grad_scale, Tensor* dlogits) {
   CheckLogits(op, logits, labels);
   if (dlogits != nullptr) {
     CHECK(dlogits->dtype() == DType::kF32 && dlogits->shape() == logits.shape())
@@ -67,8 +69,9 @@ double cpu::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, floa
   return total;
 }
 
-int64_t cpu::TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
-  const char* op = "TopKCorrect";
+// How many rows have their label among the k largest logits: the shared body of
+// TopKCorrect and TopKCorrectAccumulate.
+int64_t CountTopK(const char* op, const Tensor& logits, const Tensor& labels, int k) {
   CheckLogits(op, logits, labels);
   CHECK_GT(k, 0) << op << ": k must be positive";
   const int64_t n = logits.dim(0), classes = logits.dim(1);
@@ -82,6 +85,43 @@ int64_t cpu::TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
     correct += ahead < k ? 1 : 0;
   }
   return correct;
+}
+
+}  // namespace
+
+double cpu::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                float grad_scale, Tensor* dlogits) {
+  return CrossEntropyRows("SoftmaxCrossEntropy", logits, labels, label_smoothing, grad_scale,
+                          dlogits);
+}
+
+int64_t cpu::TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
+  return CountTopK("TopKCorrect", logits, labels, k);
+}
+
+void cpu::SoftmaxCrossEntropyAccumulate(const Tensor& logits, const Tensor& labels,
+                                        float label_smoothing, float grad_scale,
+                                        const Tensor* scale, Tensor* dlogits, Tensor* loss_sum) {
+  const char* op = "SoftmaxCrossEntropyAccumulate";
+  CHECK(dlogits != nullptr) << op << ": dlogits is required";
+  CHECK(loss_sum != nullptr) << op << ": loss_sum is required";
+  CheckScalarTensor(op, "loss_sum", *loss_sum, DType::kF32, 2);
+  float scaled = grad_scale;
+  if (scale != nullptr) {
+    CheckScalarTensor(op, "scale", *scale, DType::kF32, 1);
+    scaled = grad_scale * scale->data<float>()[0];
+  }
+  const double batch = CrossEntropyRows(op, logits, labels, label_smoothing, scaled, dlogits);
+  float* acc = loss_sum->data<float>();
+  KahanAdd(batch, &acc[0], &acc[1]);
+}
+
+void cpu::TopKCorrectAccumulate(const Tensor& logits, const Tensor& labels, int k,
+                                Tensor* count) {
+  const char* op = "TopKCorrectAccumulate";
+  CHECK(count != nullptr) << op << ": count is required";
+  CheckScalarTensor(op, "count", *count, DType::kI32, 1);
+  count->data<int32_t>()[0] += static_cast<int32_t>(CountTopK(op, logits, labels, k));
 }
 
 }  // namespace tally

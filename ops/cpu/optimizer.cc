@@ -7,6 +7,7 @@
 #include "ops/cpu/parallel.h"
 #include "ops/backends.h"
 #include "ops/ops.h"
+#include "ops/scalar_tensor.h"
 #include "ops/sgd_rule.h"
 
 namespace tally {
@@ -76,11 +77,21 @@ void cpu::SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor
 }
 
 void cpu::MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
+  cpu::MultiSgdUpdate(p, slots, SgdStepScalars{});
+}
+
+void cpu::MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots,
+                         const SgdStepScalars& scalars) {
+  CheckSgdStepScalars("MultiSgdUpdate", scalars);
+  if (scalars.found.defined() && scalars.found.data<int32_t>()[0] != 0) return;  // skipped
+  const SgdParams step = WithStepScalars(
+      p, scalars.lr.defined() ? scalars.lr.data<float>() : nullptr,
+      scalars.grad_scale.defined() ? scalars.grad_scale.data<float>() : nullptr);
   for (size_t i = 0; i < slots.size(); ++i) {
     SgdSlot s = slots[i];
-    SgdParams q = p;
-    q.lr = p.lr * s.lr_mult;
-    q.wd = p.wd * s.wd_mult;
+    SgdParams q = step;
+    q.lr = step.lr * s.lr_mult;
+    q.wd = step.wd * s.wd_mult;
     if (!s.mom.defined()) q.momentum = 0.0f;
     Tensor* mom = s.mom.defined() ? &s.mom : nullptr;
     if (s.master.defined()) {

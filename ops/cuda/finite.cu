@@ -1,15 +1,18 @@
-// AllFinite on the GPU: every tensor in one launch (the chunking of multi_tensor.cuh), each
-// thread testing exponent bits, and any thread that finds inf or NaN writing 1 to one flag
-// (every writer writes the same value, so the race is harmless). The host waits for the
-// flag.
+// NonFiniteFlag on the GPU: the flag zeroed on the stream, then every tensor in one launch
+// (the chunking of multi_tensor.cuh), each thread testing exponent bits, and any thread that
+// finds inf or NaN writing 1 to the flag (every writer writes the same value, so the race is
+// harmless). Nothing waits, so it can be captured in a CUDA graph. AllFinite is the same
+// flag copied back to the host, which waits for it.
 #include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "ops/backends.h"
+#include "ops/cuda/check.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/dtype.cuh"
 #include "ops/cuda/multi_tensor.cuh"
+#include "ops/scalar_tensor.h"
 
 namespace tally {
 namespace cuda {
@@ -50,12 +53,13 @@ __global__ void __launch_bounds__(kThreads) FiniteKernel(const __grid_constant__
   }
 }
 
-}  // namespace
-
-bool AllFinite(const std::vector<Tensor>& tensors) {
-  const Device device = tensors[0].device();
-  const DeviceContext& ctx = Context(device);
-  Tensor found = Tensor::Zeros({1}, DType::kI32, device);
+// Zeroes *found and queues the kernel over every tensor, in as many launches as the tables
+// take; nothing waits.
+void QueueFlag(const char* op, const std::vector<Tensor>& tensors, Tensor* found) {
+  CHECK(found != nullptr) << op << ": found is required";
+  CheckScalarTensor(op, "found", *found, DType::kI32, 1);
+  const DeviceContext& ctx = Context(found->device());
+  TALLY_CUDA_CHECK(cudaMemsetAsync(found->raw_data(), 0, sizeof(int32_t), ctx.stream));
   auto table = std::make_unique<FiniteTable>();
   size_t next = 0;
   while (next < tensors.size()) {
@@ -67,7 +71,7 @@ bool AllFinite(const std::vector<Tensor>& tensors) {
         case DType::kF32: table->kind[k] = 0; break;
         case DType::kF16: table->kind[k] = 1; break;
         case DType::kBF16: table->kind[k] = 2; break;
-        default: LOG(FATAL) << "AllFinite: " << x.ToString() << " is not a float tensor";
+        default: LOG(FATAL) << op << ": " << x.ToString() << " is not a float tensor";
       }
       table->data[k] = x.raw_data();
       table->sizes[k] = x.numel();
@@ -76,9 +80,20 @@ bool AllFinite(const std::vector<Tensor>& tensors) {
     const int64_t chunks = FillChunkBegin(table->sizes, table->count, table->chunk_begin);
     if (chunks == 0) continue;
     const int grid = static_cast<int>(std::min<int64_t>(chunks, int64_t{ctx.sm_count} * 8));
-    FiniteKernel<<<grid, kThreads, 0, ctx.stream>>>(*table, Ptr<int>(found));
+    FiniteKernel<<<grid, kThreads, 0, ctx.stream>>>(*table, Ptr<int>(*found));
     TALLY_LAUNCH_CHECK();
   }
+}
+
+}  // namespace
+
+void NonFiniteFlag(const std::vector<Tensor>& tensors, Tensor* found) {
+  QueueFlag("NonFiniteFlag", tensors, found);
+}
+
+bool AllFinite(const std::vector<Tensor>& tensors) {
+  Tensor found = Tensor::Empty({1}, DType::kI32, tensors[0].device());
+  QueueFlag("AllFinite", tensors, &found);
   Tensor host = Tensor::Empty({1}, DType::kI32);
   host.CopyFrom(found);  // waits for the stream
   return host.data<int32_t>()[0] == 0;

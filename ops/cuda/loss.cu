@@ -1,13 +1,17 @@
 // Softmax cross-entropy and top-k accuracy on the GPU: one block per row of logits (K = 1000
 // for ImageNet is four elements per thread), the row's arithmetic in fp32 by the formulas of
 // ops/cuda/loss_math.cuh, each row's result in a device buffer, then one single-block kernel
-// that adds the rows up in double and finds the first row whose label is out of range.
+// that adds the rows up in double and finds the first row whose label is out of range. The
+// four ops share these kernels and differ only in where the total goes (RowsSink):
+// SoftmaxCrossEntropy and TopKCorrect copy it back to the host; the *Accumulate ops add it,
+// on the device, to a Kahan sum (ops/kahan.h) or a count, and wait for nothing.
 //
 // Determinism: every reduction here has a fixed shape (a thread's strided elements in order,
 // then warp shuffles, then one warp over the warps), with no atomics, so a batch gives the
 // same loss to the last bit on every run. Returning the loss as a double means waiting for
 // the stream: the op copies back one small struct (the sum and the first bad row) and
-// synchronises, so CHECK can name a bad label before anyone uses the loss.
+// synchronises, so CHECK can name a bad label before anyone uses the loss. The *Accumulate
+// ops cannot fail without that wait: a bad label makes the loss sum NaN instead.
 #include <cstdint>
 
 #include "ops/backends.h"
@@ -15,7 +19,9 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/dtype.cuh"
 #include "ops/cuda/loss_math.cuh"
+#include "ops/kahan.h"
 #include "ops/ops.h"
+#include "ops/scalar_tensor.h"
 
 namespace tally {
 namespace cuda {
@@ -55,13 +61,15 @@ __device__ T BlockReduce(T v, Op op, T* shared) {
   return shared[0];
 }
 
-// Writes the row's loss to row_loss[row] and, when dlogits is not null, its gradient. A row
+// Writes the row's loss to row_loss[row] and, when dlogits is not null, its gradient times
+// grad_scale (times *scale when scale is not null: a loss scale kept on the device). A row
 // whose label is out of range gets loss 0 and a gradient without the one-hot part; the host
-// fails the op once SumRowsKernel has found it.
+// fails the op once SumRowsKernel has found it (or the loss sum turns NaN).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     CrossEntropyRowsKernel(const T* logits, const int32_t* labels, int64_t classes,
-                           float smoothing, float grad_scale, T* dlogits, double* row_loss) {
+                           float smoothing, float grad_scale, const float* scale, T* dlogits,
+                           double* row_loss) {
   __shared__ float shared[kWarps];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;
@@ -86,9 +94,10 @@ __global__ void __launch_bounds__(kThreads)
   if (dlogits == nullptr) return;
   T* d = dlogits + row * classes;
   const float log_sum_exp = logf(sum_exp);
+  const float g = scale != nullptr ? grad_scale * *scale : grad_scale;
   for (int64_t j = threadIdx.x; j < classes; j += kThreads) {
     const float target = SmoothedTarget(j == label, smoothing, classes);
-    Store(&d[j], CrossEntropyGradient(Load(x[j]) - max, log_sum_exp, target, grad_scale));
+    Store(&d[j], CrossEntropyGradient(Load(x[j]) - max, log_sum_exp, target, g));
   }
 }
 
@@ -122,10 +131,18 @@ struct RowsTotal {
   int32_t bad_label;
 };
 
-// One block: thread t adds rows t, t + kThreads, ... in order, then the fixed tree.
+// Where SumRowsKernel puts the rows' total; exactly one of the three is not null.
+struct RowsSink {
+  RowsTotal* total;  // for the host to read back
+  float* loss_sum;   // fp32 [2], a Kahan sum: the total is added (NaN after a bad label)
+  int32_t* count;    // int32 [1]: the total, a count of rows, is added
+};
+
+// One block: thread t adds rows t, t + kThreads, ... in order, then the fixed tree; thread 0
+// delivers the total to the sink.
 __global__ void __launch_bounds__(kThreads)
     SumRowsKernel(const double* rows, const int32_t* labels, int64_t n, int64_t classes,
-                  RowsTotal* total) {
+                  RowsSink sink) {
   __shared__ double sums[kWarps];
   __shared__ long long firsts[kWarps];
   double sum = 0.0;
@@ -136,11 +153,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   sum = BlockReduce(sum, SumOp(), sums);
   first_bad = BlockReduce(first_bad, MinOp(), firsts);
-  if (threadIdx.x == 0) {
-    total->sum = sum;
-    total->bad_row = first_bad < n ? first_bad : -1;
-    total->bad_label = first_bad < n ? labels[first_bad] : 0;
+  if (threadIdx.x != 0) return;
+  if (sink.total != nullptr) {
+    sink.total->sum = sum;
+    sink.total->bad_row = first_bad < n ? first_bad : -1;
+    sink.total->bad_label = first_bad < n ? labels[first_bad] : 0;
   }
+  if (sink.loss_sum != nullptr) {
+    KahanAdd(first_bad < n ? static_cast<double>(NAN) : sum, &sink.loss_sum[0],
+             &sink.loss_sum[1]);
+  }
+  if (sink.count != nullptr) *sink.count += static_cast<int32_t>(sum);
 }
 
 void CheckLogits(const char* op, const Tensor& logits, const Tensor& labels) {
@@ -154,26 +177,72 @@ void CheckLogits(const char* op, const Tensor& logits, const Tensor& labels) {
       << op << ": labels " << labels.ToString() << " must be int32 [" << logits.dim(0) << "]";
 }
 
-// Scratch for n rows' values and the total: the total first, the rows 256 bytes on.
+// Scratch for n rows' values and the total: the total first, the rows 256 bytes on. Freed
+// when it goes out of scope, which is safe: later work on the stream runs after the kernels.
 constexpr size_t kRowsOffset = 256;
 static_assert(sizeof(RowsTotal) <= kRowsOffset, "RowsTotal must fit before the rows");
 
-// Adds up the rows' values (queued after the row kernel that wrote them), waits for the
-// stream and fails the op, naming the row, if a label was out of range.
-double SumRows(const char* op, const DeviceContext& ctx, const Tensor& scratch,
-               const Tensor& labels, int64_t n, int64_t classes) {
-  auto* total = reinterpret_cast<RowsTotal*>(scratch.raw_data());
-  const auto* rows =
-      reinterpret_cast<const double*>(static_cast<char*>(scratch.raw_data()) + kRowsOffset);
-  SumRowsKernel<<<1, kThreads, 0, ctx.stream>>>(rows, Ptr<int32_t>(labels), n, classes, total);
+struct RowsScratch {
+  Tensor memory;
+  RowsTotal* total;
+  double* rows;
+};
+
+RowsScratch NewRowsScratch(const Device& device, int64_t n) {
+  RowsScratch s;
+  s.memory = Workspace(device, kRowsOffset + n * sizeof(double));
+  s.total = reinterpret_cast<RowsTotal*>(s.memory.raw_data());
+  s.rows = reinterpret_cast<double*>(static_cast<char*>(s.memory.raw_data()) + kRowsOffset);
+  return s;
+}
+
+// Queues each row's loss (and gradient, when dlogits is not null) into scratch.rows.
+void QueueCrossEntropyRows(const char* op, const DeviceContext& ctx, const Tensor& logits,
+                           const Tensor& labels, float label_smoothing, float grad_scale,
+                           const float* scale, Tensor* dlogits, const RowsScratch& scratch) {
+  TALLY_DISPATCH_FLOAT(logits.dtype(), op, T, {
+    CrossEntropyRowsKernel<T><<<static_cast<unsigned>(logits.dim(0)), kThreads, 0, ctx.stream>>>(
+        Ptr<T>(logits), Ptr<int32_t>(labels), logits.dim(1), label_smoothing, grad_scale, scale,
+        dlogits != nullptr ? Ptr<T>(*dlogits) : nullptr, scratch.rows);
+    TALLY_LAUNCH_CHECK();
+  });
+}
+
+// Queues whether each row is correct at k into scratch.rows.
+void QueueTopKRows(const char* op, const DeviceContext& ctx, const Tensor& logits,
+                   const Tensor& labels, int k, const RowsScratch& scratch) {
+  TALLY_DISPATCH_FLOAT(logits.dtype(), op, T, {
+    TopKRowsKernel<T><<<static_cast<unsigned>(logits.dim(0)), kThreads, 0, ctx.stream>>>(
+        Ptr<T>(logits), Ptr<int32_t>(labels), logits.dim(1), k, scratch.rows);
+    TALLY_LAUNCH_CHECK();
+  });
+}
+
+// Queues the sum of the rows' values (after the row kernel that wrote them) into sink.
+void QueueSumRows(const DeviceContext& ctx, const RowsScratch& scratch, const Tensor& labels,
+                  int64_t classes, const RowsSink& sink) {
+  SumRowsKernel<<<1, kThreads, 0, ctx.stream>>>(scratch.rows, Ptr<int32_t>(labels),
+                                                labels.numel(), classes, sink);
   TALLY_LAUNCH_CHECK();
+}
+
+// Adds up the rows' values, waits for the stream and fails the op, naming the row, if a
+// label was out of range.
+double SumRows(const char* op, const DeviceContext& ctx, const RowsScratch& scratch,
+               const Tensor& labels, int64_t classes) {
+  QueueSumRows(ctx, scratch, labels, classes, RowsSink{scratch.total, nullptr, nullptr});
   RowsTotal host{};
   TALLY_CUDA_CHECK(
-      cudaMemcpyAsync(&host, total, sizeof(host), cudaMemcpyDeviceToHost, ctx.stream));
+      cudaMemcpyAsync(&host, scratch.total, sizeof(host), cudaMemcpyDeviceToHost, ctx.stream));
   TALLY_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   CHECK(host.bad_row < 0) << op << ": label " << host.bad_label << " of row " << host.bad_row
                           << " is outside [0, " << classes << ")";
   return host.sum;
+}
+
+void CheckDlogits(const char* op, const Tensor& logits, const Tensor& dlogits) {
+  CHECK(dlogits.dtype() == logits.dtype() && dlogits.shape() == logits.shape())
+      << op << ": dlogits " << dlogits.ToString() << " must match logits " << logits.ToString();
 }
 
 }  // namespace
@@ -182,42 +251,61 @@ double SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels, float lab
                            float grad_scale, Tensor* dlogits) {
   const char* op = "SoftmaxCrossEntropy";
   CheckLogits(op, logits, labels);
-  if (dlogits != nullptr) {
-    CHECK(dlogits->dtype() == logits.dtype() && dlogits->shape() == logits.shape())
-        << op << ": dlogits " << dlogits->ToString() << " must match logits "
-        << logits.ToString();
-  }
-  const int64_t n = logits.dim(0), classes = logits.dim(1);
+  if (dlogits != nullptr) CheckDlogits(op, logits, *dlogits);
+  const int64_t n = logits.dim(0);
   if (n == 0) return 0.0;
   const DeviceContext& ctx = Context(logits.device());
-  Tensor scratch = Workspace(logits.device(), kRowsOffset + n * sizeof(double));
-  auto* row_loss =
-      reinterpret_cast<double*>(static_cast<char*>(scratch.raw_data()) + kRowsOffset);
-  TALLY_DISPATCH_FLOAT(logits.dtype(), op, T, {
-    CrossEntropyRowsKernel<T><<<static_cast<unsigned>(n), kThreads, 0, ctx.stream>>>(
-        Ptr<T>(logits), Ptr<int32_t>(labels), classes, label_smoothing, grad_scale,
-        dlogits != nullptr ? Ptr<T>(*dlogits) : nullptr, row_loss);
-    TALLY_LAUNCH_CHECK();
-  });
-  return SumRows(op, ctx, scratch, labels, n, classes);
+  const RowsScratch scratch = NewRowsScratch(logits.device(), n);
+  QueueCrossEntropyRows(op, ctx, logits, labels, label_smoothing, grad_scale, nullptr, dlogits,
+                        scratch);
+  return SumRows(op, ctx, scratch, labels, logits.dim(1));
 }
 
 int64_t TopKCorrect(const Tensor& logits, const Tensor& labels, int k) {
   const char* op = "TopKCorrect";
   CheckLogits(op, logits, labels);
   CHECK_GT(k, 0) << op << ": k must be positive";
-  const int64_t n = logits.dim(0), classes = logits.dim(1);
+  const int64_t n = logits.dim(0);
   if (n == 0) return 0;
   const DeviceContext& ctx = Context(logits.device());
-  Tensor scratch = Workspace(logits.device(), kRowsOffset + n * sizeof(double));
-  auto* row_correct =
-      reinterpret_cast<double*>(static_cast<char*>(scratch.raw_data()) + kRowsOffset);
-  TALLY_DISPATCH_FLOAT(logits.dtype(), op, T, {
-    TopKRowsKernel<T><<<static_cast<unsigned>(n), kThreads, 0, ctx.stream>>>(
-        Ptr<T>(logits), Ptr<int32_t>(labels), classes, k, row_correct);
-    TALLY_LAUNCH_CHECK();
-  });
-  return static_cast<int64_t>(SumRows(op, ctx, scratch, labels, n, classes));
+  const RowsScratch scratch = NewRowsScratch(logits.device(), n);
+  QueueTopKRows(op, ctx, logits, labels, k, scratch);
+  return static_cast<int64_t>(SumRows(op, ctx, scratch, labels, logits.dim(1)));
+}
+
+void SoftmaxCrossEntropyAccumulate(const Tensor& logits, const Tensor& labels,
+                                   float label_smoothing, float grad_scale, const Tensor* scale,
+                                   Tensor* dlogits, Tensor* loss_sum) {
+  const char* op = "SoftmaxCrossEntropyAccumulate";
+  CheckLogits(op, logits, labels);
+  CHECK(dlogits != nullptr) << op << ": dlogits is required";
+  CheckDlogits(op, logits, *dlogits);
+  CHECK(loss_sum != nullptr) << op << ": loss_sum is required";
+  CheckScalarTensor(op, "loss_sum", *loss_sum, DType::kF32, 2);
+  if (scale != nullptr) CheckScalarTensor(op, "scale", *scale, DType::kF32, 1);
+  const int64_t n = logits.dim(0);
+  if (n == 0) return;
+  const DeviceContext& ctx = Context(logits.device());
+  const RowsScratch scratch = NewRowsScratch(logits.device(), n);
+  QueueCrossEntropyRows(op, ctx, logits, labels, label_smoothing, grad_scale,
+                        scale != nullptr ? Ptr<float>(*scale) : nullptr, dlogits, scratch);
+  QueueSumRows(ctx, scratch, labels, logits.dim(1),
+               RowsSink{nullptr, Ptr<float>(*loss_sum), nullptr});
+}
+
+void TopKCorrectAccumulate(const Tensor& logits, const Tensor& labels, int k, Tensor* count) {
+  const char* op = "TopKCorrectAccumulate";
+  CheckLogits(op, logits, labels);
+  CHECK_GT(k, 0) << op << ": k must be positive";
+  CHECK(count != nullptr) << op << ": count is required";
+  CheckScalarTensor(op, "count", *count, DType::kI32, 1);
+  const int64_t n = logits.dim(0);
+  if (n == 0) return;
+  const DeviceContext& ctx = Context(logits.device());
+  const RowsScratch scratch = NewRowsScratch(logits.device(), n);
+  QueueTopKRows(op, ctx, logits, labels, k, scratch);
+  QueueSumRows(ctx, scratch, labels, logits.dim(1),
+               RowsSink{nullptr, nullptr, Ptr<int32_t>(*count)});
 }
 
 }  // namespace cuda

@@ -8,11 +8,17 @@
 // __float2bfloat16_rn), as FloatToHalf and FloatToBFloat16 do on the CPU.
 //
 // One kernel serves all three ops. Its only parameter is a table of the tensors to update
-// (pointers, sizes, lr and wd, the kind of slot), passed by value as a __grid_constant__
+// (pointers, sizes, lr_mult and wd, the kind of slot), passed by value as a __grid_constant__
 // struct: kernel parameters may take up to 32764 bytes (CUDA 12.1+, sm_70+), room for
 // kMaxSlots tensors, read in place from parameter memory rather than copied per thread. The
 // blocks share the work by chunks of elements (ops/cuda/multi_tensor.cuh). A model with more
 // than kMaxSlots tensors takes one launch per full table.
+//
+// The step's scalars may come from device memory (SgdStepScalars): the table carries their
+// pointers and every block reads them itself, so a step whose learning rate, loss scale or
+// overflow flag was computed on the GPU is queued without the host reading any of them (and
+// can be captured in a CUDA graph). A skipped step (found nonzero) costs one launch whose
+// blocks return at once.
 #include <algorithm>
 #include <memory>
 #include <ostream>
@@ -24,6 +30,7 @@
 #include "ops/cuda/dtype.cuh"
 #include "ops/cuda/multi_tensor.cuh"
 #include "ops/ops.h"
+#include "ops/scalar_tensor.h"
 #include "ops/sgd_rule.h"
 
 namespace tally {
@@ -38,7 +45,11 @@ enum class SlotKind : uint8_t { kF32, kF16, kF16F32Grad, kBF16, kBF16F32Grad };
 // Structure of arrays, so that a tensor's fields cost no padding.
 template <int kCapacity>
 struct SgdTable {
-  SgdParams params;  // momentum, rescale_grad, clip_gradient, nesterov; lr and wd per tensor
+  SgdParams params;  // lr, momentum, rescale_grad, clip_gradient, nesterov; wd per tensor
+  // Device scalars (SgdStepScalars), null when not given: fp32 lr and grad_scale, int32 found.
+  const float* step_lr;
+  const float* step_grad_scale;
+  const int32_t* found;
   int num_tensors;
   void* weight[kCapacity];
   const void* grad[kCapacity];
@@ -46,7 +57,7 @@ struct SgdTable {
   float* mom[kCapacity];     // null without momentum state
   int64_t size[kCapacity];
   int64_t chunk_begin[kCapacity + 1];
-  float lr[kCapacity];
+  float lr_mult[kCapacity];
   float wd[kCapacity];
   SlotKind kind[kCapacity];
 };
@@ -90,12 +101,15 @@ __device__ void UpdateMaster(const SgdParams& p, const G* grad, W* weight, float
 template <int kCapacity>
 __global__ void __launch_bounds__(kThreads)
     SgdKernel(const __grid_constant__ SgdTable<kCapacity> table) {
+  if (table.found != nullptr && *table.found != 0) return;  // a skipped step
+  const SgdParams step = WithStepScalars(table.params, table.step_lr, table.step_grad_scale);
   const int64_t chunks = table.chunk_begin[table.num_tensors];
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const ChunkSpan span = MapChunk(table.chunk_begin, table.size, table.num_tensors, c);
     const int t = span.tensor;
-    SgdParams p = table.params;
-    p.lr = table.lr[t];
+    SgdParams p = step;
+    // The same fp32 product as the CPU's MultiSgdUpdate, so lr agrees to the bit.
+    p.lr = step.lr * table.lr_mult[t];
     p.wd = table.wd[t];
     float* master = table.master[t];
     float* mom = table.mom[t];
@@ -149,7 +163,7 @@ float* CheckedMomentum(const OpName& op, const SgdParams& p, const Tensor* mom, 
 // Checks a slot as the CPU ops do (master null or undefined: SgdUpdate's rules, else
 // SgdMultiPrecisionUpdate's) and appends it. REQUIRES: the table has room.
 template <int kCapacity>
-void AddSlot(const OpName& op, const SgdParams& p, float lr, float wd, const Tensor& grad,
+void AddSlot(const OpName& op, const SgdParams& p, float lr_mult, float wd, const Tensor& grad,
              const Tensor& weight, const Tensor* master, const Tensor* mom,
              SgdTable<kCapacity>* table) {
   const int64_t n = weight.numel();
@@ -181,7 +195,7 @@ void AddSlot(const OpName& op, const SgdParams& p, float lr, float wd, const Ten
   table->weight[i] = weight.raw_data();
   table->grad[i] = grad.raw_data();
   table->size[i] = n;
-  table->lr[i] = lr;
+  table->lr_mult[i] = lr_mult;
   table->wd[i] = wd;
   table->num_tensors = i + 1;
 }
@@ -199,10 +213,19 @@ void Launch(const Device& device, SgdTable<kCapacity>* table) {
   TALLY_LAUNCH_CHECK();
 }
 
+template <typename T>
+const T* PtrOrNull(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
+}
+
 template <int kCapacity>
-std::unique_ptr<SgdTable<kCapacity>> NewTable(const SgdParams& p) {
+std::unique_ptr<SgdTable<kCapacity>> NewTable(const SgdParams& p,
+                                              const SgdStepScalars& scalars = {}) {
   auto table = std::make_unique<SgdTable<kCapacity>>();  // value-initialised: zeros
   table->params = p;
+  table->step_lr = PtrOrNull<float>(scalars.lr);
+  table->step_grad_scale = PtrOrNull<float>(scalars.grad_scale);
+  table->found = PtrOrNull<int32_t>(scalars.found);
   return table;
 }
 
@@ -210,7 +233,7 @@ std::unique_ptr<SgdTable<kCapacity>> NewTable(const SgdParams& p) {
 
 void SgdUpdate(const SgdParams& p, const Tensor& grad, Tensor* weight, Tensor* mom) {
   auto table = NewTable<1>(p);
-  AddSlot(OpName{"SgdUpdate", -1}, p, p.lr, p.wd, grad, *weight, nullptr, mom, table.get());
+  AddSlot(OpName{"SgdUpdate", -1}, p, 1.0f, p.wd, grad, *weight, nullptr, mom, table.get());
   Launch(weight->device(), table.get());
 }
 
@@ -219,18 +242,25 @@ void SgdMultiPrecisionUpdate(const SgdParams& p, const Tensor& grad, Tensor* wei
   CHECK(master != nullptr && master->defined())
       << "SgdMultiPrecisionUpdate: master weights are required";
   auto table = NewTable<1>(p);
-  AddSlot(OpName{"SgdMultiPrecisionUpdate", -1}, p, p.lr, p.wd, grad, *weight, master, mom, table.get());
+  AddSlot(OpName{"SgdMultiPrecisionUpdate", -1}, p, 1.0f, p.wd, grad, *weight, master, mom,
+          table.get());
   Launch(weight->device(), table.get());
 }
 
 void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
+  cuda::MultiSgdUpdate(p, slots, SgdStepScalars{});
+}
+
+void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots,
+                    const SgdStepScalars& scalars) {
+  CheckSgdStepScalars("MultiSgdUpdate", scalars);
   if (slots.empty()) return;
   const Device device = slots[0].weight.device();
-  auto table = NewTable<kMaxSlots>(p);
+  auto table = NewTable<kMaxSlots>(p, scalars);
   for (size_t i = 0; i < slots.size(); ++i) {
     if (table->num_tensors == kMaxSlots) {
       Launch(device, table.get());
-      table = NewTable<kMaxSlots>(p);
+      table = NewTable<kMaxSlots>(p, scalars);
     }
     const SgdSlot& s = slots[i];
     // A slot without mom steps without momentum whatever p.momentum says (ops/ops.h), so
@@ -238,8 +268,9 @@ void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots) {
     // for a slot without mom.
     SgdParams slot_params = p;
     if (!s.mom.defined()) slot_params.momentum = 0.0f;
-    // The same float products as the CPU's MultiSgdUpdate, so lr and wd agree to the bit.
-    AddSlot(OpName{"MultiSgdUpdate", static_cast<int64_t>(i)}, slot_params, p.lr * s.lr_mult,
+    // wd * wd_mult is the CPU's fp32 product; lr * lr_mult is taken in the kernel, since lr
+    // may come from the device.
+    AddSlot(OpName{"MultiSgdUpdate", static_cast<int64_t>(i)}, slot_params, s.lr_mult,
             p.wd * s.wd_mult, s.grad, s.weight, &s.master, &s.mom, table.get());
   }
   Launch(device, table.get());

@@ -2,7 +2,8 @@
 // reference, in fp32, fp16 and bf16 logits: the loss to 1e-5 of itself whatever the dtype
 // (the GPU computes in fp32 from the same values), the gradient to the dtype's tolerance,
 // top-k counts exactly, ties included; the same loss to the bit on every call; and a bad
-// label named with its row.
+// label named with its row. The *Accumulate forms against the CPU's, and against the
+// returning ops on the same device: the same batch sum, added on the device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "ops/backends.h"
 #include "ops/device.h"
+#include "ops/kahan.h"
 #include "ops/ops.h"
 #include "ops/random.h"
 #include "tests/ops/cuda_compare.h"
@@ -120,6 +122,97 @@ TEST(CudaLossTest, SecondCallAllocatesNothing) {
   SoftmaxCrossEntropy(lg, yg, 0.1f, 1.0f / 32, &dg);
   TopKCorrect(lg, yg, 5);
   EXPECT_EQ(GetDeviceMemoryStats(0).device_mallocs, mallocs);
+}
+
+Tensor Floats(const std::vector<float>& v, Device device) {
+  Tensor h = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kF32);
+  std::copy(v.begin(), v.end(), h.data<float>());
+  Tensor t = Tensor::Empty(h.shape(), DType::kF32, device);
+  t.CopyFrom(h);
+  return t;
+}
+
+void CompareAccumulate(DType t, int64_t n, int64_t k, float smoothing, bool with_scale,
+                       uint64_t seed) {
+  SCOPED_TRACE(std::string(DTypeName(t)) + " N=" + std::to_string(n) + " K=" + std::to_string(k) +
+               (with_scale ? " with a scale tensor" : " without scale"));
+  Rng rng(seed);
+  const Tensor logits = Rounded(RandomTensor({n, k}, &rng, -6.0f, 6.0f), t);
+  const Tensor labels = RandomLabels(n, k, &rng);
+  const float grad_scale = 1.0f / static_cast<float>(n);
+  const Tensor scale = Floats({512.0f}, Device::Cpu()), scale_g = Floats({512.0f}, Gpu());
+
+  Tensor d = Tensor::Empty({n, k}, DType::kF32);
+  Tensor sum = Floats({10.0f, 0.0f}, Device::Cpu());
+  cpu::SoftmaxCrossEntropyAccumulate(logits, labels, smoothing, grad_scale,
+                                     with_scale ? &scale : nullptr, &d, &sum);
+  cpu::SoftmaxCrossEntropyAccumulate(logits, labels, smoothing, grad_scale,
+                                     with_scale ? &scale : nullptr, &d, &sum);
+
+  const Tensor lg = ToDevice(logits, t), yg = ToDevice(labels, DType::kI32);
+  Tensor dg = Tensor::Empty({n, k}, t, Gpu());
+  Tensor sum_g = Floats({10.0f, 0.0f}, Gpu());
+  SoftmaxCrossEntropyAccumulate(lg, yg, smoothing, grad_scale, with_scale ? &scale_g : nullptr,
+                                &dg, &sum_g);
+  SoftmaxCrossEntropyAccumulate(lg, yg, smoothing, grad_scale, with_scale ? &scale_g : nullptr,
+                                &dg, &sum_g);
+  const Tensor got = testing::ToHostF32(sum_g);
+  const double want = static_cast<double>(sum.data<float>()[0]) + sum.data<float>()[1];
+  EXPECT_NEAR(got.data<float>()[0] + static_cast<double>(got.data<float>()[1]), want,
+              1e-5 * std::abs(want));
+  ExpectClose("dlogits", dg, d, t);
+
+  // On one device the accumulated sum is the returned loss added twice, to the bit.
+  const double batch = SoftmaxCrossEntropy(lg, yg, smoothing, grad_scale, nullptr);
+  float acc[2] = {10.0f, 0.0f};
+  KahanAdd(batch, &acc[0], &acc[1]);
+  KahanAdd(batch, &acc[0], &acc[1]);
+  EXPECT_EQ(got.data<float>()[0], acc[0]);
+  EXPECT_EQ(got.data<float>()[1], acc[1]);
+}
+
+TEST(CudaLossTest, AccumulateMatchesCpu) {
+  TALLY_REQUIRE_GPU();
+  uint64_t seed = 20;
+  for (DType t : kDTypes) {
+    for (bool with_scale : {false, true}) {
+      CompareAccumulate(t, 32, 1000, 0.1f, with_scale, ++seed);
+      CompareAccumulate(t, 300, 10, 0.0f, with_scale, ++seed);
+    }
+  }
+}
+
+TEST(CudaLossTest, TopKAccumulateMatchesCpu) {
+  TALLY_REQUIRE_GPU();
+  Rng rng(21);
+  const int64_t n = 64, classes = 1000;
+  Tensor logits = Tensor::Empty({n, classes}, DType::kF32);
+  for (int64_t i = 0; i < n * classes; ++i) logits.data<float>()[i] = static_cast<float>(rng.Below(8));
+  const Tensor labels = RandomLabels(n, classes, &rng);
+  for (DType t : kDTypes) {
+    const Tensor lg = ToDevice(logits, t), yg = ToDevice(labels, DType::kI32);
+    Tensor count = Tensor::Zeros({1}, DType::kI32, Gpu());
+    int64_t want = 0;
+    for (int k : {1, 5, 100, 1000}) {
+      TopKCorrectAccumulate(lg, yg, k, &count);
+      want += cpu::TopKCorrect(logits, labels, k);
+    }
+    Tensor host = Tensor::Empty({1}, DType::kI32);
+    host.CopyFrom(count);
+    EXPECT_EQ(host.data<int32_t>()[0], want) << DTypeName(t);
+  }
+}
+
+// A bad label cannot fail the op without a wait: the loss sum turns NaN.
+TEST(CudaLossTest, AccumulateWithABadLabelMakesTheSumNaN) {
+  TALLY_REQUIRE_GPU();
+  Rng rng(22);
+  const Tensor lg = ToDevice(RandomTensor({4, 3}, &rng), DType::kF32);
+  const Tensor yg = ToDevice(Labels({0, 2, 3, 1}), DType::kI32);
+  Tensor dg = Tensor::Empty({4, 3}, DType::kF32, Gpu());
+  Tensor sum = Floats({1.0f, 0.0f}, Gpu());
+  SoftmaxCrossEntropyAccumulate(lg, yg, 0.0f, 1.0f, nullptr, &dg, &sum);
+  EXPECT_TRUE(std::isnan(testing::ToHostF32(sum).data<float>()[0]));
 }
 
 TEST(CudaLossDeathTest, LabelOutOfRangeNamesOpAndRow) {

@@ -1,16 +1,20 @@
 // The CUDA SGD and NAG updates (ops/cuda/optimizer.cu) against the CPU reference: plain,
 // multi-precision (fp16/bf16 weights, fp16/bf16 or fp32 gradients) and multi-tensor, the
 // last over ResNet-50's 161 parameters with every kind of slot mixed in one call, which must
-// be one kernel launch (counted by capturing the device's stream into a CUDA graph).
+// be one kernel launch (counted by capturing the device's stream into a CUDA graph); and the
+// same with the step's scalars (lr, loss scale, overflow flag) in device tensors, which the
+// kernel reads itself: still one launch, and a flagged step changes nothing.
 //
 // Both sides apply SgdUpdateOne in the same order, but the two compilers may fuse different
 // multiply-adds, so fp32 results are held to a few ulps rather than to the bit. A 16-bit
 // weight must be exactly its fp32 master rounded to nearest even.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/backends.h"
@@ -280,6 +284,79 @@ TEST(CudaOptimizerTest, SecondCallAllocatesNothing) {
   step();
   Synchronize(Gpu());
   EXPECT_EQ(GetDeviceMemoryStats(0).device_mallocs, mallocs);
+}
+
+Tensor FloatScalar(float v, Device device) {
+  Tensor t = Tensor::Empty({1}, DType::kF32, device);
+  t.Fill(v);
+  return t;
+}
+
+Tensor IntScalar(int32_t v, Device device) {
+  Tensor t = Tensor::Empty({1}, DType::kI32, device);
+  t.Fill(static_cast<float>(v));
+  return t;
+}
+
+SgdStepScalars Scalars(float lr, float grad_scale, int32_t found, Device device) {
+  SgdStepScalars s;
+  s.lr = FloatScalar(lr, device);
+  s.grad_scale = FloatScalar(grad_scale, device);
+  s.found = IntScalar(found, device);
+  return s;
+}
+
+// Every slot's weight, master and mom, bit for bit.
+void ExpectSlotsUnchanged(const std::vector<SgdSlot>& gpu, const std::vector<SgdSlot>& host) {
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    for (auto [got, want, name] : {std::make_tuple(gpu[i].weight, host[i].weight, "weight"),
+                                   std::make_tuple(gpu[i].master, host[i].master, "master"),
+                                   std::make_tuple(gpu[i].mom, host[i].mom, "mom")}) {
+      if (!want.defined()) continue;
+      Tensor h = Tensor::Empty(got.shape(), got.dtype());
+      h.CopyFrom(got);
+      EXPECT_EQ(0, std::memcmp(h.raw_data(), want.raw_data(), want.nbytes()))
+          << "slot " << i << " " << name;
+    }
+  }
+}
+
+TEST(CudaOptimizerTest, MultiSgdStepScalarsMatchCpu) {
+  TALLY_REQUIRE_GPU();
+  for (const SgdParams& p : kVariants) {
+    SCOPED_TRACE(Describe(p));
+    const std::vector<SgdSlot> host = ResNet50Slots(true, true);
+    std::vector<SgdSlot> cpu_slots = host, gpu_slots;
+    for (const SgdSlot& s : host) gpu_slots.push_back(GpuCopy(s));
+    for (SgdSlot& s : cpu_slots) {
+      s.weight = s.weight.Clone();
+      if (s.master.defined()) s.master = s.master.Clone();
+      if (s.mom.defined()) s.mom = s.mom.Clone();
+    }
+    const SgdStepScalars on_cpu = Scalars(0.0375f, 128.0f, 0, Device::Cpu());
+    const SgdStepScalars on_gpu = Scalars(0.0375f, 128.0f, 0, Gpu());
+    EXPECT_EQ(KernelLaunches([&] { MultiSgdUpdate(p, gpu_slots, on_gpu); }), 1);
+    for (int step = 0; step < 2; ++step) {
+      cpu::MultiSgdUpdate(p, cpu_slots, on_cpu);
+      MultiSgdUpdate(p, gpu_slots, on_gpu);
+    }
+    ExpectSlotsMatch(gpu_slots, cpu_slots);
+
+    // A flagged step: nothing changes, to the bit, on either device.
+    std::vector<SgdSlot> before;
+    for (const SgdSlot& s : gpu_slots) {
+      SgdSlot h = s;
+      for (Tensor* t : {&h.weight, &h.master, &h.mom}) {
+        if (!t->defined()) continue;
+        Tensor c = Tensor::Empty(t->shape(), t->dtype());
+        c.CopyFrom(*t);
+        *t = c;
+      }
+      before.push_back(h);
+    }
+    MultiSgdUpdate(p, gpu_slots, Scalars(0.5f, 1.0f, 1, Gpu()));
+    ExpectSlotsUnchanged(gpu_slots, before);
+  }
 }
 
 // A slot without mom is allowed (it steps without momentum); a mom of the wrong size is not.

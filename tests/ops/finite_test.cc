@@ -1,5 +1,5 @@
-// AllFinite on the CPU for every float dtype and every kind of non-finite value, and on the
-// GPU against the same cases (skipped, visibly, without a GPU).
+// AllFinite and NonFiniteFlag on the CPU for every float dtype and every kind of non-finite
+// value, and on the GPU against the same cases (skipped, visibly, without a GPU).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -39,6 +39,35 @@ TEST(FiniteTest, FindsEveryNonFiniteValue) {
   EXPECT_TRUE(AllFinite({}));
 }
 
+int32_t Flag(const std::vector<Tensor>& tensors, Device device) {
+  Tensor found = Tensor::Empty({1}, DType::kI32, device);
+  found.Fill(7);  // written on every call, whatever it held
+  NonFiniteFlag(tensors, &found);
+  Tensor host = Tensor::Empty({1}, DType::kI32);
+  host.CopyFrom(found);
+  return host.data<int32_t>()[0];
+}
+
+TEST(FiniteTest, NonFiniteFlagIsZeroOrOne) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(Flag(Case(dtype, 0.0f, -1), Device::Cpu()), 0) << DTypeName(dtype);
+    for (float bad : {kInf, -kInf, kNan}) {
+      for (int64_t where : {int64_t{0}, int64_t{4097}, int64_t{14999}}) {
+        EXPECT_EQ(Flag(Case(dtype, bad, where), Device::Cpu()), 1)
+            << DTypeName(dtype) << " " << bad << " at " << where;
+      }
+    }
+  }
+  EXPECT_EQ(Flag({}, Device::Cpu()), 0);
+}
+
+TEST(FiniteDeathTest, NonFiniteFlagChecksFound) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  Tensor wrong = Tensor::Zeros({1}, DType::kF32);
+  EXPECT_DEATH(NonFiniteFlag(Case(DType::kF32, 0.0f, -1), &wrong),
+               "NonFiniteFlag: found float32\\[1\\]@cpu:0 must be int32 \\[1\\]");
+}
+
 TEST(CudaFiniteTest, MatchesTheCpu) {
   TALLY_REQUIRE_GPU();
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -48,9 +77,12 @@ TEST(CudaFiniteTest, MatchesTheCpu) {
         std::vector<Tensor> gpu;
         for (const Tensor& t : host) gpu.push_back(testing::ToDevice(t, dtype));
         EXPECT_EQ(AllFinite(gpu), cpu::AllFinite(host)) << DTypeName(dtype) << " " << bad << " at " << where;
+        EXPECT_EQ(Flag(gpu, testing::Gpu()), Flag(host, Device::Cpu()))
+            << "NonFiniteFlag " << DTypeName(dtype) << " " << bad << " at " << where;
       }
     }
   }
+  EXPECT_EQ(Flag({}, testing::Gpu()), 0);
 }
 
 }  // namespace

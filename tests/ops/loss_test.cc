@@ -1,7 +1,10 @@
-// Softmax cross-entropy and top-k accuracy against values worked out by hand.
+// Softmax cross-entropy and top-k accuracy against values worked out by hand; their
+// *Accumulate forms (device-resident step results) against them, and the Kahan sum against
+// a plain fp32 running sum.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "ops/ops.h"
 #include "tests/gradient_check.h"
@@ -72,6 +75,94 @@ TEST(LossTest, TopKCountsTiesAgainst) {
   EXPECT_EQ(TopKCorrect(logits, labels, 2), 3);  // rows 0, 1, 3
   EXPECT_EQ(TopKCorrect(logits, labels, 3), 3);
   EXPECT_EQ(TopKCorrect(logits, labels, 4), 4);
+}
+
+Tensor Floats(const std::vector<float>& v) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kF32);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// The loss is added to a running (sum, compensation) pair and the gradient is
+// SoftmaxCrossEntropy's with grad_scale * scale[0]: bit for bit, with a scale tensor or none.
+TEST(LossTest, AccumulateEqualsSoftmaxCrossEntropy) {
+  Rng rng(2);
+  Tensor logits = testing::RandomTensor({16, 10}, &rng, -4.0f, 4.0f);
+  Tensor labels = Labels({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 8, 7, 6, 5, 4});
+  for (bool with_scale : {false, true}) {
+    SCOPED_TRACE(with_scale ? "scale tensor" : "no scale");
+    const float grad_scale = 1.0f / 16, s = 1024.0f;
+    const Tensor scale = Floats({s});
+    Tensor want_d = Tensor::Empty({16, 10}, DType::kF32);
+    const double want_loss = SoftmaxCrossEntropy(logits, labels, 0.1f,
+                                                 with_scale ? grad_scale * s : grad_scale, &want_d);
+    Tensor d = Tensor::Empty({16, 10}, DType::kF32);
+    Tensor loss_sum = Floats({100.0f, 0.0f});
+    SoftmaxCrossEntropyAccumulate(logits, labels, 0.1f, grad_scale,
+                                  with_scale ? &scale : nullptr, &d, &loss_sum);
+    EXPECT_EQ(0, std::memcmp(d.raw_data(), want_d.raw_data(), d.nbytes()));
+    const float* acc = loss_sum.data<float>();
+    EXPECT_EQ(acc[0], static_cast<float>(100.0 + want_loss));
+    EXPECT_NEAR(static_cast<double>(acc[0]) + acc[1], 100.0 + want_loss, 1e-10);
+    // A second batch adds on.
+    SoftmaxCrossEntropyAccumulate(logits, labels, 0.1f, grad_scale,
+                                  with_scale ? &scale : nullptr, &d, &loss_sum);
+    EXPECT_NEAR(static_cast<double>(acc[0]) + acc[1], 100.0 + 2 * want_loss, 1e-10);
+  }
+}
+
+// 20000 batches of loss ~0.41 onto a total that starts at 1e5, where an fp32 ulp is 0.0078:
+// a plain fp32 running sum drifts by tens, the compensated one stays within an ulp (and
+// sum + compensation much closer still) of the double reference.
+TEST(LossTest, AccumulateIsCompensated) {
+  Tensor logits = Logits({{1, 2, 3}});
+  Tensor labels = Labels({2});
+  Tensor d = Tensor::Empty({1, 3}, DType::kF32);
+  const double batch = SoftmaxCrossEntropy(logits, labels, 0.0f, 1.0f, nullptr);
+  Tensor loss_sum = Floats({1e5f, 0.0f});
+  double reference = 1e5;
+  float naive = 1e5f;
+  for (int i = 0; i < 20000; ++i) {
+    SoftmaxCrossEntropyAccumulate(logits, labels, 0.0f, 1.0f, nullptr, &d, &loss_sum);
+    reference += batch;
+    naive += static_cast<float>(batch);
+  }
+  const float* acc = loss_sum.data<float>();
+  const double naive_error = std::abs(naive - reference);
+  const double sum_error = std::abs(acc[0] - reference);
+  const double total_error = std::abs(static_cast<double>(acc[0]) + acc[1] - reference);
+  EXPECT_GT(naive_error, 1.0) << "the case must defeat a plain fp32 sum";
+  EXPECT_LE(sum_error, 0.0079) << "within an fp32 ulp of 1.08e5";
+  EXPECT_LT(total_error, 1e-4);
+}
+
+TEST(LossTest, TopKAccumulateAddsToTheCount) {
+  Tensor logits = Logits({{1, 3, 3, 0}, {5, 1, 1, 1}, {0, 0, 0, 0}, {0, 2, 1, -1}});
+  Tensor labels = Labels({1, 0, 3, 2});
+  Tensor count = Tensor::Empty({1}, DType::kI32);
+  count.data<int32_t>()[0] = 7;
+  TopKCorrectAccumulate(logits, labels, 1, &count);  // + 1
+  TopKCorrectAccumulate(logits, labels, 2, &count);  // + 3
+  TopKCorrectAccumulate(logits, labels, 4, &count);  // + 4
+  EXPECT_EQ(count.data<int32_t>()[0], 7 + 1 + 3 + 4);
+}
+
+TEST(LossDeathTest, AccumulateChecksItsScalars) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  Tensor logits = Logits({{1, 2, 3}});
+  Tensor labels = Labels({0});
+  Tensor d = Tensor::Empty({1, 3}, DType::kF32);
+  Tensor one = Floats({0.0f}), two = Floats({0.0f, 0.0f});
+  EXPECT_DEATH(SoftmaxCrossEntropyAccumulate(logits, labels, 0, 1, nullptr, &d, &one),
+               "SoftmaxCrossEntropyAccumulate: loss_sum float32\\[1\\]@cpu:0 must be float32 "
+               "\\[2\\]");
+  EXPECT_DEATH(SoftmaxCrossEntropyAccumulate(logits, labels, 0, 1, &two, &d, &two),
+               "SoftmaxCrossEntropyAccumulate: scale float32\\[2\\]@cpu:0 must be float32 "
+               "\\[1\\]");
+  EXPECT_DEATH(SoftmaxCrossEntropyAccumulate(logits, labels, 0, 1, nullptr, nullptr, &two),
+               "SoftmaxCrossEntropyAccumulate: dlogits is required");
+  EXPECT_DEATH(TopKCorrectAccumulate(logits, labels, 1, &one),
+               "TopKCorrectAccumulate: count float32\\[1\\]@cpu:0 must be int32 \\[1\\]");
 }
 
 TEST(LossDeathTest, LabelOutOfRangeNamesOp) {

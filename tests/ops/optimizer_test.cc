@@ -1,6 +1,7 @@
 // SGD and NAG against values worked out by hand (in double) for three steps, with weight
-// decay, rescaling and clipping all active; and the multi-precision variants, whose 16-bit
-// weight must be exactly the rounded fp32 master.
+// decay, rescaling and clipping all active; the multi-precision variants, whose 16-bit
+// weight must be exactly the rounded fp32 master; and MultiSgdUpdate with the step's
+// scalars in tensors (SgdStepScalars).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -169,6 +170,123 @@ TEST(OptimizerTest, MultiSgdEqualsPerTensorUpdates) {
       }
     }
   }
+}
+
+// Mixed slots as a trainer holds them: fp32 with and without momentum, fp16 and bf16 with
+// an fp32 master.
+std::vector<SgdSlot> MixedSlots(uint64_t seed) {
+  Rng rng(seed);
+  struct Spec { int64_t n; DType dtype; bool mom; float lr_mult, wd_mult; };
+  const std::vector<Spec> specs = {{37, DType::kF32, true, 1.0f, 1.0f},
+                                   {5, DType::kF32, false, 0.5f, 0.0f},
+                                   {1000, DType::kF16, true, 2.0f, 1.0f},
+                                   {64, DType::kBF16, true, 1.0f, 0.0f}};
+  std::vector<SgdSlot> slots;
+  for (const Spec& s : specs) {
+    SgdSlot a;
+    a.weight = testing::RandomTensor({s.n}, &rng).To(s.dtype);
+    a.grad = testing::RandomTensor({s.n}, &rng, -4, 4).To(s.dtype);
+    if (s.dtype != DType::kF32) a.master = a.weight.To(DType::kF32);
+    if (s.mom) a.mom = testing::RandomTensor({s.n}, &rng, -0.1f, 0.1f);
+    a.lr_mult = s.lr_mult;
+    a.wd_mult = s.wd_mult;
+    slots.push_back(a);
+  }
+  return slots;
+}
+
+std::vector<SgdSlot> CloneSlots(const std::vector<SgdSlot>& slots) {
+  std::vector<SgdSlot> out = slots;
+  for (SgdSlot& s : out) {
+    s.weight = s.weight.Clone();
+    if (s.master.defined()) s.master = s.master.Clone();
+    if (s.mom.defined()) s.mom = s.mom.Clone();
+  }
+  return out;
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+void ExpectSlotsIdentical(const std::string& what, const std::vector<SgdSlot>& got,
+                          const std::vector<SgdSlot>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::string slot = what + ", slot " + std::to_string(i);
+    EXPECT_TRUE(SameBytes(got[i].weight, want[i].weight)) << slot << " weight";
+    if (got[i].master.defined()) {
+      EXPECT_TRUE(SameBytes(got[i].master, want[i].master)) << slot << " master";
+    }
+    if (got[i].mom.defined()) {
+      EXPECT_TRUE(SameBytes(got[i].mom, want[i].mom)) << slot << " mom";
+    }
+  }
+}
+
+Tensor IntScalar(int32_t v) {
+  Tensor t = Tensor::Empty({1}, DType::kI32);
+  t.data<int32_t>()[0] = v;
+  return t;
+}
+
+// With lr, grad_scale and found = 0 in tensors, a step equals the plain call whose lr is the
+// tensor's and whose rescale_grad is rescale_grad / grad_scale, bit for bit; each scalar
+// alone too.
+TEST(OptimizerTest, MultiSgdStepScalarsEqualThePlainCall) {
+  for (bool nesterov : {false, true}) {
+    const SgdParams p = Params(0.9f, nesterov);
+    const float lr = 0.0375f, scale = 256.0f;
+    struct Case { bool lr, scale, found; };
+    for (const Case& c : {Case{true, true, true}, Case{true, false, false},
+                          Case{false, true, false}, Case{false, false, true}}) {
+      const std::string what = std::string(nesterov ? "nag" : "sgd") + (c.lr ? " lr" : "") +
+                               (c.scale ? " grad_scale" : "") + (c.found ? " found=0" : "");
+      std::vector<SgdSlot> slots = MixedSlots(4), expected = CloneSlots(slots);
+      SgdStepScalars s;
+      if (c.lr) s.lr = Values({lr});
+      if (c.scale) s.grad_scale = Values({scale});
+      if (c.found) s.found = IntScalar(0);
+      SgdParams q = p;
+      if (c.lr) q.lr = lr;
+      if (c.scale) q.rescale_grad = p.rescale_grad / scale;
+      for (int step = 0; step < 2; ++step) {
+        MultiSgdUpdate(p, slots, s);
+        MultiSgdUpdate(q, expected);
+      }
+      ExpectSlotsIdentical(what, slots, expected);
+    }
+  }
+}
+
+// A skipped step (found = 1) changes no weight, master or momentum, whatever the other
+// scalars say; an update does change them (so the comparison can fail).
+TEST(OptimizerTest, MultiSgdFoundSkipsTheStep) {
+  std::vector<SgdSlot> slots = MixedSlots(5), before = CloneSlots(slots);
+  SgdStepScalars s;
+  s.lr = Values({0.5f});
+  s.grad_scale = Values({2.0f});
+  s.found = IntScalar(1);
+  MultiSgdUpdate(Params(0.9f, false), slots, s);
+  ExpectSlotsIdentical("skipped", slots, before);
+  s.found = IntScalar(0);
+  MultiSgdUpdate(Params(0.9f, false), slots, s);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    EXPECT_FALSE(SameBytes(slots[i].weight, before[i].weight)) << "slot " << i;
+  }
+}
+
+TEST(OptimizerDeathTest, StepScalarsAreChecked) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  std::vector<SgdSlot> slots = MixedSlots(6);
+  SgdStepScalars lr;
+  lr.lr = Values({0.1f, 0.2f});
+  EXPECT_DEATH(MultiSgdUpdate(Params(0.9f, false), slots, lr),
+               "MultiSgdUpdate: lr float32\\[2\\]@cpu:0 must be float32 \\[1\\]");
+  SgdStepScalars found;
+  found.found = Values({0.0f});
+  EXPECT_DEATH(MultiSgdUpdate(Params(0.9f, false), slots, found),
+               "MultiSgdUpdate: found float32\\[1\\]@cpu:0 must be int32 \\[1\\]");
 }
 
 TEST(OptimizerDeathTest, MomentumWithoutStateNamesOp) {

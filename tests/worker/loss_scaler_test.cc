@@ -45,5 +45,22 @@ TEST(LossScalerTest, DisabledStaysAtOne) {
   EXPECT_EQ(s.overflows(), 1);
 }
 
+// A scaler restored from a device's scale and state goes on as that scaler would have.
+TEST(LossScalerTest, RestoreContinuesFromTheGivenState) {
+  LossScaleConfig c;
+  c.window = 3;
+  LossScaler original(c, true), restored(c, true);
+  original.Update(true);
+  original.Update(false);
+  original.Update(false);
+  restored.Restore(original.scale(), /*clean=*/2, original.overflows());
+  EXPECT_EQ(restored.scale(), 32768.0f);
+  EXPECT_EQ(restored.overflows(), 1);
+  original.Update(false);  // the window's third clean step
+  restored.Update(false);
+  EXPECT_EQ(restored.scale(), 65536.0f);
+  EXPECT_EQ(restored.scale(), original.scale());
+}
+
 }  // namespace
 }  // namespace tally
