@@ -10,6 +10,8 @@
 // the device the calling thread was using, and this process (SetNodeLabel), e.g.
 //   ops/cuda/conv2d.cc:212: cuDNN error CUDNN_STATUS_BAD_PARAM on cuda:0 (worker 1 on
 //   host-a) in `cudnnBackendFinalize(plan)`: ...
+// The one exception is the body of DeviceGraph::Capture (ops/graph.h): there a failure
+// throws CaptureError (ops/cuda/capture.h) with this message, and Capture returns it.
 #pragma once
 
 #include <cublasLt.h>

@@ -9,6 +9,7 @@
 
 #include <glog/logging.h>
 
+#include "ops/cuda/capture.h"
 #include "ops/cuda/runtime.h"
 #include "ops/device.h"
 
@@ -64,6 +65,9 @@ void FailCall(const char* library, const char* error, const char* detail, const 
   if (!label.empty()) os << " (" << label << ")";
   os << " in `" << expr << "`";
   if (detail != nullptr && *detail != '\0') os << ": " << detail;
+  // Inside DeviceGraph::Capture's body a failure (most often a call that a graph cannot
+  // hold) ends the capture rather than the process: Capture returns the message as a Status.
+  if (CaptureBodyScope::Active()) throw CaptureError(os.str());
   LOG(FATAL) << os.str();
   abort();  // LOG(FATAL) does not return; this tells the compiler so.
 }

@@ -1,12 +1,17 @@
-// What ops/tensor.cc and ops/device.cc need from the CUDA side, declared without CUDA
-// headers so that those files compile with the host compiler. Defined in ops/cuda/ and
-// linked only into builds with CUDA; callers guard their calls with TALLY_HAVE_CUDA.
+// What ops/tensor.cc, ops/device.cc and ops/graph.cc need from the CUDA side, declared
+// without CUDA headers so that those files compile with the host compiler. Defined in
+// ops/cuda/ and linked only into builds with CUDA; callers guard their calls with
+// TALLY_HAVE_CUDA.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "ops/device.h"
+#include "ops/graph.h"
 #include "ops/tensor.h"
 
 namespace tally {
@@ -25,6 +30,15 @@ std::shared_ptr<Storage> AllocatePinned(size_t bytes);
 bool IsPinned(const void* p);
 
 void Synchronize(int index);
+
+// CUDA graphs behind DeviceGraph (ops/cuda/graph.cc). REQUIRES: `devices` are distinct cuda
+// devices that exist (ops/graph.cc checks them). On success *out is a new graph, which
+// DestroyGraph deletes.
+Status CaptureGraph(const std::vector<Device>& devices, const std::function<void()>& body,
+                    DeviceGraph::Impl** out);
+void LaunchGraph(DeviceGraph::Impl* graph);
+int64_t GraphNodeCount(const DeviceGraph::Impl& graph);
+void DestroyGraph(DeviceGraph::Impl* graph);
 
 // Tensor data movement for tensors of which at least one is on a CUDA device
 // (ops/cuda/copy.cu). REQUIRES: equal element counts.
