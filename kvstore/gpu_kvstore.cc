@@ -194,11 +194,9 @@ Status GpuKVStore::WaitAll() {
     }
     comms_->AllReduceSum(sums);
   }
-  // Every device holds the same sum, so device 0's verdict is every device's.
-  std::vector<Tensor> sums0;
-  sums0.reserve(pending_.size());
-  for (int key : pending_) sums0.push_back(entries_.at(key).replicas[0].grad);
-  if (AllFinite(sums0)) {
+  if (!device_state_.empty()) {
+    Update();  // each device checks its own sums, and its update reads the verdict
+  } else if (AllFinite(DeviceSums(0))) {  // every device holds the same sums: device 0's verdict is all's
     Update();
   } else {
     skipped_ = SkippedStep();
@@ -213,6 +211,13 @@ Status GpuKVStore::WaitAll() {
   }
   pending_.clear();
   return Status::Ok();
+}
+
+std::vector<Tensor> GpuKVStore::DeviceSums(size_t d) const {
+  std::vector<Tensor> sums;
+  sums.reserve(pending_.size());
+  for (int key : pending_) sums.push_back(entries_.at(key).replicas[d].grad);
+  return sums;
 }
 
 int GpuKVStore::LowestNonFiniteKey() {
@@ -247,9 +252,48 @@ void GpuKVStore::Update() {
       // as the CPU's Updater does (a conversion on the device's stream, no allocation).
       if (r.master.defined() && !config_.multi_precision) s.master.CopyFrom(r.weight);
     }
-    MultiSgdUpdate(p, slots);
+    if (device_state_.empty()) {
+      MultiSgdUpdate(p, slots);
+      continue;
+    }
+    SgdStepScalars scalars;
+    scalars.lr = device_lr_[d];
+    scalars.grad_scale = device_state_[d].loss_scale;
+    scalars.found = device_state_[d].found;
+    p.rescale_grad = config_.rescale_grad;  // divided by the scale in the kernel
+    NonFiniteFlag(DeviceSums(d), &scalars.found);
+    MultiSgdUpdate(p, slots, scalars);
   }
   times_.update_us += profile::NowUs() - t0;
+}
+
+void GpuKVStore::SetLearningRate(float lr) {
+  config_.lr = lr;
+  for (Tensor& t : device_lr_) t.Fill(lr);  // queued: steps queued later read it
+}
+
+Status GpuKVStore::KeepStepOnDevice(const std::vector<DeviceStepState>& per_device) {
+  TALLY_RETURN_IF_ERROR(RefuseWhilePending("KeepStepOnDevice"));
+  if (per_device.size() != devices_.size()) {
+    return Status::InvalidArgument(Name() + ": KeepStepOnDevice with " + std::to_string(per_device.size()) +
+                                   " device states for " + std::to_string(devices_.size()) + " GPUs");
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    const Tensor& scale = per_device[d].loss_scale;
+    const Tensor& found = per_device[d].found;
+    if (!scale.defined() || scale.numel() != 1 || scale.dtype() != DType::kF32 || scale.device() != devices_[d] ||
+        !found.defined() || found.numel() != 1 || found.dtype() != DType::kI32 || found.device() != devices_[d]) {
+      return Status::InvalidArgument(Name() + ": KeepStepOnDevice wants an fp32 [1] loss scale and an int32 [1] "
+                                     "flag on " + devices_[d].ToString() + " for device " + std::to_string(d));
+    }
+  }
+  device_state_ = per_device;
+  device_lr_.clear();
+  for (const Device& d : devices_) {
+    device_lr_.push_back(Tensor::Empty({1}, DType::kF32, d));
+    device_lr_.back().Fill(config_.lr);
+  }
+  return Status::Ok();
 }
 
 bool GpuKVStore::TakeSkippedStep(SkippedStep* out) {

@@ -83,7 +83,8 @@ class GpuKVStore : public KVStore {
   const std::string& type() const override { return type_; }
   // REQUIRES: called before Init (state is allocated by Init).
   Status SetOptimizer(const OptimizerConfig& config) override;
-  void SetLearningRate(float lr) override { config_.lr = lr; }
+  // With KeepStepOnDevice, also queues the new rate into each device's copy of it.
+  void SetLearningRate(float lr) override;
   using KVStore::Init;
   // value: fp32, fp16 or bf16, on any device (replica 0's weights, normally on devices[0]).
   // Fails before SetOptimizer: the state allocated here depends on the optimizer.
@@ -108,6 +109,11 @@ class GpuKVStore : public KVStore {
   // no replica's 16-bit weights.
   Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Times TakeTimes() override;
+  // per_device[d] on devices[d]; see kvstore.h. WaitAll then becomes steps 1, then per device
+  // NonFiniteFlag over its own sums into found (the same bits everywhere, so the same
+  // verdict), then the MultiSgdUpdate that reads found, the loss scale and the learning rate
+  // from device memory.
+  Status KeepStepOnDevice(const std::vector<DeviceStepState>& per_device) override;
 
  private:
   struct Replica {  // one key on one device
@@ -128,6 +134,8 @@ class GpuKVStore : public KVStore {
   Status CheckPush(int key, const Entry& e, const std::vector<Tensor>& grads,
                    const std::vector<Tensor>& weights) const;
   Status RefuseWhilePending(const char* what) const;
+  // The pending keys' gradients on devices_[d], in key order.
+  std::vector<Tensor> DeviceSums(size_t d) const;
   // Step 3's search: the lowest pending key whose summed gradient on device 0 is not finite.
   int LowestNonFiniteKey();
   // Step 4 on every device. REQUIRES: pending_ is sorted.
@@ -141,6 +149,9 @@ class GpuKVStore : public KVStore {
   OptimizerConfig config_;
   float gradient_scale_ = 1.0f;
   float step_scale_ = 1.0f;  // gradient_scale_ at the step's first push
+  // KeepStepOnDevice: per device, its loss scale, finite flag and learning rate (fp32 [1]).
+  std::vector<DeviceStepState> device_state_;
+  std::vector<Tensor> device_lr_;
   std::map<int, Entry> entries_;
   std::vector<int> pending_;  // keys pushed since the last WaitAll
   SkippedStep skipped_;

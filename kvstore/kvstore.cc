@@ -29,6 +29,11 @@ Status KVStore::SetGradientScale(float scale) {
                                  "training with dynamic loss scaling needs local or device)");
 }
 
+Status KVStore::KeepStepOnDevice(const std::vector<DeviceStepState>& per_device) {
+  return Status::InvalidArgument("--kv-store " + type() + " cannot keep a step on the device (only local "
+                                 "and device on GPUs can)");
+}
+
 Status KVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) {
   return Status::InvalidArgument("--kv-store " + type() + " keeps no fp32 master weights here");
 }

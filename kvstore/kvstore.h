@@ -106,6 +106,20 @@ class KVStore {
   // weights rather than their rounded copies. Types that keep none fail saying so.
   virtual Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values);
 
+  // Steps that never wait for the GPU (the GPU store of local/device; the others refuse,
+  // naming themselves). per_device[d] is the d-th device's: loss_scale (fp32 [1]) replaces
+  // SetGradientScale's scale, read by the update kernel when it runs, and found (int32 [1])
+  // is set by WaitAll to 1 when the step's summed gradients are not all finite, else 0.
+  // From then on WaitAll queues the sum, the finite check and an update that skips itself
+  // when the flag is set, with the learning rate read from device memory, and returns
+  // without waiting for the GPU; TakeSkippedStep reports nothing (the flag says it). So a
+  // whole step can be recorded once as a CUDA graph and replayed. Call before the first push.
+  struct DeviceStepState {
+    Tensor loss_scale;
+    Tensor found;
+  };
+  virtual Status KeepStepOnDevice(const std::vector<DeviceStepState>& per_device);
+
   // Non-finite gradients (NaN, ±Inf). A key's n-th push is its step n - 1. When the summed
   // gradient of some key at step t is not finite, step t is skipped as a whole: once
   // WaitAll returns, no key keeps step t's update (keys already updated are rolled back to

@@ -113,7 +113,7 @@ json WorkerSteps(const NodeRun& n, int64_t t0) {
       phases[profile::PhaseName(p)].push_back(Num(Mean(n.steps, b, [p](const StepRecord& r) { return r.phase(p) / 1e3; })));
     }
     other.push_back(Num(Mean(n.steps, b, [](const StepRecord& r) { return OtherUs(r) / 1e3; })));
-    auto with_samples = [](double v, const StepRecord& r) { return r.samples > 0 ? v : std::nan(""); };
+    auto with_samples = [](double v, const StepRecord& r) { return r.samples > 0 && r.has_metrics ? v : std::nan(""); };
     loss.push_back(Num(Mean(n.steps, b, [&](const StepRecord& r) { return with_samples(r.loss, r); })));
     acc.push_back(Num(Mean(n.steps, b, [&](const StepRecord& r) { return with_samples(r.accuracy, r); })));
   }

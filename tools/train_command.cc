@@ -52,6 +52,8 @@ DEFINE_int32(top_k, 0, "report top-k accuracy too when > 0");
 DEFINE_double(label_smoothing, 0.0, "label smoothing of the cross-entropy target");
 DEFINE_bool(last_gamma, false, "zero the last BN gamma of every residual block");
 DEFINE_int32(benchmark, 0, "1: train on one synthetic batch reused every step (compute only)");
+DEFINE_bool(cuda_graph, true, "with --gpus and --kv-store local/device: record the training step as a CUDA "
+            "graph after its first step and replay it");
 DEFINE_uint64(seed, 0, "seed of initialisation and synthetic data");
 DEFINE_int32(num_threads, 0, "CPU threads for the ops; 0: one per core");
 DEFINE_string(model_prefix, "", "checkpoint files PREFIX-NNNN.params and .states (empty: none)");
@@ -78,6 +80,7 @@ Status BuildConfig(TrainerConfig* cfg) {
   }
   cfg->dtype = dtype;
   cfg->reuse_device_batch = FLAGS_benchmark != 0;
+  cfg->cuda_graph = FLAGS_cuda_graph;
   if (FLAGS_cpu_devices < 1 || FLAGS_cpu_devices > 64) return Status::InvalidArgument("--cpu-devices must be in 1..64");
   if (FLAGS_num_epochs < 1) return Status::InvalidArgument("--num-epochs must be positive");
   if (FLAGS_disp_batches < 1) return Status::InvalidArgument("--disp-batches must be positive");
@@ -518,6 +521,7 @@ int TrainCommand(int argc, char** argv) {
       record.dur_us = profile::NowUs() - step_start;
       record.phase(profile::Phase::kData) = data_end - step_start;
       record.samples = step_stats.samples;
+      record.has_metrics = !trainer->stats_on_device();
       record.loss = step_stats.loss_sum / std::max<int64_t>(1, step_stats.samples);
       record.accuracy = static_cast<double>(step_stats.correct) / std::max<int64_t>(1, step_stats.samples);
       prof->AddStep(record);
@@ -525,8 +529,16 @@ int TrainCommand(int argc, char** argv) {
       ++run_done;
       epoch_stats.Add(step_stats);
       window.Add(step_stats);
+      const bool display = (b + 1) % FLAGS_disp_batches == 0;
+      if (display || b + 1 == batches) {
+        // GPU steps keep their loss and accuracy on the device: one wait brings the window's.
+        StepStats on_device;
+        trainer->ReadStats(&on_device);
+        epoch_stats.Add(on_device);
+        window.Add(on_device);
+      }
       const double now = Now();
-      if ((b + 1) % FLAGS_disp_batches == 0) {
+      if (display) {
         bar.Clear();
         // With --profile the line ends with the window's time split (MXNet's parsers read
         // the fields before it).

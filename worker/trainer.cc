@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -160,6 +161,23 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     }
   }
   TALLY_RETURN_IF_ERROR(ParseTestNan(t->kv_->rank(), &t->nan_step_, &t->nan_all_));
+  if (on_gpus && !dist && config.step_on_device) {
+    std::vector<KVStore::DeviceStepState> states;
+    for (const Device& d : t->devices_) {
+      DeviceFigures f;
+      f.loss_sum = Tensor::Zeros({2}, DType::kF32, d);
+      f.correct = Tensor::Zeros({1}, DType::kI32, d);
+      f.topk = Tensor::Zeros({1}, DType::kI32, d);
+      f.scale = Tensor::Empty({1}, DType::kF32, d);
+      f.scale.Fill(t->scaler_.scale());
+      f.scaler = Tensor::Zeros({2}, DType::kI32, d);
+      f.found = Tensor::Zeros({1}, DType::kI32, d);
+      states.push_back({f.scale, f.found});
+      t->figures_.push_back(f);
+    }
+    TALLY_RETURN_IF_ERROR(t->kv_->KeepStepOnDevice(states));
+    t->on_device_ = true;
+  }
   Trainer* self = t.get();
   t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
   *out = std::move(t);
@@ -222,18 +240,23 @@ void Trainer::PrepareSlice(int d, const Tensor& images, const Tensor& labels, Te
     return;
   }
   const ModelConfig& model = replicas_[d]->config();
-  Tensor converted = Tensor::Empty(images.shape(), config_.dtype, device);
-  converted.CopyFrom(images);  // uploads, then converts on the GPU
   const int64_t channels = model.input_channels > 0 ? model.input_channels : images.dim(3);
-  if (channels > images.dim(3)) {
-    Shape padded = images.shape();
-    padded[3] = channels;
-    *x = Tensor::Empty(padded, config_.dtype, device);
+  Shape want = images.shape();
+  want[3] = std::max<int64_t>(channels, images.dim(3));
+  // Buffers already of the right kind are written in place (a captured step reads them).
+  if (!x->defined() || x->shape() != want || x->dtype() != config_.dtype || x->device() != device) {
+    *x = Tensor::Empty(want, config_.dtype, device);
+  }
+  if (want[3] > images.dim(3)) {
+    Tensor converted = Tensor::Empty(images.shape(), config_.dtype, device);
+    converted.CopyFrom(images);  // uploads, then converts on the GPU
     PadLastDim(converted, x);
   } else {
-    *x = converted;
+    x->CopyFrom(images);
   }
-  *y = Tensor::Empty(labels.shape(), DType::kI32, device);
+  if (!y->defined() || y->shape() != labels.shape() || y->device() != device) {
+    *y = Tensor::Empty(labels.shape(), DType::kI32, device);
+  }
   y->CopyFrom(labels);
 }
 
@@ -249,6 +272,7 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   const int batch = static_cast<int>(images.dim(0));
   const int devices = num_devices();
   TALLY_RETURN_IF_ERROR(CheckBatchSplit(batch, devices));
+  if (on_device_) return StepOnDevice(images, labels, stats);
   const int per_device = batch / devices;
   // The mean over the global batch: synchronous types sum every worker's gradients on the
   // servers; dist_async applies each worker's push on its own (MXNet's rescale_grad).
@@ -331,6 +355,127 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   if (skipped_) stats->skipped_steps += 1;
   scaler_.Update(skipped_);
   return Status::Ok();
+}
+
+Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats) {
+  const int batch = static_cast<int>(images.dim(0));
+  const int devices = num_devices();
+  const int per_device = batch / devices;
+  // With one process, as with every single-process type: the mean over its batch.
+  const float grad_scale = 1.0f / static_cast<float>(batch);
+  for (int d = 0; d < devices; ++d) {
+    DeviceFigures& f = figures_[d];
+    if (config_.reuse_device_batch && f.x.defined()) continue;
+    const void* x_before = f.x.defined() ? f.x.raw_data() : nullptr;
+    const void* y_before = f.y.defined() ? f.y.raw_data() : nullptr;
+    PrepareSlice(d, images.Slice(d * per_device, (d + 1) * per_device),
+                 labels.Slice(d * per_device, (d + 1) * per_device), &f.x, &f.y);
+    // A batch of another shape has new buffers: the graph recorded the old ones.
+    if (f.x.raw_data() != x_before || f.y.raw_data() != y_before) graph_.reset();
+  }
+  last_step_ = profile::StepRecord();
+  stats->samples += batch;
+  const int64_t t0 = profile::NowUs();
+  // The first step runs as queued, which builds what ops build once (convolution plans,
+  // workspaces); the graph records the second. Phase timings and TALLY_TEST_NAN need the
+  // step's host code to run every time, so they keep it out of a graph.
+  if (graph_ == nullptr && config_.cuda_graph && eager_device_steps_ >= 1 && nan_step_ < 0 &&
+      !config_.synchronize_phases) {
+    Status recorded = DeviceGraph::Capture(devices_, [&] { QueueStep(grad_scale); }, &graph_);
+    if (!recorded.ok()) {
+      return Status::Internal("recording the training step as a CUDA graph: " + recorded.message() +
+                              " (--cuda-graph 0 trains without one)");
+    }
+    TALLY_RETURN_IF_ERROR(push_status_);
+  }
+  if (graph_ != nullptr) {
+    graph_->Launch();
+    last_step_.phase(profile::Phase::kForward) = profile::NowUs() - t0;
+    profile::Tracer::Get().Complete("step graph", "compute", t0, profile::NowUs() - t0);
+  } else {
+    QueueStep(grad_scale);
+    ++eager_device_steps_;
+  }
+  ++step_;
+  return push_status_;
+}
+
+void Trainer::QueueStep(float grad_scale) {
+  using profile::NowUs;
+  using profile::Phase;
+  const int devices = num_devices();
+  push_status_ = Status::Ok();
+  push_us_ = 0;
+  grad_sumsq_ = -1;  // the gradients stay on the GPUs
+  nan_written_ = false;
+  profile::Tracer& tracer = profile::Tracer::Get();
+  std::vector<Tensor> logits(devices);
+  for (int d = 0; d < devices; ++d) {
+    const int64_t t0 = NowUs();
+    logits[d] = replicas_[d]->Forward(figures_[d].x, /*training=*/true);
+    const int64_t t1 = NowUs();
+    last_step_.phase(Phase::kForward) += t1 - t0;
+    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);
+  }
+  for (int d = 0; d < devices; ++d) {
+    DeviceFigures& f = figures_[d];
+    const int64_t t0 = NowUs();
+    Tensor dlogits = Tensor::Empty(logits[d].shape(), logits[d].dtype(), logits[d].device());
+    SoftmaxCrossEntropyAccumulate(logits[d], f.y, config_.label_smoothing, grad_scale, &f.scale, &dlogits,
+                                  &f.loss_sum);
+    TopKCorrectAccumulate(logits[d], f.y, 1, &f.correct);
+    if (config_.top_k > 1) TopKCorrectAccumulate(logits[d], f.y, config_.top_k, &f.topk);
+    if (config_.synchronize_phases) Synchronize(devices_[d]);
+    const int64_t t1 = NowUs();
+    replicas_[d]->Backward(dlogits);
+    if (config_.synchronize_phases) Synchronize(devices_[d]);
+    const int64_t t2 = NowUs();
+    last_step_.phase(Phase::kForward) += t1 - t0;
+    last_step_.phase(Phase::kBackward) += t2 - t1 - push_us_;
+    push_us_ = 0;
+    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);
+    tracer.Complete("bwd", "compute", t1, t2 - t1, "device", d);
+  }
+  const int64_t t_wait = NowUs();
+  const Status waited = kv_->WaitAll();  // queues the sum, the check and the update
+  if (push_status_.ok()) push_status_ = waited;
+  LossScaleParams rule;
+  rule.enabled = config_.dtype == DType::kF16;
+  rule.window = config_.loss_scale.window;
+  rule.min = config_.loss_scale.min;
+  rule.max = config_.loss_scale.max;
+  for (DeviceFigures& f : figures_) LossScaleUpdate(rule, f.found, &f.scale, &f.scaler);
+  if (config_.synchronize_phases) {
+    for (const Device& d : devices_) Synchronize(d);
+  }
+  last_step_.phase(Phase::kUpdate) = NowUs() - t_wait;
+  tracer.Complete("update", "compute", t_wait, NowUs() - t_wait);
+}
+
+void Trainer::ReadStats(StepStats* stats) {
+  if (!on_device_) return;
+  for (size_t d = 0; d < figures_.size(); ++d) {
+    DeviceFigures& f = figures_[d];
+    Tensor loss = Tensor::Empty({2}, DType::kF32), counts = Tensor::Empty({2}, DType::kI32);
+    loss.CopyFrom(f.loss_sum);  // waits for the device's queued steps
+    counts.Slice(0, 1).CopyFrom(f.correct);
+    counts.Slice(1, 2).CopyFrom(f.topk);
+    stats->loss_sum += static_cast<double>(loss.data<float>()[0]) + loss.data<float>()[1];
+    stats->correct += counts.data<int32_t>()[0];
+    stats->topk_correct += counts.data<int32_t>()[1];
+    f.loss_sum.SetZero();
+    f.correct.SetZero();
+    f.topk.SetZero();
+    if (d == 0) {  // every device's scaler has seen the same verdicts
+      Tensor scale = Tensor::Empty({1}, DType::kF32), state = Tensor::Empty({2}, DType::kI32);
+      scale.CopyFrom(f.scale);
+      state.CopyFrom(f.scaler);
+      const int64_t skipped = state.data<int32_t>()[1];
+      stats->skipped_steps += skipped - skipped_read_;
+      skipped_read_ = skipped;
+      scaler_.Restore(scale.data<float>()[0], state.data<int32_t>()[0], skipped);
+    }
+  }
 }
 
 void Trainer::InjectNan(const std::vector<Tensor>& grads) {

@@ -35,6 +35,7 @@
 #include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
 #include "models/network.h"
+#include "ops/graph.h"
 #include "ops/profile/records.h"
 #include "worker/checkpoint.h"
 #include "worker/loss_scaler.h"
@@ -54,6 +55,15 @@ struct TrainerConfig {
   // times are the GPUs' own rather than the time to queue their work (benchmarks' time
   // split; costs a little speed).
   bool synchronize_phases = false;
+  // GPUs with --kv-store local or device: the step's figures (loss sum, accuracy counts,
+  // the overflow verdict, the loss scale) stay on the GPUs, so that Step queues the whole
+  // step and returns without waiting for a GPU; ReadStats brings the figures back. Off: Step
+  // waits for the loss and the finite check, and fills every field of its StepStats.
+  bool step_on_device = true;
+  // With step_on_device: from the second step on, the step (forward, loss, backward, NCCL
+  // sum, check, update, loss scale) is recorded once as CUDA graphs and replayed, one launch
+  // per GPU; a batch of another shape records it again.
+  bool cuda_graph = true;
   std::string kv_store = "device";
   // The job this worker has joined; required by the dist_* kvstore types. Not owned; must
   // outlive the Trainer.
@@ -86,8 +96,17 @@ class Trainer {
                        const Checkpoint* resume = nullptr);
 
   // images: [B, H, W, C] fp32; labels: [B] int32. Fails naming --batch-size when B does not
-  // divide across the devices.
+  // divide across the devices. When stats_on_device(), Step adds only the samples to
+  // *stats: the rest comes from ReadStats.
   Status Step(const Tensor& images, const Tensor& labels, StepStats* stats);
+  // Whether Step keeps its figures on the GPUs (TrainerConfig::step_on_device took effect).
+  bool stats_on_device() const { return on_device_; }
+  // Adds the loss sum, the accuracy counts and the skipped steps of the Steps since the last
+  // call to *stats, and brings loss_scaler() up to date: one wait for the GPUs. Adds nothing
+  // when the stats are not on the device (Step gave them all).
+  void ReadStats(StepStats* stats);
+  // Whether the steps are being replayed from a CUDA graph.
+  bool replaying_graph() const { return graph_ != nullptr; }
   // Inference on replica 0: adds the batch's loss and accuracy counts to stats.
   Status Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats);
 
@@ -96,6 +115,7 @@ class Trainer {
   // The last Step's time split (fwd, bwd, push, pull, wait, and update with the
   // single-process kvstore types; µs) and its gradients' L2 norm (the sum over the
   // devices, before the kvstore). The caller adds the rest (data wait, step, samples).
+  // A step replayed from a CUDA graph has no split: its queueing time counts as fwd.
   const profile::StepRecord& last_step() const { return last_step_; }
   // Whether the last Step was skipped for a non-finite gradient, and why (nullptr: it was not).
   const KVStore::SkippedStep* last_skip() const { return skipped_ ? &last_skip_ : nullptr; }
@@ -119,6 +139,11 @@ class Trainer {
   // channels (the CPU replicas take the host slices as they are).
   void PrepareSlice(int d, const Tensor& images, const Tensor& labels, Tensor* x, Tensor* y) const;
   void PushGradient(int key);
+  // The device-resident step (step_on_device): the batch in step_x_/step_y_, queued whole.
+  Status StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats);
+  // Queues forward, loss, backward, the kvstore's sum and update and the loss scale's update
+  // on every device; what a CUDA graph records.
+  void QueueStep(float grad_scale);
   // Copies the checkpoint's parameters into every replica.
   Status LoadParameters(const Checkpoint& c);
   // TALLY_TEST_NAN: puts the NaN into this step's gradients when they are the ones asked for.
@@ -130,6 +155,18 @@ class Trainer {
   LossScaler scaler_;
   std::vector<Tensor> device_images_, device_labels_;  // reuse_device_batch: the kept batch
   std::unique_ptr<KVStore> kv_;
+  // step_on_device: per device, the step's input buffers (fixed addresses for the graph) and
+  // its figures: loss_sum fp32 [2] (Kahan), correct and topk int32 [1], scale fp32 [1],
+  // scaler int32 [2] (clean steps, skipped steps), found int32 [1].
+  struct DeviceFigures {
+    Tensor x, y;
+    Tensor loss_sum, correct, topk, scale, scaler, found;
+  };
+  std::vector<DeviceFigures> figures_;
+  bool on_device_ = false;
+  std::unique_ptr<DeviceGraph> graph_;
+  int64_t eager_device_steps_ = 0;  // device-resident steps run without a graph
+  int64_t skipped_read_ = 0;        // skipped steps ReadStats has reported
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
   Status push_status_;          // the first failed push of the current step
   profile::StepRecord last_step_;

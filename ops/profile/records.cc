@@ -94,8 +94,8 @@ std::string ToJson(const StepRecord& r) {
   for (int p = 0; p < kNumPhases; ++p) {
     if (r.phase_us[p] != 0) j[std::string(PhaseName(static_cast<Phase>(p))) + "_us"] = r.phase_us[p];
   }
-  if (r.samples > 0) {
-    j["samples"] = r.samples;
+  if (r.samples > 0) j["samples"] = r.samples;
+  if (r.samples > 0 && r.has_metrics) {
     j["loss"] = Number(r.loss);
     j["accuracy"] = Number(r.accuracy);
   }
@@ -122,6 +122,7 @@ Status FromJson(const std::string& text, StepRecord* r) {
     TALLY_RETURN_IF_ERROR(Get(j, key.c_str(), &r->phase_us[p]));
   }
   TALLY_RETURN_IF_ERROR(Get(j, "samples", &r->samples));
+  r->has_metrics = j.contains("loss");
   TALLY_RETURN_IF_ERROR(Get(j, "loss", &r->loss));
   TALLY_RETURN_IF_ERROR(Get(j, "accuracy", &r->accuracy));
   TALLY_RETURN_IF_ERROR(Get(j, "grad_norm", &r->grad_norm));

@@ -42,6 +42,10 @@ struct StepRecord {
   int64_t dur_us = 0;    // wall time of the step (a server: first to last request of it)
   int64_t phase_us[kNumPhases] = {};
   int64_t samples = 0;
+  // loss and accuracy are measured when has_metrics: a GPU step that keeps its figures on
+  // the device (Trainer::stats_on_device) has none of its own; the Speedometer's lines give
+  // the window's.
+  bool has_metrics = true;
   double loss = 0;       // mean over the step's samples; NaN/Inf are kept as such
   double accuracy = 0;   // top-1, 0..1
   double grad_norm = -1;  // L2 norm of the step's gradients (-1: not measured)

@@ -259,7 +259,7 @@ void OnlineRules::Fire(Rule rule, int64_t step, std::string message, std::string
 }
 
 void OnlineRules::CheckNanInf(const StepRecord& r) {
-  const bool bad_loss = r.samples > 0 && !std::isfinite(r.loss);
+  const bool bad_loss = r.samples > 0 && r.has_metrics && !std::isfinite(r.loss);
   const bool bad_norm = r.grad_norm != -1 && !std::isfinite(r.grad_norm);
   if (bad_loss || bad_norm) ++nan_steps_;
   if (!HoldsAtStep(kNanInf, bad_loss || bad_norm)) return;
@@ -401,7 +401,7 @@ void OnlineRules::JudgeLoss() {
   double sum = 0;
   int n = 0;
   for (const StepRecord& r : window_) {
-    if (r.samples > 0 && std::isfinite(r.loss)) {
+    if (r.samples > 0 && r.has_metrics && std::isfinite(r.loss)) {
       sum += r.loss;
       ++n;
     }

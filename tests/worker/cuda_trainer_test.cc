@@ -76,6 +76,7 @@ TEST(CudaTrainerTest, Fp32FollowsTheCpu) {
     StepStats a, b;
     ASSERT_TRUE(cpu->Step(x, y, &a).ok());
     ASSERT_TRUE(gpu->Step(x, y, &b).ok());
+    gpu->ReadStats(&b);
     EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-3 * std::abs(a.loss_sum)) << "step " << step;
   }
   const auto& pc = cpu->replica(0).Parameters();
@@ -99,6 +100,7 @@ TEST(CudaTrainerTest, Fp16WithLossScalingTrains) {
   for (int step = 0; step < 30; ++step) {
     StepStats s;
     ASSERT_TRUE(t->Step(x, y, &s).ok());
+    t->ReadStats(&s);
     if (step == 0) first = s.loss_sum;
     last = s.loss_sum;
   }
@@ -179,29 +181,99 @@ TEST(CudaTrainerTest, DistDeviceSyncReducesAWorkersGpusBeforePushing) {
 }
 
 // A NaN gradient (TALLY_TEST_NAN) is an overflow: the step changes no weight, is counted as
-// skipped, and the scale halves.
-TEST(CudaTrainerTest, OverflowSkipsTheStepAndHalvesTheScale) {
-  TALLY_REQUIRE_GPU();
+// skipped, and the scale halves; with the step's figures kept on the device (the default)
+// and without (the step waits for the finite check and reports which key overflowed).
+void ExpectOverflowSkipsTheStep(bool step_on_device) {
   setenv("TALLY_TEST_NAN", "0:2", 1);
   TrainerConfig cfg = SmallConfig();
   cfg.gpus = {0};
   cfg.dtype = DType::kF16;
+  cfg.step_on_device = step_on_device;
   auto t = Make(cfg);
   unsetenv("TALLY_TEST_NAN");
+  ASSERT_EQ(t->stats_on_device(), step_on_device);
   SyntheticData data(cfg.model.image_shape, 4, 5);
   Tensor x, y;
   data.NextBatch(16, &x, &y);
   for (int step = 0; step < 2; ++step) {
     StepStats s;
     ASSERT_TRUE(t->Step(x, y, &s).ok());
+    t->ReadStats(&s);
+    EXPECT_EQ(s.skipped_steps, 0);
   }
   Tensor before = testing::ToHostF32(t->replica(0).Parameters()[0]->value);
   StepStats s;
   ASSERT_TRUE(t->Step(x, y, &s).ok());
+  t->ReadStats(&s);
   EXPECT_EQ(s.skipped_steps, 1);
-  EXPECT_NE(t->last_skip(), nullptr);
+  EXPECT_EQ(t->last_skip() != nullptr, !step_on_device);
   EXPECT_EQ(t->loss_scaler().scale(), 32768.0f);
+  EXPECT_EQ(t->loss_scaler().overflows(), 1);
   EXPECT_EQ(testing::RelativeError(t->replica(0).Parameters()[0]->value, before), 0.0);
+  ASSERT_TRUE(t->Step(x, y, &s).ok());
+  EXPECT_GT(testing::RelativeError(t->replica(0).Parameters()[0]->value, before), 0.0) << "the next step updates";
+}
+
+TEST(CudaTrainerTest, OverflowSkipsTheStepAndHalvesTheScale) {
+  TALLY_REQUIRE_GPU();
+  ExpectOverflowSkipsTheStep(/*step_on_device=*/true);
+}
+
+TEST(CudaTrainerTest, OverflowSkipsTheStepWhenTheStepWaits) {
+  TALLY_REQUIRE_GPU();
+  ExpectOverflowSkipsTheStep(/*step_on_device=*/false);
+}
+
+// The step kept on the device, queued or replayed from a CUDA graph, trains as the step that
+// waits for its loss and finite check: the same weights (the same kernels, in the same
+// order), the same loss and accuracy counts; replays make no cudaMalloc.
+TEST(CudaTrainerTest, DeviceStepAndItsGraphMatchTheWaitingStep) {
+  TALLY_REQUIRE_GPU();
+  SetAllowTf32(false);
+  SetDeterministic(true);
+  TrainerConfig waiting = SmallConfig(), queued = SmallConfig(), graphed = SmallConfig();
+  for (TrainerConfig* c : {&waiting, &queued, &graphed}) {
+    c->gpus = {0};
+    c->dtype = DType::kF16;
+  }
+  waiting.step_on_device = false;
+  queued.cuda_graph = false;
+  auto a = Make(waiting), b = Make(queued), c = Make(graphed);
+  ASSERT_FALSE(a->stats_on_device());
+  ASSERT_TRUE(b->stats_on_device());
+  SyntheticData data(waiting.model.image_shape, 4, 5);
+  StepStats sa, sb, sc;
+  int64_t mallocs = -1;
+  for (int step = 0; step < 6; ++step) {
+    Tensor x, y;
+    data.NextBatch(16, &x, &y);
+    ASSERT_TRUE(a->Step(x, y, &sa).ok());
+    ASSERT_TRUE(b->Step(x, y, &sb).ok());
+    ASSERT_TRUE(c->Step(x, y, &sc).ok());
+    if (step == 3) {
+      Synchronize(testing::Gpu());
+      mallocs = GetDeviceMemoryStats(0).device_mallocs;
+    }
+  }
+  b->ReadStats(&sb);
+  c->ReadStats(&sc);
+  SetDeterministic(false);
+  EXPECT_FALSE(b->replaying_graph());
+  EXPECT_TRUE(c->replaying_graph());
+  EXPECT_EQ(GetDeviceMemoryStats(0).device_mallocs, mallocs) << "steps 4 and 5 allocated device memory";
+  EXPECT_EQ(sb.samples, sa.samples);
+  EXPECT_NEAR(sb.loss_sum, sa.loss_sum, 1e-5 * sa.loss_sum);
+  EXPECT_EQ(sc.loss_sum, sb.loss_sum);
+  EXPECT_EQ(sb.correct, sa.correct);
+  EXPECT_EQ(sb.topk_correct, sa.topk_correct);
+  EXPECT_EQ(sc.correct, sb.correct);
+  const auto& pa = a->replica(0).Parameters();
+  const auto& pb = b->replica(0).Parameters();
+  const auto& pc = c->replica(0).Parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(testing::RelativeError(pb[i]->value, pa[i]->value), 0.0) << pa[i]->name;
+    EXPECT_EQ(testing::RelativeError(pc[i]->value, pb[i]->value), 0.0) << pa[i]->name;
+  }
 }
 
 }  // namespace
