@@ -3,6 +3,7 @@
 // CUDA (ParseDevice and Storage::Allocate refuse them). The optimizer ops' dispatch is in
 // ops/ops_optimizer.cc, so that code needing only them links without the layers' backends.
 #include "ops/dispatch.h"
+#include "ops/scalar_tensor.h"
 
 namespace tally {
 
@@ -139,6 +140,12 @@ void TopKCorrectAccumulate(const Tensor& logits, const Tensor& labels, int k, Te
 }
 void LossScaleUpdate(const LossScaleParams& p, const Tensor& found, Tensor* scale,
                      Tensor* state) {
+  // The checks of both backends, made once here.
+  const char* op = "LossScaleUpdate";
+  CHECK(scale != nullptr && state != nullptr) << op << ": scale and state are required";
+  CheckScalarTensor(op, "found", found, DType::kI32, 1);
+  CheckScalarTensor(op, "scale", *scale, DType::kF32, 1);
+  CheckScalarTensor(op, "state", *state, DType::kI32, 2);
   TALLY_OP("LossScaleUpdate", TENSORS(&found, scale, state),
            LossScaleUpdate(p, found, scale, state));
 }

@@ -370,8 +370,12 @@ Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepSta
     const void* y_before = f.y.defined() ? f.y.raw_data() : nullptr;
     PrepareSlice(d, images.Slice(d * per_device, (d + 1) * per_device),
                  labels.Slice(d * per_device, (d + 1) * per_device), &f.x, &f.y);
-    // A batch of another shape has new buffers: the graph recorded the old ones.
-    if (f.x.raw_data() != x_before || f.y.raw_data() != y_before) graph_.reset();
+    // A batch of another shape has new buffers: the graph recorded the old ones. The new
+    // shape runs queued once (its convolution plans are built then) before it is recorded.
+    if (f.x.raw_data() != x_before || f.y.raw_data() != y_before) {
+      graph_.reset();
+      eager_device_steps_ = 0;
+    }
   }
   last_step_ = profile::StepRecord();
   stats->samples += batch;
@@ -390,6 +394,7 @@ Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepSta
   }
   if (graph_ != nullptr) {
     graph_->Launch();
+    last_step_ = profile::StepRecord();  // not the recording's queueing times
     last_step_.phase(profile::Phase::kForward) = profile::NowUs() - t0;
     profile::Tracer::Get().Complete("step graph", "compute", t0, profile::NowUs() - t0);
   } else {

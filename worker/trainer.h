@@ -165,7 +165,7 @@ class Trainer {
   std::vector<DeviceFigures> figures_;
   bool on_device_ = false;
   std::unique_ptr<DeviceGraph> graph_;
-  int64_t eager_device_steps_ = 0;  // device-resident steps run without a graph
+  int64_t eager_device_steps_ = 0;  // device-resident steps run without a graph, at this shape
   int64_t skipped_read_ = 0;        // skipped steps ReadStats has reported
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
   Status push_status_;          // the first failed push of the current step

@@ -9,7 +9,6 @@
 #include "ops/cuda/dtype.cuh"
 #include "ops/loss_scale_rule.h"
 #include "ops/ops.h"
-#include "ops/scalar_tensor.h"
 
 namespace tally {
 namespace cuda {
@@ -26,11 +25,6 @@ __global__ void LossScaleKernel(LossScaleParams p, const int32_t* found, float* 
 
 void LossScaleUpdate(const LossScaleParams& p, const Tensor& found, Tensor* scale,
                      Tensor* state) {
-  const char* op = "LossScaleUpdate";
-  CHECK(scale != nullptr && state != nullptr) << op << ": scale and state are required";
-  CheckScalarTensor(op, "found", found, DType::kI32, 1);
-  CheckScalarTensor(op, "scale", *scale, DType::kF32, 1);
-  CheckScalarTensor(op, "state", *state, DType::kI32, 2);
   const DeviceContext& ctx = Context(scale->device());
   LossScaleKernel<<<1, 1, 0, ctx.stream>>>(p, Ptr<int32_t>(found), Ptr<float>(*scale),
                                            Ptr<int32_t>(*state));

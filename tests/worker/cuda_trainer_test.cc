@@ -8,6 +8,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/device.h"
@@ -274,6 +275,33 @@ TEST(CudaTrainerTest, DeviceStepAndItsGraphMatchTheWaitingStep) {
     EXPECT_EQ(testing::RelativeError(pb[i]->value, pa[i]->value), 0.0) << pa[i]->name;
     EXPECT_EQ(testing::RelativeError(pc[i]->value, pb[i]->value), 0.0) << pa[i]->name;
   }
+}
+
+// A batch of another shape (an epoch's short last batch) runs queued once, then is recorded
+// again; going back to the first shape does the same. Every step still trains.
+TEST(CudaTrainerTest, AnotherBatchShapeIsRecordedAgain) {
+  TALLY_REQUIRE_GPU();
+  TrainerConfig cfg = SmallConfig();
+  cfg.gpus = {0};
+  cfg.dtype = DType::kBF16;
+  auto t = Make(cfg);
+  SyntheticData data(cfg.model.image_shape, 4, 5);
+  const std::vector<std::pair<int, bool>> steps = {{16, false}, {16, true}, {16, true}, {8, false},
+                                                   {8, true},   {16, false}, {16, true}};
+  int64_t samples = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    Tensor x, y;
+    data.NextBatch(steps[i].first, &x, &y);
+    StepStats s;
+    ASSERT_TRUE(t->Step(x, y, &s).ok()) << "step " << i;
+    EXPECT_EQ(t->replaying_graph(), steps[i].second) << "step " << i;
+    samples += s.samples;
+  }
+  StepStats read;
+  t->ReadStats(&read);
+  EXPECT_EQ(samples, 16 * 5 + 8 * 2);
+  EXPECT_GT(read.loss_sum, 0.0);
+  EXPECT_LE(read.correct, samples);
 }
 
 }  // namespace
