@@ -1,5 +1,6 @@
 #include "kvstore/nccl_comm.h"
 
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -93,9 +94,33 @@ NcclComms::~NcclComms() {
   for (ncclComm_t c : comms_) TALLY_NCCL_CHECK(ncclCommDestroy(c));
 }
 
+namespace {
+
+// Communicators of different NcclComms may share GPUs (two kvstores of one process over the
+// same devices). Each collective's kernels wait for their peers, so every stream must get
+// the groups in the same order: one group at a time in the process.
+std::mutex& GroupMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// Closes the thread's NCCL group if the calls inside it are left by an exception (a failing
+// CUDA call throws while a CUDA graph is being recorded, ops/cuda/capture.h); an open group
+// would defer every later NCCL call of the thread.
+struct GroupGuard {
+  bool open = true;
+  ~GroupGuard() {
+    if (open) ncclGroupEnd();
+  }
+};
+
+}  // namespace
+
 void NcclComms::AllReduceSum(const std::vector<std::vector<Tensor>>& buffers) {
   const size_t n = devices_.size();
+  std::lock_guard<std::mutex> lock(GroupMutex());
   TALLY_NCCL_CHECK(ncclGroupStart());
+  GroupGuard group;
   for (const std::vector<Tensor>& set : buffers) {
     CHECK_EQ(set.size(), n) << "all-reduce over " << DeviceList(devices_);
     if (set[0].numel() == 0) continue;
@@ -112,6 +137,7 @@ void NcclComms::AllReduceSum(const std::vector<std::vector<Tensor>>& buffers) {
   // Errors of the grouped calls surface here; the device named is whichever the thread used
   // last, so the call names them all.
   const std::string group_end = "ncclGroupEnd() of an all-reduce over " + DeviceList(devices_);
+  group.open = false;
   CheckNccl(ncclGroupEnd(), group_end.c_str(), __FILE__, __LINE__);
 }
 

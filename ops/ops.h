@@ -197,7 +197,8 @@ void MultiSgdUpdate(const SgdParams& p, const std::vector<SgdSlot>& slots);
 //   summed loss is computed exactly as SoftmaxCrossEntropy's (in double, in a fixed order),
 //   then added by one thread (ops/kahan.h): the same batches give the same bits.
 // A label outside [0, K) fails the CPU op; the CUDA op cannot fail without waiting, so it
-// adds NaN to loss_sum instead (NonFiniteFlag over loss_sum then flags the step).
+// adds NaN to loss_sum and gives the row a NaN gradient instead: the step's finite check over
+// the gradients then skips the step, and the NaN loss shows in the figures read back.
 void SoftmaxCrossEntropyAccumulate(const Tensor& logits, const Tensor& labels,
                                    float label_smoothing, float grad_scale, const Tensor* scale,
                                    Tensor* dlogits, Tensor* loss_sum);

@@ -247,17 +247,24 @@ void Trainer::PrepareSlice(int d, const Tensor& images, const Tensor& labels, Te
   if (!x->defined() || x->shape() != want || x->dtype() != config_.dtype || x->device() != device) {
     *x = Tensor::Empty(want, config_.dtype, device);
   }
+  // The batch goes through page-locked memory, so that its upload is queued rather than
+  // waited for (a copy from pageable memory waits for the stream); the staging block is
+  // reused only once its copy has run (PinnedEmpty).
+  Tensor staged = PinnedEmpty(images.shape(), images.dtype());
+  staged.CopyFrom(images);
   if (want[3] > images.dim(3)) {
     Tensor converted = Tensor::Empty(images.shape(), config_.dtype, device);
-    converted.CopyFrom(images);  // uploads, then converts on the GPU
+    converted.CopyFrom(staged);  // uploads, then converts on the GPU
     PadLastDim(converted, x);
   } else {
-    x->CopyFrom(images);
+    x->CopyFrom(staged);
   }
   if (!y->defined() || y->shape() != labels.shape() || y->device() != device) {
     *y = Tensor::Empty(labels.shape(), DType::kI32, device);
   }
-  y->CopyFrom(labels);
+  Tensor staged_labels = PinnedEmpty(labels.shape(), labels.dtype());
+  staged_labels.CopyFrom(labels);
+  y->CopyFrom(staged_labels);
 }
 
 void Trainer::Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const {
@@ -382,9 +389,10 @@ Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepSta
   const int64_t t0 = profile::NowUs();
   // The first step runs as queued, which builds what ops build once (convolution plans,
   // workspaces); the graph records the second. Phase timings and TALLY_TEST_NAN need the
-  // step's host code to run every time, so they keep it out of a graph.
+  // step's host code to run every time, so they keep it out of a graph. So do several GPUs:
+  // NCCL warns that graphs of several devices launched from one thread may deadlock.
   if (graph_ == nullptr && config_.cuda_graph && eager_device_steps_ >= 1 && nan_step_ < 0 &&
-      !config_.synchronize_phases) {
+      !config_.synchronize_phases && devices_.size() == 1) {
     Status recorded = DeviceGraph::Capture(devices_, [&] { QueueStep(grad_scale); }, &graph_);
     if (!recorded.ok()) {
       return Status::Internal("recording the training step as a CUDA graph: " + recorded.message() +

@@ -60,9 +60,10 @@ struct TrainerConfig {
   // step and returns without waiting for a GPU; ReadStats brings the figures back. Off: Step
   // waits for the loss and the finite check, and fills every field of its StepStats.
   bool step_on_device = true;
-  // With step_on_device: from the second step on, the step (forward, loss, backward, NCCL
-  // sum, check, update, loss scale) is recorded once as CUDA graphs and replayed, one launch
-  // per GPU; a batch of another shape records it again.
+  // With step_on_device on one GPU: from the second step on, the step (forward, loss,
+  // backward, check, update, loss scale) is recorded once as a CUDA graph and replayed; a
+  // batch of another shape records it again. Several GPUs run their steps queued (NCCL warns
+  // that graphs of several devices launched from one thread may deadlock).
   bool cuda_graph = true;
   std::string kv_store = "device";
   // The job this worker has joined; required by the dist_* kvstore types. Not owned; must

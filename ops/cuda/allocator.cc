@@ -11,7 +11,8 @@
 // Graph pools. A graph replays its work on the addresses it had when captured, so a block
 // the capture used must not be handed to anyone else while the graph may run. While cuda:N
 // is captured, every allocation on it is served from the capture's pool: a free list of its
-// own, topped up by cudaMalloc (counted in the device's stats like any other). A block from a
+// own, topped up from the ordinary free list and then by cudaMalloc (counted in the device's
+// stats like any other). A block from a
 // pool always returns to that pool when freed, since its Storage's deleter holds the pool.
 // A block of the ordinary cache freed during the capture joins the pool as well (the
 // recorded work may use it), and a block of an older pool freed during the capture makes the
@@ -101,7 +102,11 @@ class DeviceAllocator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       b.pool = capture_pool_;
-      if ((b.p = TakeFitting(b.pool ? &b.pool->free : &free_, want, &b.bytes)) != nullptr) {
+      // While captured, a miss in the pool takes a block of the ordinary cache into the pool
+      // (its earlier users' work is queued before anything the graph runs), so that recording
+      // a step needs no more memory than running it.
+      if ((b.pool != nullptr && (b.p = TakeFitting(&b.pool->free, want, &b.bytes)) != nullptr) ||
+          (b.p = TakeFitting(&free_, want, &b.bytes)) != nullptr) {
         stats_.bytes_cached -= b.bytes;
         NoteInUse(b.bytes);
         return b;
@@ -118,11 +123,15 @@ class DeviceAllocator {
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
       DeviceMemoryStats s = Stats();
-      LOG(FATAL) << "cuda:" << index_ << ": out of GPU memory allocating " << MiB(bytes)
-                 << " (Tally holds " << MiB(s.bytes_in_use) << " in use and "
-                 << MiB(s.bytes_cached) << " cached; the device has " << MiB(free_bytes)
-                 << " free of " << MiB(total_bytes)
-                 << "); lower --batch-size, or free the GPU from other processes";
+      std::ostringstream message;
+      message << "cuda:" << index_ << ": out of GPU memory allocating " << MiB(bytes)
+              << " (Tally holds " << MiB(s.bytes_in_use) << " in use and "
+              << MiB(s.bytes_cached) << " cached; the device has " << MiB(free_bytes)
+              << " free of " << MiB(total_bytes)
+              << "); lower --batch-size, or free the GPU from other processes";
+      // Inside a capture's body the capture fails with the message instead (ops/graph.h).
+      if (CaptureBodyScope::Active()) throw CaptureError(message.str());
+      LOG(FATAL) << message.str();
     }
     TALLY_CUDA_CHECK(e);
     std::lock_guard<std::mutex> lock(mu_);

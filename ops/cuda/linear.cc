@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "ops/backends.h"
 #include "ops/cuda/check.h"
@@ -222,12 +223,15 @@ bool RunGemm(const char* op, const Device& device, DType dtype, const Gemm& g,
 // A device vector of at least n ones of dtype t, for the bias gradient as a product when no
 // BGRADB algorithm exists. Kept per device and dtype, grown (by the caching allocator) when a
 // larger batch comes; filled on the stream, so it is ready for the product queued after it.
+// A vector outgrown is kept too, never freed: a CUDA graph recorded with it still reads it.
 Tensor Ones(const Device& device, DType t, int64_t n) {
   static std::mutex mu;
   static auto* ones = new std::map<std::pair<int, DType>, Tensor>();
+  static auto* outgrown = new std::vector<Tensor>();
   std::lock_guard<std::mutex> lock(mu);
   Tensor& v = (*ones)[{device.index, t}];
   if (!v.defined() || v.numel() < n) {
+    if (v.defined()) outgrown->push_back(v);
     v = Tensor::Empty({n}, t, device);
     v.Fill(1.0f);
   }

@@ -97,7 +97,9 @@ __global__ void __launch_bounds__(kThreads)
   const float g = scale != nullptr ? grad_scale * *scale : grad_scale;
   for (int64_t j = threadIdx.x; j < classes; j += kThreads) {
     const float target = SmoothedTarget(j == label, smoothing, classes);
-    Store(&d[j], CrossEntropyGradient(Load(x[j]) - max, log_sum_exp, target, g));
+    // A bad label's row gets a NaN gradient, so that the step's finite check skips the step
+    // (and counts it) rather than training on a gradient without its one-hot term.
+    Store(&d[j], valid ? CrossEntropyGradient(Load(x[j]) - max, log_sum_exp, target, g) : NAN);
   }
 }
 

@@ -174,6 +174,10 @@ TEST(CudaGraphTest, RefusesARepeatedDeviceAndANestedCaptureOfIt) {
 TEST(CudaGraphTest, TheGraphsMemoryIsKeptFromEveryoneElse) {
   TALLY_REQUIRE_GPU();
   const Shape shape = {1 << 20};  // 4 MiB: a block of its own size class
+  // A cold cache: a block of this size left by an earlier test would serve the capture
+  // (joining its pool) or the eager allocations below without the cudaMalloc counted here.
+  Synchronize(Gpu());
+  EmptyDeviceCache(0);
   Tensor kept;
   void* temporary = nullptr;
   std::unique_ptr<DeviceGraph> graph;

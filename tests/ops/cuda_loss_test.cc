@@ -203,7 +203,7 @@ TEST(CudaLossTest, TopKAccumulateMatchesCpu) {
   }
 }
 
-// A bad label cannot fail the op without a wait: the loss sum turns NaN.
+// A bad label cannot fail the op without a wait: the loss sum and the row's gradient turn NaN.
 TEST(CudaLossTest, AccumulateWithABadLabelMakesTheSumNaN) {
   TALLY_REQUIRE_GPU();
   Rng rng(22);
@@ -213,6 +213,11 @@ TEST(CudaLossTest, AccumulateWithABadLabelMakesTheSumNaN) {
   Tensor sum = Floats({1.0f, 0.0f}, Gpu());
   SoftmaxCrossEntropyAccumulate(lg, yg, 0.0f, 1.0f, nullptr, &dg, &sum);
   EXPECT_TRUE(std::isnan(testing::ToHostF32(sum).data<float>()[0]));
+  // The bad row's gradient is NaN, so the step's finite check skips it; the others are finite.
+  const Tensor d = testing::ToHostF32(dg);
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    EXPECT_EQ(std::isnan(d.data<float>()[i]), i / 3 == 2) << "element " << i;
+  }
 }
 
 TEST(CudaLossDeathTest, LabelOutOfRangeNamesOpAndRow) {
