@@ -385,7 +385,6 @@ Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepSta
     }
   }
   last_step_ = profile::StepRecord();
-  stats->samples += batch;
   const int64_t t0 = profile::NowUs();
   // The first step runs as queued, which builds what ops build once (convolution plans,
   // workspaces); the graph records the second. Phase timings and TALLY_TEST_NAN need the
@@ -410,6 +409,7 @@ Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepSta
     ++eager_device_steps_;
   }
   ++step_;
+  stats->samples += batch;
   return push_status_;
 }
 

@@ -62,6 +62,15 @@ class PinnedCache {
     for (cudaStream_t stream : ActiveStreams()) {
       int device = -1;
       cudaEvent_t event;
+      // A stream being recorded into a CUDA graph runs nothing now: an event recorded there
+      // would become part of the graph and never complete. Such a stream does not guard the
+      // block: a graph's pinned inputs are the caller's to keep alive (ops/graph.h).
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+          capturing != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        continue;
+      }
       if (cudaStreamGetDevice(stream, &device) != cudaSuccess ||
           cudaSetDevice(device) != cudaSuccess ||
           cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
