@@ -89,14 +89,19 @@ TEST(CudaLossTest, CrossEntropyByHand) {
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(d.data<float>()[i], want[i], 1e-6) << i;
 }
 
-// Logits from a handful of values, so that many classes tie with the label.
+// 64 rows of 1000 logits from a handful of values, so that many classes tie with the label.
+void TiedLogits(uint64_t seed, Tensor* logits, Tensor* labels) {
+  Rng rng(seed);
+  const int64_t n = 64, classes = 1000;
+  *logits = Tensor::Empty({n, classes}, DType::kF32);
+  for (int64_t i = 0; i < n * classes; ++i) logits->data<float>()[i] = static_cast<float>(rng.Below(8));
+  *labels = RandomLabels(n, classes, &rng);
+}
+
 TEST(CudaLossTest, TopKMatchesCpuWithTies) {
   TALLY_REQUIRE_GPU();
-  Rng rng(7);
-  const int64_t n = 64, classes = 1000;
-  Tensor logits = Tensor::Empty({n, classes}, DType::kF32);
-  for (int64_t i = 0; i < n * classes; ++i) logits.data<float>()[i] = static_cast<float>(rng.Below(8));
-  const Tensor labels = RandomLabels(n, classes, &rng);
+  Tensor logits, labels;
+  TiedLogits(7, &logits, &labels);
   for (DType t : kDTypes) {
     const Tensor lg = ToDevice(logits, t), yg = ToDevice(labels, DType::kI32);
     for (int k : {1, 5, 100, 999, 1000, 5000}) {
@@ -105,7 +110,8 @@ TEST(CudaLossTest, TopKMatchesCpuWithTies) {
     }
   }
   // Random logits too, where each k gives a different count.
-  const Tensor smooth = RandomTensor({n, classes}, &rng);
+  Rng rng(8);
+  const Tensor smooth = RandomTensor(logits.shape(), &rng);
   const Tensor sg = ToDevice(smooth, DType::kF32), yg = ToDevice(labels, DType::kI32);
   for (int k : {1, 5, 500}) EXPECT_EQ(TopKCorrect(sg, yg, k), cpu::TopKCorrect(smooth, labels, k));
 }
@@ -184,11 +190,8 @@ TEST(CudaLossTest, AccumulateMatchesCpu) {
 
 TEST(CudaLossTest, TopKAccumulateMatchesCpu) {
   TALLY_REQUIRE_GPU();
-  Rng rng(21);
-  const int64_t n = 64, classes = 1000;
-  Tensor logits = Tensor::Empty({n, classes}, DType::kF32);
-  for (int64_t i = 0; i < n * classes; ++i) logits.data<float>()[i] = static_cast<float>(rng.Below(8));
-  const Tensor labels = RandomLabels(n, classes, &rng);
+  Tensor logits, labels;
+  TiedLogits(21, &logits, &labels);
   for (DType t : kDTypes) {
     const Tensor lg = ToDevice(logits, t), yg = ToDevice(labels, DType::kI32);
     Tensor count = Tensor::Zeros({1}, DType::kI32, Gpu());
