@@ -231,13 +231,8 @@ int GpuKVStore::LowestNonFiniteKey() {
 
 void GpuKVStore::Update() {
   const int64_t t0 = profile::NowUs();
-  SgdParams p;
-  p.lr = config_.lr;
-  p.momentum = config_.momentum;
-  p.wd = config_.wd;
-  p.rescale_grad = config_.rescale_grad / step_scale_;
-  p.clip_gradient = config_.clip_gradient;
-  p.nesterov = config_.type == "nag";
+  // A step kept on the device divides by its loss scale in the update kernel.
+  const SgdParams p = ToSgdParams(config_, device_state_.empty() ? step_scale_ : 1.0f);
   std::vector<SgdSlot> slots(pending_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (size_t i = 0; i < pending_.size(); ++i) {
@@ -260,7 +255,6 @@ void GpuKVStore::Update() {
     scalars.lr = device_lr_[d];
     scalars.grad_scale = device_state_[d].loss_scale;
     scalars.found = device_state_[d].found;
-    p.rescale_grad = config_.rescale_grad;  // divided by the scale in the kernel
     NonFiniteFlag(DeviceSums(d), &scalars.found);
     MultiSgdUpdate(p, slots, scalars);
   }

@@ -42,6 +42,9 @@ struct OptimizerConfig {
   bool multi_precision = true;  // keep fp32 master weights for fp16/bf16 values
 };
 Status ValidateOptimizerConfig(const OptimizerConfig& c);
+// The update rule's settings for config, with the gradients divided by gradient_scale (the
+// loss scale they carry).
+SgdParams ToSgdParams(const OptimizerConfig& config, float gradient_scale);
 
 class KVStore {
  public:

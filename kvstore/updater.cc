@@ -14,6 +14,17 @@ Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   return Status::Ok();
 }
 
+SgdParams ToSgdParams(const OptimizerConfig& config, float gradient_scale) {
+  SgdParams p;
+  p.lr = config.lr;
+  p.momentum = config.momentum;
+  p.wd = config.wd;
+  p.rescale_grad = config.rescale_grad / gradient_scale;
+  p.clip_gradient = config.clip_gradient;
+  p.nesterov = config.type == "nag";
+  return p;
+}
+
 Updater::Updater(const OptimizerConfig& config) : config_(config) {}
 
 Updater::State& Updater::StateFor(int key, const Tensor& weight) {
@@ -78,13 +89,7 @@ bool Updater::RestoreState(int key) {
 
 void Updater::Update(int key, const Tensor& grad, Tensor* weight) {
   CHECK_EQ(grad.numel(), weight->numel()) << "update of key " << key;
-  SgdParams p;
-  p.lr = config_.lr;
-  p.momentum = config_.momentum;
-  p.wd = config_.wd;
-  p.rescale_grad = config_.rescale_grad / gradient_scale_;
-  p.clip_gradient = config_.clip_gradient;
-  p.nesterov = config_.type == "nag";
+  const SgdParams p = ToSgdParams(config_, gradient_scale_);
 
   State& s = StateFor(key, *weight);
   Tensor* mom = s.mom.defined() ? &s.mom : nullptr;
