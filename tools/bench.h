@@ -27,6 +27,11 @@ void Report(const std::vector<BenchRow>& rows, bool json);
 // Runs a shell command and returns its standard output; *ok is false when it failed.
 std::string RunCapture(const std::string& command, bool* ok);
 
+// Where the helper scripts (tools/bench/*.py, tools/launch.py) are: $TALLY_HOME when set
+// (the relocatable bundle's bin/tally sets it to the bundle), else the source tree this
+// binary was built from.
+std::string TallyHome();
+
 int BenchCompute(int argc, char** argv);
 int BenchPs(int argc, char** argv);
 int BenchIo(int argc, char** argv);

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -60,6 +61,11 @@ std::string RunCapture(const std::string& command, bool* ok) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   *ok = pclose(p) == 0;
   return out;
+}
+
+std::string TallyHome() {
+  const char* home = std::getenv("TALLY_HOME");
+  return home != nullptr && *home != '\0' ? home : TALLY_SOURCE_DIR;
 }
 
 int BenchCommand(int argc, char** argv) {

@@ -135,7 +135,7 @@ double MedianStepSeconds(const ComputeCase& c, DType dtype, int steps, int warmu
 // Fills the best of PyTorch's layouts into row; the other layout goes into the note.
 void MeasurePeer(const ComputeCase& c, DType dtype, int steps, int warmup, BenchRow* row) {
   std::ostringstream cmd;
-  cmd << "OMP_NUM_THREADS=" << FLAGS_threads << " " << FLAGS_python << " " << TALLY_SOURCE_DIR
+  cmd << "OMP_NUM_THREADS=" << FLAGS_threads << " " << FLAGS_python << " " << TallyHome()
       << "/tools/bench/torch_compute_peer.py --model resnet" << c.layers << " --batch " << c.batch
       << " --image " << c.image << " --classes " << c.classes << " --threads " << FLAGS_threads
       << " --steps " << steps << " --warmup " << warmup;

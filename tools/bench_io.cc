@@ -150,7 +150,7 @@ Status MeasureTally(const std::string& dir, int threads, double* images_per_s) {
 
 double MeasurePeer(const std::string& dir, int threads, std::string* name) {
   std::ostringstream cmd;
-  cmd << "OMP_NUM_THREADS=1 " << FLAGS_python << " " << TALLY_SOURCE_DIR << "/tools/bench/pil_io_peer.py --dir "
+  cmd << "OMP_NUM_THREADS=1 " << FLAGS_python << " " << TallyHome() << "/tools/bench/pil_io_peer.py --dir "
       << dir << " --threads " << threads << " --batch " << FLAGS_io_batch << " 2>/dev/null";
   bool ok = false;
   std::string out = RunCapture(cmd.str(), &ok);

@@ -71,7 +71,7 @@ int BenchProfile(int argc, char** argv) {
     return 1;
   }
   const std::string run_dir = dir_template;
-  const std::string base = std::string("OMP_WAIT_POLICY=passive python3 ") + TALLY_SOURCE_DIR +
+  const std::string base = std::string("OMP_WAIT_POLICY=passive python3 ") + TallyHome() +
                            "/tools/launch.py -n " + std::to_string(workers) + " -s " + std::to_string(servers) +
                            " --launcher local " + self +
                            " train --kv-store dist_sync --network resnet --num-layers 20 --image-shape 3,28,28"

@@ -18,9 +18,16 @@ struct CliRun {
   std::string output;  // stdout and stderr
 };
 
+// The tally under test: $TALLY_BINARY when set (the relocatable bundle runs this test far
+// from the build tree), else the one built beside it.
+std::string TallyBinary() {
+  const char* bin = std::getenv("TALLY_BINARY");
+  return bin != nullptr && *bin != '\0' ? bin : TALLY_BINARY;
+}
+
 // Runs `tally args` (in `dir` when given) and collects its output.
 CliRun Tally(const std::string& args, const std::string& dir = "") {
-  std::string cmd = (dir.empty() ? "" : "cd " + dir + " && ") + TALLY_BINARY + " " + args + " 2>&1";
+  std::string cmd = (dir.empty() ? "" : "cd " + dir + " && ") + TallyBinary() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   CliRun r{-1, ""};
   if (!p) return r;

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Packs a relocatable Tally into build/tally-bundle.tar.zst: what a machine with a GPU driver
+# and nothing else needs to train, to run the GPU tests, and to run tools/run-gpu-checks.sh.
+#
+#   tools/build.sh && tools/bundle.sh          # then: tar --zstd -xf build/tally-bundle.tar.zst
+#   tally-bundle/bin/tally train --gpus 0 ...  # from any directory, on any x86-64 Linux with
+#                                              # glibc >= this machine's
+#   tally-bundle/run-gpu-checks.sh OUTDIR      # every CUDA test, the GPU bench, short jobs
+#
+# Layout of the archive (one top folder, tally-bundle/):
+#   bin/tally            a wrapper: sets LD_LIBRARY_PATH to lib/ and the CUDA libraries it
+#                        finds (libexec/cuda-libs.sh), TALLY_HOME to the bundle, then runs
+#   libexec/tally        the real executable
+#   lib/                 every shared library the executables load that is neither glibc's,
+#                        libstdc++/libgcc_s (present wherever glibc is) nor CUDA's (the
+#                        driver, runtime, cuBLAS, cuDNN and NCCL come from the target machine)
+#   tests/               the test executables that exercise CUDA (those whose sources ask
+#                        for a GPU or ask whether one is there)
+#   tools/launch.py, tools/launcher/, tools/bench/   the launcher and the benchmarks' peers
+#   run-gpu-checks.sh, tools/gpu_checks_summary.py   the GPU validation (docs/gpu.md)
+#   BUNDLE_INFO          commit, build date, glibc it was built against
+#
+# Environment: TALLY_BUILD (default build), TALLY_BUNDLE_ZSTD_LEVEL (default 19).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${TALLY_BUILD:-build}
+level=${TALLY_BUNDLE_ZSTD_LEVEL:-19}
+stage="$build/bundle/tally-bundle"
+out="$build/tally-bundle.tar.zst"
+
+die() { echo "bundle.sh: $*" >&2; exit 1; }
+[[ -x "$build/bin/tally" ]] || die "$build/bin/tally is missing: run tools/build.sh first"
+command -v zstd >/dev/null || die "zstd is missing (apt-get install zstd)"
+
+# The tests to ship: every test source that asks for a GPU or whether one is present.
+mapfile -t gpu_tests < <(grep -rlE "TALLY_REQUIRE_GPU|CudaDeviceCount|BuiltWithCuda" tests \
+                           --include='*_test.cc' | xargs -n1 basename | sed 's/\.cc$//' | sort)
+for t in "${gpu_tests[@]}"; do
+  [[ -x "$build/tests/$t" ]] || die "$build/tests/$t is missing: build it (tools/build.sh builds every test)"
+done
+
+rm -rf "$build/bundle"
+mkdir -p "$stage"/{bin,libexec,lib,tests,tools}
+cp "$build/bin/tally" "$stage/libexec/tally"
+for t in "${gpu_tests[@]}"; do cp "$build/tests/$t" "$stage/tests/"; done
+strip --strip-unneeded "$stage/libexec/tally" "$stage"/tests/*
+
+# A library is shipped unless the target machine must supply it: glibc's own, the C++
+# runtime that comes with glibc's compiler, and CUDA's (they must match the driver).
+system_lib() {
+  [[ "$1" =~ ^(ld-linux.*|libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnss_.*|libstdc\+\+|libgcc_s)\.so ]] ||
+  [[ "$1" =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn.*|nccl|nvrtc.*|nvJitLink|nvidia-ml|cupti)\.so ]]
+}
+for exe in "$stage/libexec/tally" "$stage"/tests/*; do
+  while read -r name _ path _; do
+    system_lib "$name" && continue
+    [[ "$path" == /* && -f "$path" ]] || die "$exe needs $name, which does not resolve here"
+    [[ -e "$stage/lib/$name" ]] || cp -L "$path" "$stage/lib/$name"
+  done < <(ldd "$exe" | grep '=>')
+done
+strip --strip-unneeded "$stage"/lib/*
+
+cp tools/launch.py "$stage/tools/"
+cp -r tools/launcher tools/bench "$stage/tools/"
+find "$stage/tools" -name __pycache__ -prune -exec rm -rf {} +
+cp tools/run-gpu-checks.sh "$stage/run-gpu-checks.sh"
+cp tools/gpu_checks_summary.py tools/cuda-libs.sh "$stage/tools/"
+cp tools/cuda-libs.sh "$stage/libexec/cuda-libs.sh"
+cat >"$stage/bin/tally" <<'EOF'
+#!/usr/bin/env bash
+# Runs the bundle's tally with its own libraries and the CUDA libraries of this machine.
+here=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+. "$here/libexec/cuda-libs.sh"
+export LD_LIBRARY_PATH="$here/lib${TALLY_CUDA_LIB_PATH:+:$TALLY_CUDA_LIB_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TALLY_HOME="$here"
+exec "$here/libexec/tally" "$@"
+EOF
+chmod +x "$stage/bin/tally" "$stage/run-gpu-checks.sh"
+{
+  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1)"
+  echo "cuda $(grep -ho 'CUDA_VERSION [0-9]*' /usr/local/cuda/include/cuda.h 2>/dev/null | awk '{print $2}')" \
+       "cudnn $(awk '/define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{printf "%s%s", sep, $3; sep="."}' \
+                 /usr/local/cuda/include/cudnn_version.h 2>/dev/null)"
+  echo "tests ${gpu_tests[*]}"
+} >"$stage/BUNDLE_INFO"
+
+tar -C "$build/bundle" -cf - tally-bundle | zstd -q -T0 -"$level" -f -o "$out"
+size=$(stat -c %s "$out")
+echo "bundle.sh: wrote $out ($((size / 1048576)) MiB, ${#gpu_tests[@]} test executables, $(ls "$stage/lib" | wc -l) libraries)"
+((size <= 60 * 1048576)) || die "$out is $((size / 1048576)) MiB, over the 60 MiB a GPU machine's transfer allows"

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Writes OUTDIR/summary.json from what run-gpu-checks.sh left in OUTDIR, and prints a
+short table. Usage: gpu_checks_summary.py OUTDIR BUNDLE_INFO TIME_LIMIT_S
+
+summary.json: {"commit", "bundle", "env", "time_limit_s", "steps": [{name, rc, seconds}],
+"tests": {"passed", "failed", "skipped", "crashed", "cases": [{executable, name, result,
+seconds, message}]}, "bench": [the JSON lines of tally bench], "jobs": [{name, rc,
+first_loss, last_loss, loss_fell, speed}], "passed"}.
+A test result is passed, failed, skipped (with gtest's reason) or crashed (the process died
+inside it). "passed" is true only if every step ran and exited 0, no test failed or crashed,
+and every job's loss fell.
+"""
+import glob
+import json
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def test_cases(out):
+    cases = []
+    for xml in sorted(glob.glob(os.path.join(out, "tests", "*.xml"))):
+        exe = os.path.basename(xml).split(".")[0]
+        try:
+            root = ET.parse(xml).getroot()
+        except ET.ParseError as e:
+            cases.append({"executable": exe, "name": os.path.basename(xml), "result": "failed",
+                          "seconds": 0, "message": f"unreadable XML: {e}"})
+            continue
+        for case in root.iter("testcase"):
+            failure = case.find("failure")
+            skipped = case.find("skipped")
+            if failure is not None:
+                result, message = "failed", failure.get("message", "")
+            elif skipped is not None or case.get("result") == "skipped":
+                result = "skipped"
+                message = skipped.get("message", "") if skipped is not None else ""
+            else:
+                result, message = "passed", ""
+            cases.append({"executable": exe, "name": f"{case.get('classname')}.{case.get('name')}",
+                          "result": result, "seconds": float(case.get("time", 0) or 0),
+                          "message": message.strip()[:2000]})
+    for crashed in sorted(glob.glob(os.path.join(out, "tests", "*.crashed"))):
+        exe = os.path.basename(crashed)[: -len(".crashed")]
+        for line in read(crashed).splitlines():
+            if line.strip():
+                name, _, tail = line.partition(" ")
+                cases.append({"executable": exe, "name": name, "result": "crashed", "seconds": 0,
+                              "message": tail.strip()})
+    return cases
+
+
+SPEED = re.compile(r"Speed: ([0-9.]+) samples/sec")
+LOSS = re.compile(r"cross-entropy=([0-9.eE+-]+|nan|inf)")
+
+
+def job(name, rc, log):
+    text = read(log)
+    # The Speedometer's lines ("Epoch[0] Batch [5-10]\tSpeed: ...\tcross-entropy=..."), not
+    # the epoch's "Train-cross-entropy=" line.
+    batch_lines = [l for l in text.splitlines() if "Batch [" in l]
+    losses = [float(m.group(1)) for l in batch_lines for m in [LOSS.search(l)] if m]
+    speeds = [float(m.group(1)) for l in batch_lines for m in [SPEED.search(l)] if m]
+    fell = len(losses) >= 2 and all(map(lambda v: v == v, losses)) and losses[-1] < losses[0]
+    return {"name": name, "rc": rc, "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None, "loss_fell": fell,
+            "speed_samples_per_s": speeds[-1] if speeds else None,
+            "log_tail": text[-600:] if rc != 0 or not fell else ""}
+
+
+def main():
+    out, info, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    steps = []
+    for line in read(os.path.join(out, "steps.tsv")).splitlines():
+        name, rc, seconds = line.split("\t")
+        steps.append({"name": name, "rc": rc, "seconds": int(seconds)})
+    cases = test_cases(out)
+    counts = {k: sum(c["result"] == k for c in cases) for k in ("passed", "failed", "skipped", "crashed")}
+    bench = [json.loads(l) for l in read(os.path.join(out, "bench.jsonl")).splitlines() if l.startswith("{")]
+    jobs = [job(s["name"][4:], s["rc"], os.path.join(out, "jobs", s["name"][4:] + ".log"))
+            for s in steps if s["name"].startswith("job:")]
+    bundle = read(info)
+    commit = bundle.split("\n", 1)[0].replace("commit ", "") if bundle.startswith("commit") else "unknown"
+    # A test step that died but was rerun without its crashed test is counted by its cases.
+    bad_steps = [s for s in steps if s["rc"] != "0" and not s["name"].startswith("test:")]
+    passed = (not bad_steps and counts["failed"] == 0 and counts["crashed"] == 0 and
+              all(j["rc"] == "0" and j["loss_fell"] for j in jobs) and len(jobs) == 3 and bench != []
+              and counts["passed"] > 0)
+    summary = {"commit": commit, "bundle": bundle, "env": read(os.path.join(out, "env.txt")),
+               "time_limit_s": limit, "steps": steps, "tests": dict(counts, cases=cases),
+               "bench": bench, "jobs": jobs, "passed": passed}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"tests: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
+          f"{counts['crashed']} crashed")
+    for c in cases:
+        if c["result"] in ("failed", "crashed"):
+            print(f"  {c['result']}: {c['executable']} {c['name']}: {c['message'][:300]}")
+    for b in bench:
+        print(f"bench {b.get('case')}: {b.get('value')} {b.get('unit')} peer {b.get('peer')} ratio {b.get('ratio')}")
+    for j in jobs:
+        print(f"job {j['name']}: rc {j['rc']} loss {j['first_loss']} -> {j['last_loss']} "
+              f"speed {j['speed_samples_per_s']}")
+    for s in bad_steps:
+        print(f"step {s['name']}: rc {s['rc']} after {s['seconds']} s")
+    print("passed" if passed else "NOT passed", "->", os.path.join(out, "summary.json"))
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Validates Tally on a GPU machine from the relocatable bundle (tools/bundle.sh), with nothing
+# but a driver, python3 and NVIDIA's libraries there. Shipped as tally-bundle/run-gpu-checks.sh.
+#
+#   tally-bundle/run-gpu-checks.sh OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs]
+#
+# In order, each step bounded by what is left of --time-limit (default 480 s):
+#   env     the CUDA libraries found and where (libexec/cuda-libs.sh), the GPU, the driver,
+#           the cuDNN, cuBLAS and NCCL versions loaded                  -> OUTDIR/env.txt
+#   tests   every test executable in tests/, gtest XML per executable  -> OUTDIR/tests/
+#           (a crash is recorded against the test that was running, and the executable is
+#           run again without it, so one crash does not hide the rest)
+#   bench   tally bench compute --gpu --json, PyTorch AMP the peer      -> OUTDIR/bench.jsonl
+#   jobs    ResNet-50 --benchmark 1 in fp16 and bf16 with --kv-store device, and one GPU
+#           worker with two CPU servers (dist_device_sync) through tools/launch.py; each
+#           must exit 0 with its loss falling                           -> OUTDIR/jobs/
+# Then OUTDIR/summary.json (tools/gpu_checks_summary.py): commit, device, every test's
+# result, the figures, the jobs' losses, and "passed". At the time limit, or on SIGTERM,
+# the step running is stopped and the summary is written from what was finished. Exits 0
+# only when everything passed.
+set -uo pipefail
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
+usage() { echo "usage: $0 OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs]" >&2; exit 2; }
+[[ $# -ge 1 && "$1" != -* ]] || usage
+out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "run-gpu-checks: cannot make $1" >&2; exit 2; }
+shift
+limit=480
+only="tests,bench,jobs"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --time-limit) [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "run-gpu-checks: --time-limit needs seconds" >&2; exit 2; }
+                  limit=$2; shift 2 ;;
+    --only) only=${2:-}; shift 2 ;;
+    *) usage ;;
+  esac
+done
+deadline=$((SECONDS + limit))
+mkdir -p "$out/tests" "$out/jobs"
+: >"$out/steps.tsv"
+
+summarize() {
+  python3 "$here/tools/gpu_checks_summary.py" "$out" "$here/BUNDLE_INFO" "$limit"
+}
+trap 'echo "run-gpu-checks: stopped by a signal; writing the summary" >&2; summarize; exit 143' TERM INT
+
+left() { echo $((deadline - SECONDS)); }
+# step NAME MAX_SECONDS LOG COMMAND...: runs COMMAND under the smaller of MAX_SECONDS and the
+# time left, its output into LOG, and records "NAME rc seconds" in steps.tsv (rc 124: timed out).
+step() {
+  local name=$1 max=$2 log=$3 t0=$SECONDS rc
+  shift 3
+  local budget=$(($(left) < max ? $(left) : max))
+  if ((budget <= 5)); then
+    printf '%s\tnot-run\t0\n' "$name" >>"$out/steps.tsv"
+    echo "run-gpu-checks: $name not run: the time limit is reached" >&2
+    return 124
+  fi
+  echo "run-gpu-checks: $name (at most ${budget}s)" >&2
+  timeout --kill-after=10 "$budget" "$@" >"$log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" $((SECONDS - t0)) >>"$out/steps.tsv"
+  return $rc
+}
+
+. "$here/libexec/cuda-libs.sh"
+export LD_LIBRARY_PATH="$here/lib${TALLY_CUDA_LIB_PATH:+:$TALLY_CUDA_LIB_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TALLY_HOME="$here" TALLY_BINARY="$here/bin/tally" PYTHONUNBUFFERED=1
+tally="$here/bin/tally"
+
+{
+  echo "== bundle"; cat "$here/BUNDLE_INFO"
+  echo "== host"; (. /etc/os-release && echo "$PRETTY_NAME"); ldd --version | head -1; nproc
+  echo "== cuda libraries"; printf '%s' "$TALLY_CUDA_LIB_FOUND"
+  echo "== gpu"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1
+  echo "== versions"
+  python3 - <<'EOF' 2>&1
+import ctypes
+def load(name):
+    try:
+        return ctypes.CDLL(name)
+    except OSError as e:
+        print(f"{name}: cannot load ({e})")
+lib = load("libcudnn.so.9")
+if lib: print("cudnn", lib.cudnnGetVersion())
+lib = load("libcublasLt.so.13")
+if lib: print("cublasLt", lib.cublasLtGetVersion())
+lib = load("libnccl.so.2")
+if lib:
+    v = ctypes.c_int()
+    lib.ncclGetVersion(ctypes.byref(v))
+    print("nccl", v.value)
+lib = load("libcudart.so.13")
+if lib:
+    v = ctypes.c_int(); lib.cudaRuntimeGetVersion(ctypes.byref(v)); print("cudart", v.value)
+    lib.cudaDriverGetVersion(ctypes.byref(v)); print("driver_api", v.value)
+EOF
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt" >&2
+
+# run_tests EXE: runs a test executable; when it dies without its XML, the test that was
+# running is recorded in OUTDIR/tests/NAME.crashed and the executable runs again without it.
+run_tests() {
+  local exe=$1 name attempt=0 filter="" crashed
+  name=$(basename "$exe")
+  : >"$out/tests/$name.crashed"
+  while ((attempt < 4)); do
+    local log="$out/tests/$name.$attempt.log" xml="$out/tests/$name.$attempt.xml"
+    step "test:$name:$attempt" 300 "$log" "$exe" --gtest_output="xml:$xml" ${filter:+--gtest_filter="-$filter"}
+    [[ -s "$xml" ]] && return 0
+    # No XML: it crashed or ran out of time inside the last test it started.
+    crashed=$(grep -a '^\[ RUN      \]' "$log" | tail -1 | awk '{print $NF}')
+    [[ -n "$crashed" ]] && ! grep -aq "^\[       OK \] $crashed \|^\[  FAILED  \] $crashed \|^\[  SKIPPED \] $crashed " "$log" || return 1
+    echo "$crashed $(tail -3 "$log" | tr '\n' ' ' | cut -c1-400)" >>"$out/tests/$name.crashed"
+    filter="${filter:+$filter:}$crashed"
+    attempt=$((attempt + 1))
+    (($(left) > 10)) || return 1
+  done
+}
+
+if [[ ",$only," == *,tests,* ]]; then
+  for exe in "$here"/tests/*; do
+    [[ -x "$exe" ]] && run_tests "$exe"
+  done
+fi
+
+if [[ ",$only," == *,bench,* ]]; then
+  step bench 240 "$out/bench.log" "$tally" bench compute --gpu --json --python python3
+  grep '^{' "$out/bench.log" >"$out/bench.jsonl"
+fi
+
+if [[ ",$only," == *,jobs,* ]]; then
+  resnet50=(--network resnet --num-layers 50 --image-shape 3,224,224 --num-classes 1000
+            --benchmark 1 --num-epochs 1 --disp-batches 5 --lr 0.05 --progress=false)
+  for dtype in float16 bfloat16; do
+    step "job:device-$dtype" 150 "$out/jobs/device-$dtype.log" \
+      "$tally" train --gpus 0 --kv-store device --dtype "$dtype" --batch-size 128 \
+      --num-examples $((128 * 40)) "${resnet50[@]}"
+  done
+  step "job:dist_device_sync" 180 "$out/jobs/dist_device_sync.log" \
+    python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" train --gpus 0 \
+    --kv-store dist_device_sync --dtype float16 --batch-size 64 --num-examples $((64 * 30)) \
+    "${resnet50[@]}"
+fi
+
+trap - TERM INT
+summarize
