@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Packs a relocatable Tally into build/tally-bundle.tar.zst: what a machine with a GPU driver
+# Packs a relocatable Tally into build/tally-bundle.tar.zst (and the same as
+# build/tally-bundle.tar.gz, for machines without zstd): what a machine with a GPU driver
 # and nothing else needs to train, to run the GPU tests, and to run tools/run-gpu-checks.sh.
 #
 #   tools/build.sh && tools/bundle.sh          # then: tar --zstd -xf build/tally-bundle.tar.zst
+#                                              # (or tar -xzf build/tally-bundle.tar.gz)
 #   tally-bundle/bin/tally train --gpus 0 ...  # from any directory, on any x86-64 Linux with
 #                                              # glibc >= this machine's
 #   tally-bundle/run-gpu-checks.sh OUTDIR      # every CUDA test, the GPU bench, short jobs
@@ -60,7 +62,8 @@ for exe in "$stage/libexec/tally" "$stage"/tests/*; do
 done
 strip --strip-unneeded "$stage"/lib/*
 
-cp tools/launch.py "$stage/tools/"
+# torch_cifar_resnet.py: the PyTorch peer of `tally bench compute` imports it.
+cp tools/launch.py tools/torch_cifar_resnet.py "$stage/tools/"
 cp -r tools/launcher tools/bench "$stage/tools/"
 find "$stage/tools" -name __pycache__ -prune -exec rm -rf {} +
 cp tools/run-gpu-checks.sh "$stage/run-gpu-checks.sh"
@@ -86,6 +89,10 @@ chmod +x "$stage/bin/tally" "$stage/run-gpu-checks.sh"
 } >"$stage/BUNDLE_INFO"
 
 tar -C "$build/bundle" -cf - tally-bundle | zstd -q -T0 -"$level" -f -o "$out"
-size=$(stat -c %s "$out")
-echo "bundle.sh: wrote $out ($((size / 1048576)) MiB, ${#gpu_tests[@]} test executables, $(ls "$stage/lib" | wc -l) libraries)"
-((size <= 60 * 1048576)) || die "$out is $((size / 1048576)) MiB, over the 60 MiB a GPU machine's transfer allows"
+# The same as a gzip'd tar, for machines without zstd (bare GPU nodes often lack it).
+tar -C "$build/bundle" -cf - tally-bundle | gzip -6 >"${out%.zst}.gz"
+for f in "$out" "${out%.zst}.gz"; do
+  size=$(stat -c %s "$f")
+  echo "bundle.sh: wrote $f ($((size / 1048576)) MiB, ${#gpu_tests[@]} test executables, $(ls "$stage/lib" | wc -l) libraries)"
+  ((size <= 60 * 1048576)) || die "$f is $((size / 1048576)) MiB, over the 60 MiB a GPU machine's transfer allows"
+done

@@ -59,9 +59,11 @@ TEST(TrainCli, PrintsMxnetSpeedometerLines) {
 }
 
 TEST(TrainCli, RefusesBadInputNamingTheFlag) {
+  // A GPU this machine does not have: on one without GPUs, the first.
+  const std::string missing_gpu = "--gpus " + std::to_string(tally::CudaDeviceCount());
   struct Case {
-    const char* args;
-    const char* expect;
+    std::string args;
+    std::string expect;
   } cases[] = {
       {"--dtype float99", "--dtype"},
       {"--dtype float16", "--dtype"},
@@ -72,7 +74,7 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--batch-size 3 --cpu-devices 2", "--batch-size"},
       {"--kv-store banana", "--kv-store"},
       {"--optimizer adam", "--optimizer"},
-      {"--gpus 0", "--gpus"},
+      {missing_gpu, "--gpus"},
       {"--no-such-flag 1", "no-such-flag"},
       {"--load-epoch 1", "--model-prefix"},
       {"--resume auto", "--model-prefix"},
@@ -84,7 +86,7 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--model-prefix /proc/no/m", "--model-prefix"},
   };
   for (const Case& c : cases) {
-    CliRun r = Tally(std::string("train ") + c.args);
+    CliRun r = Tally("train " + c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << " said:\n" << r.output;
     EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << c.args << " crashed:\n" << r.output;

@@ -2,6 +2,8 @@
 // scaling trains (the loss falls) and an overflowing step is skipped and halves the scale;
 // --benchmark's kept device batch; a checkpoint of a 16-bit model holds fp32 weights. And,
 // runnable anywhere, the errors for GPU settings that cannot work. GPU tests skip visibly.
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -127,16 +129,19 @@ void ExpectDistJobTrainsLikeOneProcess(const std::string& kv_store, const std::v
   ref_cfg.dtype = DType::kF16;
   auto ref = Make(ref_cfg);
   SyntheticData ref_data(ref_cfg.model.image_shape, 4, 5);
+  StepStats ref_stats;
   for (int step = 0; step < kSteps; ++step) {
     Tensor x, y;
     ref_data.NextBatch(kBatch, &x, &y);
-    StepStats s;
-    ASSERT_TRUE(ref->Step(x, y, &s).ok());
+    ASSERT_TRUE(ref->Step(x, y, &ref_stats).ok());
   }
+  ref->ReadStats(&ref_stats);
   Checkpoint want;
   ASSERT_TRUE(ref->Snapshot(&want).ok());
   std::mutex mu;
   std::vector<Checkpoint> got(2);
+  std::vector<StepStats> got_stats(2);
+  std::vector<float> got_scale(2);
   LocalJob job(/*zmq=*/false, 2, 1);
   job.Run([&](int rank, Cluster* cluster) {
     TrainerConfig cfg = ref_cfg;
@@ -154,12 +159,24 @@ void ExpectDistJobTrainsLikeOneProcess(const std::string& kv_store, const std::v
       StepStats s;
       st = t->Step(x.Slice(rank * half, (rank + 1) * half), y.Slice(rank * half, (rank + 1) * half), &s);
       ASSERT_TRUE(st.ok()) << st;
+      std::lock_guard<std::mutex> l(mu);
+      got_stats[rank].Add(s);
     }
+    t->ReadStats(&got_stats[rank]);
     Checkpoint c;
     ASSERT_TRUE(t->Snapshot(&c).ok());
     std::lock_guard<std::mutex> l(mu);
     got[rank] = c;
+    got_scale[rank] = t->loss_scaler().scale();
   });
+  std::printf("one process: %lld skipped, loss scale %g; workers: %lld and %lld skipped, scale %g\n",
+              static_cast<long long>(ref_stats.skipped_steps), ref->loss_scaler().scale(),
+              static_cast<long long>(got_stats[0].skipped_steps),
+              static_cast<long long>(got_stats[1].skipped_steps), got_scale[0]);
+  // Loss scaling skips a step whose scaled gradient overflows; the job must skip the same
+  // steps as the one process, or their weights differ by whole steps.
+  EXPECT_EQ(got_stats[0].skipped_steps, ref_stats.skipped_steps);
+  EXPECT_EQ(got_scale[0], ref->loss_scaler().scale());
   ASSERT_EQ(got[0].params.size(), want.params.size());
   for (size_t i = 0; i < want.params.size(); ++i) {
     // fp16 gradients summed in another order (per GPU, per worker, then on the server) than
