@@ -22,15 +22,51 @@
 #   run-gpu-checks.sh, tools/gpu_checks_summary.py   the GPU validation (docs/gpu.md)
 #   BUNDLE_INFO          commit, build date, glibc it was built against
 #
-# Environment: TALLY_BUILD (default build), TALLY_BUNDLE_ZSTD_LEVEL (default 19).
+#   tools/bundle.sh --check DIR   checks an unpacked bundle: every library its executables
+#                                 load resolves inside it, or is glibc's or CUDA's
+#
+# Environment: TALLY_BUILD (default build), TALLY_BUNDLE_DIR (where the archives and the
+# staging folder go; default TALLY_BUILD), TALLY_BUNDLE_ZSTD_LEVEL (default 19).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TALLY_BUILD:-build}
+dest=${TALLY_BUNDLE_DIR:-$build}
 level=${TALLY_BUNDLE_ZSTD_LEVEL:-19}
-stage="$build/bundle/tally-bundle"
-out="$build/tally-bundle.tar.zst"
+stage="$dest/bundle/tally-bundle"
+out="$dest/tally-bundle.tar.zst"
 
 die() { echo "bundle.sh: $*" >&2; exit 1; }
+
+# A library is shipped unless the target machine must supply it: glibc's own, the C++
+# runtime that comes with glibc's compiler, and CUDA's (they must match the driver).
+system_lib() {
+  [[ "$1" =~ ^(ld-linux.*|libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnss_.*|libstdc\+\+|libgcc_s)\.so ]] ||
+  [[ "$1" =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn.*|nccl|nvrtc.*|nvJitLink|nvidia-ml|cupti)\.so ]]
+}
+
+# check DIR: every ELF file's libraries resolve inside DIR/lib, or are system_lib's.
+check() {
+  local dir=$1 f name arrow path bad=0
+  [[ -x "$dir/libexec/tally" ]] || die "--check: $dir is not an unpacked bundle (no libexec/tally)"
+  while IFS= read -r f; do
+    [[ "$(head -c4 "$f")" == $'\x7fELF' ]] || continue
+    while read -r name arrow path _; do
+      [[ "$arrow" == "=>" ]] || continue
+      system_lib "$name" && continue
+      if [[ "$path" != "$dir/lib/"* ]]; then
+        echo "bundle.sh --check: ${f#"$dir"/} needs $name, found at '$path', not in the bundle" >&2
+        bad=1
+      fi
+    done < <(LD_LIBRARY_PATH="$dir/lib" ldd "$f" 2>/dev/null)
+  done < <(find "$dir/libexec" "$dir/lib" "$dir/tests" -type f)
+  ((bad == 0)) || exit 1
+  echo "bundle.sh --check: every library of $(find "$dir/libexec" "$dir/lib" "$dir/tests" -type f | wc -l) files resolves inside $dir or is glibc's or CUDA's"
+}
+if [[ "${1:-}" == "--check" ]]; then
+  [[ $# -eq 2 ]] || die "usage: tools/bundle.sh --check UNPACKED_BUNDLE_DIR"
+  check "$(cd "$2" && pwd)"
+  exit 0
+fi
 [[ -x "$build/bin/tally" ]] || die "$build/bin/tally is missing: run tools/build.sh first"
 command -v zstd >/dev/null || die "zstd is missing (apt-get install zstd)"
 
@@ -41,18 +77,12 @@ for t in "${gpu_tests[@]}"; do
   [[ -x "$build/tests/$t" ]] || die "$build/tests/$t is missing: build it (tools/build.sh builds every test)"
 done
 
-rm -rf "$build/bundle"
+rm -rf "$dest/bundle"
 mkdir -p "$stage"/{bin,libexec,lib,tests,tools}
 cp "$build/bin/tally" "$stage/libexec/tally"
 for t in "${gpu_tests[@]}"; do cp "$build/tests/$t" "$stage/tests/"; done
 strip --strip-unneeded "$stage/libexec/tally" "$stage"/tests/*
 
-# A library is shipped unless the target machine must supply it: glibc's own, the C++
-# runtime that comes with glibc's compiler, and CUDA's (they must match the driver).
-system_lib() {
-  [[ "$1" =~ ^(ld-linux.*|libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnss_.*|libstdc\+\+|libgcc_s)\.so ]] ||
-  [[ "$1" =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn.*|nccl|nvrtc.*|nvJitLink|nvidia-ml|cupti)\.so ]]
-}
 for exe in "$stage/libexec/tally" "$stage"/tests/*; do
   while read -r name _ path _; do
     system_lib "$name" && continue
@@ -88,9 +118,9 @@ chmod +x "$stage/bin/tally" "$stage/run-gpu-checks.sh"
   echo "tests ${gpu_tests[*]}"
 } >"$stage/BUNDLE_INFO"
 
-tar -C "$build/bundle" -cf - tally-bundle | zstd -q -T0 -"$level" -f -o "$out"
+tar -C "$dest/bundle" -cf - tally-bundle | zstd -q -T0 -"$level" -f -o "$out"
 # The same as a gzip'd tar, for machines without zstd (bare GPU nodes often lack it).
-tar -C "$build/bundle" -cf - tally-bundle | gzip -6 >"${out%.zst}.gz"
+tar -C "$dest/bundle" -cf - tally-bundle | gzip -6 >"${out%.zst}.gz"
 for f in "$out" "${out%.zst}.gz"; do
   size=$(stat -c %s "$f")
   echo "bundle.sh: wrote $f ($((size / 1048576)) MiB, ${#gpu_tests[@]} test executables, $(ls "$stage/lib" | wc -l) libraries)"

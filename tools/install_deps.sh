@@ -25,6 +25,8 @@ packages=(
   # zlib reads its gzipped IDX files.
   dataset-fashion-mnist zlib1g-dev
   python3 python3-numpy
+  # tools/bundle.sh compresses the relocatable bundle with zstd.
+  zstd
   # tests/tools/export_test.py loads `tally export`'s files into PyTorch's ResNets; `tally
   # bench` measures against PyTorch.
   python3-torch python3-torchvision
@@ -44,14 +46,37 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
-  echo "install_deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 sudo=""
 [[ $(id -u) -eq 0 ]] || sudo="sudo"
-echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#packages[@]} packages present"
+else
+  echo "install_deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# nvJPEG for the GPU input path (worker/gpu_loader.h). CUDA 13's toolkit no longer ships it;
+# NVIDIA publishes it as the PyPI wheel nvidia-nvjpeg. Debian's pip refuses to install into
+# the system Python, so the wheel is downloaded (pinned version, no dependencies) and
+# unpacked into a fixed prefix that CMake searches. Only where a CUDA toolkit is.
+nvjpeg_version=13.3.2.43
+nvjpeg_prefix=/opt/tally-nvjpeg
+if [[ -d /usr/local/cuda && ! -e "$nvjpeg_prefix/.version-$nvjpeg_version" ]]; then
+  command -v unzip >/dev/null || { $sudo apt-get install -y -qq --no-install-recommends unzip; }
+  python3 -m pip --version >/dev/null 2>&1 ||
+    $sudo apt-get install -y -qq --no-install-recommends python3-pip
+  wheel_dir=$(mktemp -d)
+  trap 'rm -rf "$wheel_dir"' EXIT
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$wheel_dir" \
+    "nvidia-nvjpeg==$nvjpeg_version"
+  unzip -q -o "$wheel_dir"/nvidia_nvjpeg-*.whl 'nvidia/cu13/*' -d "$wheel_dir"
+  $sudo mkdir -p "$nvjpeg_prefix/include" "$nvjpeg_prefix/lib"
+  $sudo cp "$wheel_dir/nvidia/cu13/include/nvjpeg.h" "$nvjpeg_prefix/include/"
+  $sudo cp "$wheel_dir"/nvidia/cu13/lib/libnvjpeg.so.* "$nvjpeg_prefix/lib/"
+  # The wheel has only the versioned name; the linker looks for libnvjpeg.so.
+  $sudo ln -sf "$(basename "$(ls "$nvjpeg_prefix"/lib/libnvjpeg.so.* | head -1)")" "$nvjpeg_prefix/lib/libnvjpeg.so"
+  $sudo touch "$nvjpeg_prefix/.version-$nvjpeg_version"
+  echo "install_deps: nvJPEG $nvjpeg_version in $nvjpeg_prefix"
+fi
