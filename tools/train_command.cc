@@ -360,9 +360,11 @@ int TrainCommand(int argc, char** argv) {
     std::printf("tally train: profiler files in %s (see: tally report %s)\n", prof_options.run_dir.c_str(),
                 prof_options.run_dir.c_str());
   }
-  std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %d cpu device(s), kvstore %s, %d threads\n",
+  const std::string devices = FLAGS_gpus.empty() ? std::to_string(FLAGS_cpu_devices) + " cpu device(s)"
+                                                  : "gpu(s) " + FLAGS_gpus + " in " + FLAGS_dtype;
+  std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %s, kvstore %s, %d threads\n",
               FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
-              FLAGS_batch_size, FLAGS_cpu_devices, FLAGS_kv_store.c_str(), NumThreads());
+              FLAGS_batch_size, devices.c_str(), FLAGS_kv_store.c_str(), NumThreads());
   std::fflush(stdout);
 
   // Every worker draws its own training images; all validate on the same ones.

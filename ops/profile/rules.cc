@@ -21,6 +21,10 @@ const char* const kRuleNames[] = {"data_starvation",     "io_bottleneck", "low_g
 constexpr size_t kRecentWindows = 5;
 // A node that records no steps (the scheduler) keeps at most this many samples.
 constexpr size_t kMaxSamples = 4096;
+// low_gpu_util judges a window only on this many samples taken within it. A busy GPU makes
+// short windows that may hold fewer (20 steps of 23 ms within 500 ms samples); an idle one
+// makes long steps, so its windows hold enough.
+constexpr size_t kMinGpuSamples = 2;
 
 std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Format(const char* fmt, ...) {
@@ -325,13 +329,18 @@ void OnlineRules::JudgeSamples(int64_t from_us, int64_t to_us, int64_t step) {
       in.push_back(&s);
     }
   }
+  // GPU utilisation is judged on samples taken within the window only: a sample is the
+  // busy share of the period before it, so the one before the window describes other work
+  // (on an H100 the sample of a run's start-up, plans and graph capture, read "busy 14%" for
+  // a step at 5,580 img/s). One in-window sample may still straddle the window's start.
+  const bool gpu_judgeable = in.size() >= kMinGpuSamples;
   if (in.empty() && before != nullptr) in.push_back(before);
   if (in.empty()) return;
   double iowait = 0, gpu_util = 0;
   size_t gpu_values = 0, gpu_samples = 0, gpus = 0;
   for (const MonitorSample* s : in) {
     iowait += s->iowait;
-    if (!judge_gpus_ || s->gpus.empty()) continue;
+    if (!judge_gpus_ || !gpu_judgeable || s->gpus.empty()) continue;
     ++gpu_samples;
     size_t used = 0;
     for (size_t g = 0; g < s->gpus.size(); ++g) {

@@ -241,6 +241,18 @@ TEST(OnlineRulesTest, LowGpuUtilisationOnlyWithGpus) {
   EXPECT_TRUE(Online(Meta("worker", 0), steps, Samples(steps, gpus(20)), Config("gpu_util_percent=10")).empty());
 }
 
+// A window with fewer than two samples of its own is not judged for the GPUs: the sample
+// before it describes the period before it (a run's start-up, say), not its steps.
+TEST(OnlineRulesTest, LowGpuUtilisationNeedsSamplesWithinTheWindow) {
+  std::vector<StepRecord> steps = Steps(100);
+  std::vector<MonitorSample> all =
+      Samples(steps, [](MonitorSample* s) { s->gpus = {{14, 0, 0}}; });
+  ASSERT_GE(all.size(), 3u);
+  std::vector<MonitorSample> one = {all[0]};  // taken before the first judged window
+  EXPECT_TRUE(Online(Meta("worker", 0), steps, one).empty()) << Lines(Online(Meta("worker", 0), steps, one));
+  EXPECT_EQ(Rules(Online(Meta("worker", 0), steps, all)), std::vector<std::string>{"low_gpu_util"});
+}
+
 TEST(OnlineRulesTest, LowGpuUtilisationCountsTheWorkersOwnGpus) {
   std::vector<StepRecord> steps = Steps(100);
   std::vector<MonitorSample> samples =

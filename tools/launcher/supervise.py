@@ -19,6 +19,10 @@ import time
 from . import commands
 
 POLL_SECONDS = 0.05
+# The scheduler ends the job once every worker has said it is done, and the workers' processes
+# may take a few seconds more to exit (freeing a GPU, say): a scheduler or server that exits
+# cleanly is reported only if the workers are still running this long after.
+EARLY_EXIT_GRACE_SECONDS = 10.0
 
 
 def say(message):
@@ -299,6 +303,7 @@ class Job:
         workers = [c for c in self.children if c.proc.role == "worker"]
         others = [c for c in self.children if c.proc.role != "worker"]
         workers_done_at = None
+        exited_at = {}
         noted_early = set()
         while True:
             if self.received is not None:
@@ -315,10 +320,13 @@ class Job:
                 if all(c.poll() == 0 for c in workers):
                     workers_done_at = time.monotonic()
                 else:
+                    now = time.monotonic()
                     for child in others:
                         if child.poll() == 0 and child not in noted_early:
-                            noted_early.add(child)
-                            say(f"{child.label} exited before the workers finished")
+                            if now - exited_at.setdefault(child, now) > EARLY_EXIT_GRACE_SECONDS:
+                                noted_early.add(child)
+                                say(f"{child.label} exited {EARLY_EXIT_GRACE_SECONDS:g} s before "
+                                    f"the workers finished")
             if all(c.poll() == 0 for c in self.children):
                 return 0
             if workers_done_at is not None and \
