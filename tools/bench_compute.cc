@@ -100,6 +100,14 @@ double MedianStepSeconds(const ComputeCase& c, DType dtype, int steps, int warmu
     if (!FLAGS_json) std::fprintf(stderr, "  %s step %d: %.4f s\n", c.key, i, dt);
   }
   std::sort(times.begin(), times.end());
+  std::string memory;
+  if (c.gpu) {
+    // Read before the split's second Trainer is made: the peak of the timed steps alone.
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "peak %.1f GiB in use (Tally's allocator); ",
+                  GetDeviceMemoryStats(0).peak_bytes_in_use / 1073741824.0);
+    memory = buf;
+  }
   if (c.gpu) {
     Status made = Trainer::Create([&] { TrainerConfig t = cfg; t.synchronize_phases = true; return t; }(), &trainer);
     int64_t phase[profile::kNumPhases] = {}, total = 0;
@@ -128,6 +136,7 @@ double MedianStepSeconds(const ComputeCase& c, DType dtype, int steps, int warmu
                     100.0 * std::max<int64_t>(0, total - fwd - bwd - update) / total);
       *split = buf;
     }
+    *split = memory + *split;
   }
   return times[times.size() / 2];
 }

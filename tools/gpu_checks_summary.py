@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes OUTDIR/summary.json from what run-gpu-checks.sh left in OUTDIR, and prints a
 short table. Usage: gpu_checks_summary.py OUTDIR BUNDLE_INFO TIME_LIMIT_S
+Or: gpu_checks_summary.py --markdown summary.json   (the tables of docs/gpu-results.md)
 
 summary.json: {"commit", "bundle", "env", "time_limit_s", "steps": [{name, rc, seconds}],
 "tests": {"passed", "failed", "skipped", "crashed", "cases": [{executable, name, result,
@@ -116,5 +117,33 @@ def main():
     return 0 if passed else 1
 
 
+def markdown(path):
+    s = json.load(open(path))
+    print("| executable | passed | failed | skipped | crashed |\n|---|---|---|---|---|")
+    by_exe = {}
+    for c in s["tests"]["cases"]:
+        by_exe.setdefault(c["executable"], {"passed": 0, "failed": 0, "skipped": 0, "crashed": 0})[c["result"]] += 1
+    for exe, n in sorted(by_exe.items()):
+        print(f"| {exe} | {n['passed']} | {n['failed']} | {n['skipped']} | {n['crashed']} |")
+    t = s["tests"]
+    print(f"| **all** | {t['passed']} | {t['failed']} | {t['skipped']} | {t['crashed']} |\n")
+    for c in t["cases"]:
+        if c["result"] != "passed":
+            print(f"- {c['result']}: `{c['name']}` ({c['executable']}): {c['message'].splitlines()[-1]}")
+    print("\n| bench case | Tally | peer | ratio | note |\n|---|---|---|---|---|")
+    for b in s["bench"]:
+        print(f"| {b['case']} | {b['value']} {b['unit']} | {b.get('peer')} ({b.get('peer_name', '')}) | "
+              f"{b.get('ratio')} | {b.get('note', '')} |")
+    print("\n| job | exit | first loss | last loss | samples/s (last Speedometer line) |\n|---|---|---|---|---|")
+    for j in s["jobs"]:
+        print(f"| {j['name']} | {j['rc']} | {j['first_loss']} | {j['last_loss']} | {j['speed_samples_per_s']} |")
+    print("\n| step | exit | seconds |\n|---|---|---|")
+    for st in s["steps"]:
+        print(f"| {st['name']} | {st['rc']} | {st['seconds']} |")
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--markdown":
+        markdown(sys.argv[2])
+        sys.exit(0)
     sys.exit(main())
