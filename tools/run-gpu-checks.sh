@@ -41,7 +41,16 @@ mkdir -p "$out/tests" "$out/jobs"
 summarize() {
   python3 "$here/tools/gpu_checks_summary.py" "$out" "$here/BUNDLE_INFO" "$limit"
 }
-trap 'echo "run-gpu-checks: stopped by a signal; writing the summary" >&2; summarize; exit 143' TERM INT
+# The step running is a background child waited for, so a signal is handled at once rather
+# than when the step ends: the child is stopped and the summary written from what finished.
+child=""
+on_signal() {
+  echo "run-gpu-checks: stopped by a signal; writing the summary" >&2
+  [[ -n "$child" ]] && kill -TERM "$child" 2>/dev/null && wait "$child"
+  summarize
+  exit 143
+}
+trap on_signal TERM INT
 
 left() { echo $((deadline - SECONDS)); }
 # step NAME MAX_SECONDS LOG COMMAND...: runs COMMAND under the smaller of MAX_SECONDS and the
@@ -56,8 +65,11 @@ step() {
     return 124
   fi
   echo "run-gpu-checks: $name (at most ${budget}s)" >&2
-  timeout --kill-after=10 "$budget" "$@" >"$log" 2>&1
+  timeout --kill-after=10 "$budget" "$@" >"$log" 2>&1 &
+  child=$!
+  wait "$child"
   rc=$?
+  child=""
   printf '%s\t%s\t%s\n' "$name" "$rc" $((SECONDS - t0)) >>"$out/steps.tsv"
   return $rc
 }
