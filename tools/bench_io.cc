@@ -3,6 +3,10 @@
 // doing the same work on the same JPEG files in the same run (tools/bench/pil_io_peer.py).
 // Both figures are divided by the thread count: the goal is throughput per core.
 //
+// --gpu: the GPU input path instead (worker/gpu_loader.h: nvJPEG decode + augmentation on
+// cuda:0, NHWC fp16 with 4 channels as training takes it), in img/s, against the CPU loader
+// with every core of this machine on the same pack in the same run (ratio = gpu / cpu).
+//
 // Input: --data DIR (its *.jpg / *.jpeg), --data FILE.rec (its images), or, by default,
 // --images generated photo-like JPEGs of 500x375 at quality 90 (ImageNet's typical size).
 #include <dirent.h>
@@ -17,20 +21,27 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gflags/gflags.h>
 
 #include "ops/random.h"
 #include "tools/bench.h"
 #include "tools/command.h"
+#include "ops/device.h"
+#include "worker/gpu_loader.h"
 #include "worker/loader.h"
 
 DECLARE_bool(json);
+DECLARE_bool(gpu);  // defined with bench compute's flags; here: measure the GPU input path
 DECLARE_string(python);
 DEFINE_int32(images, 512, "bench io: images per timed pass (generated, or the first N of --data)");
 DEFINE_string(data, "", "bench io: a folder of JPEGs or a .rec to read instead of generated images");
 DEFINE_string(io_threads, "1,2", "bench io: thread counts to measure (also accepted as --threads)");
 DEFINE_int32(io_batch, 32, "bench io: batch size");
+DEFINE_int32(gpu_batch, 256, "bench io --gpu: batch size of the GPU loader");
+DEFINE_int32(gpu_prep_threads, 8, "bench io --gpu: CPU threads reading and planning records for the GPU loader");
+DEFINE_int32(gpu_batches, 40, "bench io --gpu: timed batches (the pack is read epoch after epoch)");
 
 namespace tally {
 namespace {
@@ -148,6 +159,64 @@ Status MeasureTally(const std::string& dir, int threads, double* images_per_s) {
   return Status::Ok();
 }
 
+// Images/s of the GPU loader: ImageNet training augmentation to [B,224,224,4] fp16 on cuda:0,
+// each batch's kernels waited for before the next is asked, as a training step would use it.
+Status MeasureGpu(const std::string& dir, double* images_per_s, std::string* decoder, GpuLoaderStats* stats) {
+  GpuLoaderConfig cfg;
+  cfg.loader.rec_path = dir + "/images.rec";
+  cfg.loader.idx_path = dir + "/images.idx";
+  cfg.loader.batch_size = FLAGS_gpu_batch;
+  cfg.loader.threads = FLAGS_gpu_prep_threads;
+  cfg.loader.prefetch = 4;
+  cfg.loader.augment = AugmentParams::ImageNetTrain();
+  cfg.dtype = DType::kF16;
+  cfg.channels = 4;
+  std::unique_ptr<GpuLoader> loader;
+  TALLY_RETURN_IF_ERROR(GpuLoader::Create(cfg, &loader));
+  *decoder = loader->decoder();
+  const Device gpu{Device::Kind::kCuda, 0};
+  Batch batch;
+  for (int i = 0; i < 3; ++i) TALLY_RETURN_IF_ERROR(loader->NextBatch(&batch));
+  Synchronize(gpu);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < FLAGS_gpu_batches; ++i) {
+    TALLY_RETURN_IF_ERROR(loader->NextBatch(&batch));
+    Synchronize(gpu);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  *images_per_s = static_cast<double>(FLAGS_gpu_batches) * cfg.loader.batch_size / seconds;
+  *stats = loader->stats();
+  return Status::Ok();
+}
+
+// bench io --gpu: the GPU loader against the CPU loader on all cores, same pack, same run.
+Status BenchGpu(const std::string& dir, size_t images, size_t bytes, std::vector<BenchRow>* rows) {
+  if (!GpuDecodeBuilt()) return Status::InvalidArgument("bench io --gpu: this Tally was built without nvJPEG");
+  TALLY_RETURN_IF_ERROR(CheckDevice(Device{Device::Kind::kCuda, 0}));
+  double gpu = 0, cpu = 0;
+  std::string decoder;
+  GpuLoaderStats stats;
+  TALLY_RETURN_IF_ERROR(MeasureGpu(dir, &gpu, &decoder, &stats));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  TALLY_RETURN_IF_ERROR(MeasureTally(dir, cores, &cpu));
+  BenchRow row;
+  row.bench = "io";
+  row.name = "gpu-jpeg-imagenet-train-aug-b" + std::to_string(FLAGS_gpu_batch) + "-f16x4";
+  row.unit = "img/s";
+  row.value = gpu;
+  row.peer = cpu;
+  row.peer_name = "tally CPU loader, " + std::to_string(cores) + " threads";
+  char note[320];
+  std::snprintf(note, sizeof note, "%s; nvJPEG %s decoder; %lld GPU-decoded, %lld CPU-decoded; %zu images, mean %.0f KB",
+                DeviceDescription(Device{Device::Kind::kCuda, 0}).c_str(), decoder.c_str(),
+                static_cast<long long>(stats.gpu_decoded), static_cast<long long>(stats.cpu_decoded), images,
+                bytes / 1024.0 / images);
+  row.note = note;
+  if (!FLAGS_json) std::fprintf(stderr, "  gpu: %.1f img/s, cpu loader (%d threads): %.1f img/s\n", gpu, cores, cpu);
+  rows->push_back(row);
+  return Status::Ok();
+}
+
 double MeasurePeer(const std::string& dir, int threads, std::string* name) {
   std::ostringstream cmd;
   cmd << "OMP_NUM_THREADS=1 " << FLAGS_python << " " << TallyHome() << "/tools/bench/pil_io_peer.py --dir "
@@ -181,7 +250,9 @@ int BenchIo(int argc, char** argv) {
   for (std::string& a : args) ptrs.push_back(a.data());
   int n = static_cast<int>(ptrs.size());
   char** v = ptrs.data();
-  ParseFlags("tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec] [--io_batch=32]", &n, &v);
+  ParseFlags("tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec] [--io_batch=32] "
+             "[--gpu [--gpu_batch=256] [--gpu_prep_threads=8] [--gpu_batches=40]]",
+             &n, &v);
 
   std::vector<int> thread_counts;
   std::stringstream ss(FLAGS_io_threads);
@@ -203,8 +274,9 @@ int BenchIo(int argc, char** argv) {
   size_t bytes = 0;
   for (const std::string& i : images) bytes += i.size();
   std::vector<BenchRow> rows;
+  if (FLAGS_gpu && s.ok()) s = BenchGpu(dir, images.size(), bytes, &rows);
   for (int t : thread_counts) {
-    if (!s.ok()) break;
+    if (!s.ok() || FLAGS_gpu) break;
     double tally = 0;
     s = MeasureTally(dir, t, &tally);
     if (!s.ok()) break;

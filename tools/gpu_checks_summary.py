@@ -94,7 +94,7 @@ def main():
     # A test step that died but was rerun without its crashed test is counted by its cases.
     bad_steps = [s for s in steps if s["rc"] != "0" and not s["name"].startswith("test:")]
     passed = (not bad_steps and counts["failed"] == 0 and counts["crashed"] == 0 and
-              all(j["rc"] == "0" and j["loss_fell"] for j in jobs) and len(jobs) == 3 and bench != []
+              all(j["rc"] == "0" and j["loss_fell"] for j in jobs) and jobs != [] and bench != []
               and counts["passed"] > 0)
     summary = {"commit": commit, "bundle": bundle, "env": read(os.path.join(out, "env.txt")),
                "time_limit_s": limit, "steps": steps, "tests": dict(counts, cases=cases),

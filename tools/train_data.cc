@@ -2,10 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include <gflags/gflags.h>
 
+#include "worker/gpu_loader.h"
 #include "worker/loader.h"
 #include "worker/synthetic_data.h"
 
@@ -14,6 +16,9 @@ DEFINE_string(data_train_idx, "", "its index (.idx); default: the .rec's name wi
 DEFINE_string(data_val, "", "validation RecordIO pack (.rec)");
 DEFINE_string(data_val_idx, "", "its index (.idx); default: the .rec's name with .idx");
 DEFINE_int32(data_nthreads, 4, "decoding threads per loader");
+DEFINE_int32(gpu_decode, 1,
+             "with one GPU per process and --data-train: 1 decodes and augments the training JPEGs on "
+             "the GPU (nvJPEG) where this build has it, else on the CPU; 0: on the CPU");
 DEFINE_string(rgb_mean, "123.68,116.779,103.939", "mean subtracted from R,G,B");
 DEFINE_string(rgb_std, "1,1,1", "R,G,B are divided by this after the mean");
 DEFINE_int32(random_mirror, 1, "1: flip training images left-right at random");
@@ -94,6 +99,18 @@ class SyntheticSource : public BatchSource {
   Tensor images_, labels_;
 };
 
+// Every one of the first `rows` labels must name a class of the model.
+Status CheckLabels(const Tensor& labels, int64_t rows, int num_classes) {
+  const int32_t* l = labels.data<int32_t>();
+  for (int64_t i = 0; i < rows; ++i) {
+    if (l[i] < 0 || l[i] >= num_classes) {
+      return Status::InvalidArgument("a record has label " + std::to_string(l[i]) + ", outside --num-classes " +
+                                     std::to_string(num_classes));
+    }
+  }
+  return Status::Ok();
+}
+
 class RecordSource : public BatchSource {
  public:
   RecordSource(std::unique_ptr<Loader> loader, int num_classes, bool drop_pad)
@@ -102,13 +119,7 @@ class RecordSource : public BatchSource {
     Batch b;
     TALLY_RETURN_IF_ERROR(loader_->NextBatch(&b));
     const int64_t rows = b.images.dim(0) - (drop_pad_ ? b.pad : 0);
-    const int32_t* l = b.labels.data<int32_t>();
-    for (int64_t i = 0; i < rows; ++i) {
-      if (l[i] < 0 || l[i] >= num_classes_) {
-        return Status::InvalidArgument("a record has label " + std::to_string(l[i]) + ", outside --num-classes " +
-                                       std::to_string(num_classes_));
-      }
-    }
+    TALLY_RETURN_IF_ERROR(CheckLabels(b.labels, rows, num_classes_));
     *images = b.images.Slice(0, rows);
     *labels = b.labels.Slice(0, rows);
     return Status::Ok();
@@ -121,15 +132,16 @@ class RecordSource : public BatchSource {
   bool drop_pad_;
 };
 
-Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::string& idx, bool train,
-                 int rank, int workers, const DataPosition& start, std::unique_ptr<Loader>* out) {
+// The loader's settings for a pack, from the flags; fails naming the flag.
+Status LoaderConfigFor(const TrainerConfig& cfg, const std::string& rec, const std::string& idx, bool train,
+                       int rank, int workers, const DataPosition& start, LoaderConfig* out) {
   const char* flag = train ? "--data-train" : "--data-val";
   TALLY_RETURN_IF_ERROR(FileFlag(flag, rec));
   TALLY_RETURN_IF_ERROR(FileFlag(train ? "--data-train-idx" : "--data-val-idx", idx));
   if (cfg.model.image_shape[0] != 3) {
     return Status::InvalidArgument("--image-shape: RecordIO images are decoded to 3 channels");
   }
-  LoaderConfig lc;
+  LoaderConfig& lc = *out;
   lc.rec_path = rec;
   lc.idx_path = idx;
   lc.batch_size = FLAGS_batch_size;
@@ -161,8 +173,59 @@ Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::st
     a.saturation = static_cast<float>(FLAGS_saturation);
     a.pca_noise = static_cast<float>(FLAGS_pca_noise);
   }
+  return Status::Ok();
+}
+
+Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::string& idx, bool train,
+                 int rank, int workers, const DataPosition& start, std::unique_ptr<Loader>* out) {
+  LoaderConfig lc;
+  TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, rec, idx, train, rank, workers, start, &lc));
   Status s = Loader::Create(lc, out);
-  if (!s.ok()) return Status::InvalidArgument(std::string(flag) + ": " + s.message());
+  if (!s.ok()) return Status::InvalidArgument(std::string(train ? "--data-train: " : "--data-val: ") + s.message());
+  return Status::Ok();
+}
+
+// Training batches decoded and augmented on the GPU (worker/gpu_loader.h): images already
+// on the trainer's GPU in its dtype and input channels, which Trainer::Step copies on the
+// device; labels on the host.
+class GpuRecordSource : public BatchSource {
+ public:
+  GpuRecordSource(std::unique_ptr<GpuLoader> loader, int num_classes)
+      : loader_(std::move(loader)), num_classes_(num_classes) {}
+  Status Next(Tensor* images, Tensor* labels) override {
+    Batch b;
+    TALLY_RETURN_IF_ERROR(loader_->NextBatch(&b));
+    TALLY_RETURN_IF_ERROR(CheckLabels(b.labels, b.labels.dim(0), num_classes_));
+    *images = b.images;
+    *labels = b.labels;
+    return Status::Ok();
+  }
+  int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+
+ private:
+  std::unique_ptr<GpuLoader> loader_;
+  int num_classes_;
+};
+
+// Whether the training pack is decoded on the GPU: --gpu-decode 1 with one GPU in this
+// process and a build with nvJPEG. Asked for explicitly where it cannot be, it is an error.
+Status UseGpuDecode(const TrainerConfig& cfg, bool* use) {
+  *use = false;
+  if (FLAGS_gpu_decode == 0 || cfg.gpus.empty()) return Status::Ok();
+  const bool asked = !gflags::GetCommandLineFlagInfoOrDie("gpu_decode").is_default;
+  std::string why;
+  if (FLAGS_gpu_decode != 1) {
+    return Status::InvalidArgument("--gpu-decode " + std::to_string(FLAGS_gpu_decode) + ": 0 or 1");
+  } else if (cfg.gpus.size() != 1) {
+    why = "it serves one GPU per process, and --gpus names " + std::to_string(cfg.gpus.size());
+  } else if (!GpuDecodeBuilt()) {
+    why = "this tally was built without nvJPEG (tools/install_deps.sh installs it)";
+  }
+  if (why.empty()) {
+    *use = true;
+  } else if (asked) {
+    return Status::InvalidArgument("--gpu-decode 1: " + why + "; --gpu-decode 0 decodes on the CPU");
+  }
   return Status::Ok();
 }
 
@@ -176,6 +239,26 @@ Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const Da
     if (start.batch >= batches) return Status::InvalidArgument("the resume position is past the epoch's end");
     out->reset(new SyntheticSource(cfg, 2 + rank, batches, FLAGS_batch_size, FLAGS_benchmark != 0,
                                    start.epoch * batches + start.batch, /*cycle=*/false));
+    return Status::Ok();
+  }
+  bool gpu_decode = false;
+  TALLY_RETURN_IF_ERROR(UseGpuDecode(cfg, &gpu_decode));
+  if (gpu_decode) {
+    GpuLoaderConfig gc;
+    TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx),
+                                          true, rank, workers, start, &gc.loader));
+    gc.device = cfg.gpus[0];
+    gc.dtype = cfg.dtype;
+    gc.channels = cfg.dtype != DType::kF32 ? 4 : 3;  // as Trainer::Create pads the stem's input
+    std::unique_ptr<GpuLoader> loader;
+    Status s = GpuLoader::Create(gc, &loader);
+    if (!s.ok()) return Status::InvalidArgument("--data-train (decoded on the GPU, --gpu-decode 1): " + s.message());
+    if (start.batch >= loader->batches_per_epoch()) {
+      return Status::InvalidArgument("the resume position is past the epoch's end (the pack or the job changed)");
+    }
+    std::printf("tally train: training images decoded on cuda:%d by nvJPEG (%s decoder)\n", gc.device,
+                loader->decoder().c_str());
+    out->reset(new GpuRecordSource(std::move(loader), cfg.model.num_classes));
     return Status::Ok();
   }
   std::unique_ptr<Loader> loader;

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include <glog/logging.h>
+
+#include "worker/shard.h"
 
 namespace tally {
 
@@ -107,13 +108,8 @@ std::shared_ptr<const std::vector<uint32_t>> Loader::Permutation(int64_t epoch) 
   std::lock_guard<std::mutex> lock(perm_mu_);
   auto it = perms_.find(epoch);
   if (it != perms_.end()) return it->second;
-  auto perm = std::make_shared<std::vector<uint32_t>>(reader_->num_indexed());
-  std::iota(perm->begin(), perm->end(), 0u);
-  if (config_.shuffle) {
-    // Fisher-Yates from a generator every part seeds the same way.
-    Rng rng(SplitMix64Hash(SplitMix64Hash(config_.seed) ^ static_cast<uint64_t>(epoch)));
-    for (size_t i = perm->size(); i > 1; --i) std::swap((*perm)[i - 1], (*perm)[rng.Below(static_cast<uint32_t>(i))]);
-  }
+  auto perm = std::make_shared<std::vector<uint32_t>>(
+      EpochPermutation(static_cast<uint32_t>(reader_->num_indexed()), config_.shuffle, config_.seed, epoch));
   perms_[epoch] = perm;
   while (perms_.size() > 2) perms_.erase(perms_.begin());
   return perm;
@@ -125,9 +121,9 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
   const DType dtype = config_.output == OutputType::kF32   ? DType::kF32
                       : config_.output == OutputType::kF16 ? DType::kF16
                                                            : DType::kU8;
-  const int64_t position = config_.first_batch + seq;
-  batch->epoch = config_.first_epoch + position / batches_per_epoch_;
-  batch->index = position % batches_per_epoch_;
+  const BatchPosition at = PositionOf(seq, config_.first_epoch, config_.first_batch, batches_per_epoch_);
+  batch->epoch = at.epoch;
+  batch->index = at.index;
   batch->images = Tensor::Empty({bs, ap.data_h, ap.data_w, 3}, dtype);
   batch->labels = Tensor::Empty({bs}, DType::kI32);
   if (config_.label_width > 1) batch->label_matrix = Tensor::Empty({bs, config_.label_width}, DType::kF32);
@@ -140,13 +136,10 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
   const size_t sample_bytes = augmenter_.SampleBytes(config_.output);
   std::vector<float> labels(config_.label_width);
   for (int j = 0; j < bs; ++j) {
-    int64_t k = batch->index * bs + j;  // position in the part's list
-    if (k >= per_part_) ++batch->pad;   // round_batch: the last batch wraps to the start
-    k %= per_part_;
-    if (part_start + k >= n) ++batch->pad;  // the last part wraps to the permutation's start
+    const int64_t k = PartSlot(batch->index * bs + j, per_part_, part_start, n, &batch->pad);
     Status s;
     for (int64_t tries = 0; tries < per_part_; ++tries) {
-      const int64_t record = (*perm)[(part_start + (k + tries) % per_part_) % n];
+      const int64_t record = RecordAt(*perm, part_start, k, tries, per_part_);
       s = LoadSample(batch->epoch, record, images + j * sample_bytes, labels.data());
       if (s.ok()) break;
       TALLY_RETURN_IF_ERROR(NoteBadRecord(batch->epoch, record, s));

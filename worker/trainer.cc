@@ -247,6 +247,27 @@ void Trainer::PrepareSlice(int d, const Tensor& images, const Tensor& labels, Te
   if (!x->defined() || x->shape() != want || x->dtype() != config_.dtype || x->device() != device) {
     *x = Tensor::Empty(want, config_.dtype, device);
   }
+  if (images.device() == device) {
+    // Decoded on this GPU (worker/gpu_loader.h) in the model's dtype and channels: copied on
+    // the device's stream into the buffer a captured step reads.
+    CHECK(images.dtype() == config_.dtype && images.dim(3) == want[3])
+        << "a device batch " << images.ToString() << " for a model taking " << DTypeName(config_.dtype) << " with "
+        << want[3] << " channels";
+    x->CopyFrom(images);
+  } else if (!images.device().is_cpu()) {
+    LOG(FATAL) << "a batch on " << images.device().ToString() << " for a replica on " << device.ToString();
+  } else {
+    StageUpload(images, want, device, x);
+  }
+  if (!y->defined() || y->shape() != labels.shape() || y->device() != device) {
+    *y = Tensor::Empty(labels.shape(), DType::kI32, device);
+  }
+  Tensor staged_labels = PinnedEmpty(labels.shape(), labels.dtype());
+  staged_labels.CopyFrom(labels);
+  y->CopyFrom(staged_labels);
+}
+
+void Trainer::StageUpload(const Tensor& images, const Shape& want, Device device, Tensor* x) const {
   // The batch goes through page-locked memory, so that its upload is queued rather than
   // waited for (a copy from pageable memory waits for the stream); the staging block is
   // reused only once its copy has run (PinnedEmpty).
@@ -259,12 +280,6 @@ void Trainer::PrepareSlice(int d, const Tensor& images, const Tensor& labels, Te
   } else {
     x->CopyFrom(staged);
   }
-  if (!y->defined() || y->shape() != labels.shape() || y->device() != device) {
-    *y = Tensor::Empty(labels.shape(), DType::kI32, device);
-  }
-  Tensor staged_labels = PinnedEmpty(labels.shape(), labels.dtype());
-  staged_labels.CopyFrom(labels);
-  y->CopyFrom(staged_labels);
 }
 
 void Trainer::Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const {

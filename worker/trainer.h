@@ -136,9 +136,12 @@ class Trainer {
  private:
   Trainer() = default;
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
-  // Replica d's share of a host batch on its device, in the model's dtype and input
-  // channels (the CPU replicas take the host slices as they are).
+  // Replica d's share of a batch on its device, in the model's dtype and input channels
+  // (the CPU replicas take the host slices as they are). Images may already be on that GPU
+  // in that dtype and those channels (worker/gpu_loader.h): they are copied on the device.
   void PrepareSlice(int d, const Tensor& images, const Tensor& labels, Tensor* x, Tensor* y) const;
+  // Uploads host images to *x (shape want) through page-locked memory, converting and padding.
+  void StageUpload(const Tensor& images, const Shape& want, Device device, Tensor* x) const;
   void PushGradient(int key);
   // The device-resident step (step_on_device): the batch in step_x_/step_y_, queued whole.
   Status StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats);

@@ -1,0 +1,300 @@
+// GpuLoader on nvJPEG (worker/gpu_loader.h). Three stages:
+//   prep threads (config.loader.threads): read, unpack and plan each sample of a batch, ask
+//     nvJPEG whether the GPU can decode it, and decode on the CPU the few it cannot;
+//   the GPU thread: per batch, one batched nvJPEG decode into the slot's image buffer,
+//     uploads of the CPU-decoded images, then the augmentation kernel into the slot's output;
+//   NextBatch: hands the slot out, ordered on the device's stream by events.
+// Two slots (double buffering); batch seq uses slot seq % 2. The GPU thread starts batch seq
+// only once NextBatch(seq - 1) has recorded the release of slot seq % 2, since waiting on an
+// event not yet recorded would not wait at all.
+#include <nvjpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include <glog/logging.h>
+
+#include "ops/cuda/check.h"
+#include "ops/cuda/context.h"
+#include "worker/gpu/augment_kernel.h"
+#include "worker/gpu/nvjpeg_batch.h"
+#include "worker/gpu_loader.h"
+#include "worker/shard.h"
+
+namespace tally {
+namespace {
+
+constexpr int kSlots = 2;
+
+class NvjpegLoader : public GpuLoader {
+ public:
+  NvjpegLoader(const GpuLoaderConfig& config, std::unique_ptr<RecordReader> reader)
+      : config_(config), reader_(std::move(reader)), augmenter_(config.loader.augment),
+        host_slots_(config.loader.prefetch) {}
+  ~NvjpegLoader() override;
+  Status Start();
+
+  Status NextBatch(Batch* batch) override;
+  int64_t batches_per_epoch() const override { return batches_per_epoch_; }
+  GpuLoaderStats stats() const override;
+  std::string decoder() const override { return decoder_->hardware() ? "hardware" : "gpu-hybrid"; }
+
+ private:
+  struct HostSlot {
+    HostBatch batch;
+    bool ready = false;
+  };
+  void PrepLoop();
+  void GpuLoop();
+  Status Prepare(int64_t seq, HostBatch* batch, NvjpegProbe* probe);
+  // Fills *sample from part position k, skipping bad records (from try `first_try` on).
+  Status PrepareSample(int64_t epoch, int64_t k, int64_t first_try, bool cpu_decode, NvjpegProbe* probe,
+                       HostSample* sample);
+  Status NoteBadRecord(int64_t epoch, int64_t record, const Status& why);
+  void Fail(const Status& s);
+
+  const GpuLoaderConfig config_;
+  const std::unique_ptr<RecordReader> reader_;
+  const Augmenter augmenter_;
+  int64_t per_part_ = 0, batches_per_epoch_ = 0, max_bad_ = 0;
+  std::unique_ptr<NvjpegBatchDecoder> decoder_;
+  cudaStream_t consumer_ = nullptr;  // the device's stream, where the batches are used
+  cudaEvent_t released_[kSlots] = {};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<HostSlot> host_slots_;   // GUARDED_BY(mu_); batch seq in seq % size
+  int64_t next_claim_ = 0;             // GUARDED_BY(mu_): next batch for a prep thread
+  int64_t next_host_take_ = 0;         // GUARDED_BY(mu_): next batch for the GPU thread
+  int64_t queued_[kSlots] = {-1, -1};  // GUARDED_BY(mu_): batch queued in each slot
+  HostBatch meta_[kSlots];             // GUARDED_BY(mu_): its labels, epoch, index, pad
+  int64_t next_deliver_ = 0;           // GUARDED_BY(mu_)
+  bool stop_ = false;                  // GUARDED_BY(mu_)
+  Status error_;                       // GUARDED_BY(mu_)
+  std::unordered_set<int64_t> bad_;    // GUARDED_BY(mu_)
+  std::map<int64_t, std::unordered_set<int64_t>> bad_by_epoch_;  // GUARDED_BY(mu_)
+  std::mutex perm_mu_;
+  std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_;  // GUARDED_BY(perm_mu_)
+  std::vector<std::thread> threads_;
+};
+
+NvjpegLoader::~NvjpegLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  // The decoder waits for its own stream; the events may still be waited on by the consumer's.
+  decoder_.reset();
+  for (cudaEvent_t e : released_) {
+    if (e != nullptr) TALLY_CUDA_CHECK(cudaEventDestroy(e));
+  }
+}
+
+Status NvjpegLoader::Start() {
+  const LoaderConfig& c = config_.loader;
+  const int64_t n = static_cast<int64_t>(reader_->num_indexed());
+  per_part_ = c.round_batch ? (n + c.num_parts - 1) / c.num_parts : n / c.num_parts;
+  batches_per_epoch_ = c.round_batch ? (per_part_ + c.batch_size - 1) / c.batch_size : per_part_ / c.batch_size;
+  if (batches_per_epoch_ == 0) {
+    return Status::InvalidArgument("GPU loader: " + std::to_string(n) + " records make no full batch of " +
+                                   std::to_string(c.batch_size) + " for each of " + std::to_string(c.num_parts) +
+                                   " parts (set round_batch to pad)");
+  }
+  max_bad_ = static_cast<int64_t>(std::floor(c.max_bad_fraction * per_part_));
+  const Device device{Device::Kind::kCuda, config_.device};
+  consumer_ = cuda::Context(device).stream;  // also makes config_.device this thread's device
+  for (cudaEvent_t& e : released_) TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  TALLY_RETURN_IF_ERROR(NvjpegBatchDecoder::Create(config_, &decoder_));
+  for (int t = 0; t < c.threads; ++t) threads_.emplace_back([this] { PrepLoop(); });
+  threads_.emplace_back([this] { GpuLoop(); });
+  return Status::Ok();
+}
+
+GpuLoaderStats NvjpegLoader::stats() const {
+  GpuLoaderStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.loader.samples = next_deliver_ * config_.loader.batch_size;
+    s.loader.bad_records = static_cast<int64_t>(bad_.size());
+  }
+  s.gpu_decoded = decoder_->gpu_decoded();
+  s.cpu_decoded = decoder_->cpu_decoded();
+  return s;
+}
+
+void NvjpegLoader::Fail(const Status& s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.ok()) error_ = s;
+  }
+  cv_.notify_all();
+}
+
+Status NvjpegLoader::NextBatch(Batch* batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int slot = static_cast<int>(next_deliver_ % kSlots);
+  cv_.wait(lock, [&] { return queued_[slot] == next_deliver_ || !error_.ok(); });
+  if (queued_[slot] != next_deliver_) return error_;
+  *batch = std::move(meta_[slot].meta);
+  batch->images = decoder_->Output(slot);
+  // The consumer's work on this batch runs after its kernels; its work on the previous batch
+  // (queued before this call) must end before the GPU thread overwrites that slot.
+  TALLY_CUDA_CHECK(cudaStreamWaitEvent(consumer_, decoder_->ReadyEvent(slot), 0));
+  if (next_deliver_ > 0) TALLY_CUDA_CHECK(cudaEventRecord(released_[1 - slot], consumer_));
+  ++next_deliver_;
+  lock.unlock();
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void NvjpegLoader::PrepLoop() {
+  NvjpegProbe probe(*decoder_);
+  for (;;) {
+    int64_t seq = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !error_.ok() || next_claim_ < next_host_take_ + static_cast<int64_t>(host_slots_.size());
+      });
+      if (stop_ || !error_.ok()) return;
+      seq = next_claim_++;
+    }
+    HostBatch batch;
+    Status s = Prepare(seq, &batch, &probe);
+    if (!s.ok()) return Fail(s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      HostSlot& slot = host_slots_[seq % host_slots_.size()];
+      slot.batch = std::move(batch);
+      slot.ready = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+void NvjpegLoader::GpuLoop() {
+  TALLY_CUDA_CHECK(cudaSetDevice(config_.device));
+  NvjpegProbe probe(*decoder_);
+  for (int64_t seq = 0;; ++seq) {
+    HostBatch batch;
+    const int slot = static_cast<int>(seq % kSlots);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      HostSlot& hs = host_slots_[seq % host_slots_.size()];
+      cv_.wait(lock, [&] { return stop_ || !error_.ok() || (hs.ready && (seq < kSlots || next_deliver_ >= seq - 1)); });
+      if (stop_ || !error_.ok()) return;
+      batch = std::move(hs.batch);
+      hs.ready = false;
+      ++next_host_take_;
+    }
+    cv_.notify_all();
+    // A sample nvJPEG fails on is decoded on the CPU; one neither can read is replaced.
+    auto replace = [&](int j, const Status& why) -> Status {
+      HostSample& sample = batch.samples[j];
+      TALLY_RETURN_IF_ERROR(NoteBadRecord(batch.meta.epoch, sample.record, why));
+      TALLY_RETURN_IF_ERROR(PrepareSample(batch.meta.epoch, sample.part_position, sample.tries + 1,
+                                          /*cpu_decode=*/true, &probe, &sample));
+      batch.meta.labels.data<int32_t>()[j] = sample.label;
+      return Status::Ok();
+    };
+    Status s = decoder_->Decode(slot, seq >= kSlots ? released_[slot] : nullptr, &batch, replace);
+    if (!s.ok()) return Fail(s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      meta_[slot] = std::move(batch);
+      queued_[slot] = seq;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status NvjpegLoader::Prepare(int64_t seq, HostBatch* batch, NvjpegProbe* probe) {
+  const int bs = config_.loader.batch_size;
+  const BatchPosition at = PositionOf(seq, config_.loader.first_epoch, config_.loader.first_batch, batches_per_epoch_);
+  batch->meta.epoch = at.epoch;
+  batch->meta.index = at.index;
+  batch->meta.pad = 0;
+  batch->meta.labels = Tensor::Empty({bs}, DType::kI32);
+  batch->samples.resize(bs);
+  const int64_t n = static_cast<int64_t>(reader_->num_indexed());
+  const int64_t part_start = config_.loader.part_index * per_part_;
+  for (int j = 0; j < bs; ++j) {
+    const int64_t k = PartSlot(at.index * bs + j, per_part_, part_start, n, &batch->meta.pad);
+    TALLY_RETURN_IF_ERROR(PrepareSample(at.epoch, k, 0, /*cpu_decode=*/false, probe, &batch->samples[j]));
+    batch->meta.labels.data<int32_t>()[j] = batch->samples[j].label;
+  }
+  return Status::Ok();
+}
+
+Status NvjpegLoader::PrepareSample(int64_t epoch, int64_t k, int64_t first_try, bool cpu_decode, NvjpegProbe* probe,
+                                   HostSample* sample) {
+  std::shared_ptr<const std::vector<uint32_t>> perm;
+  {
+    std::lock_guard<std::mutex> lock(perm_mu_);
+    auto it = perms_.find(epoch);
+    if (it == perms_.end()) {
+      it = perms_.emplace(epoch, std::make_shared<std::vector<uint32_t>>(EpochPermutation(
+                                     static_cast<uint32_t>(reader_->num_indexed()), config_.loader.shuffle,
+                                     config_.loader.seed, epoch))).first;
+      while (perms_.size() > 3) perms_.erase(perms_.begin());
+    }
+    perm = it->second;
+  }
+  const int64_t part_start = config_.loader.part_index * per_part_;
+  for (int64_t tries = first_try; tries < per_part_; ++tries) {
+    const int64_t record = RecordAt(*perm, part_start, k, tries, per_part_);
+    Status s = LoadHostSample(*reader_, augmenter_, config_.loader.seed, epoch, record, cpu_decode, probe, sample);
+    if (s.ok()) {
+      sample->part_position = k;
+      sample->tries = tries;
+      return Status::Ok();
+    }
+    TALLY_RETURN_IF_ERROR(NoteBadRecord(epoch, record, s));
+  }
+  return Status::InvalidArgument("GPU loader: no readable record in part " + std::to_string(config_.loader.part_index));
+}
+
+Status NvjpegLoader::NoteBadRecord(int64_t epoch, int64_t record, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bad_.insert(record).second) LOG(WARNING) << "skipping a bad record: " << why.message();
+  std::unordered_set<int64_t>& in_epoch = bad_by_epoch_[epoch];
+  in_epoch.insert(record);
+  while (bad_by_epoch_.size() > 2) bad_by_epoch_.erase(bad_by_epoch_.begin());
+  if (static_cast<int64_t>(in_epoch.size()) > max_bad_) {
+    return Status::InvalidArgument("GPU loader: " + std::to_string(in_epoch.size()) + " bad records in epoch " +
+                                   std::to_string(epoch) + " of part " + std::to_string(config_.loader.part_index) +
+                                   ", above max_bad_fraction " + std::to_string(config_.loader.max_bad_fraction) +
+                                   "; the last: " + why.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CreateNvjpegLoader(const GpuLoaderConfig& config, std::unique_ptr<GpuLoader>* out) {
+  const LoaderConfig& c = config.loader;
+  if (c.batch_size <= 0 || c.threads <= 0 || c.prefetch <= 0) {
+    return Status::InvalidArgument("GPU loader: batch_size, threads and prefetch must be positive");
+  }
+  if (c.num_parts <= 0 || c.part_index < 0 || c.part_index >= c.num_parts) {
+    return Status::InvalidArgument("GPU loader: part_index " + std::to_string(c.part_index) + " is not in [0, " +
+                                   std::to_string(c.num_parts) + ")");
+  }
+  if (c.idx_path.empty()) return Status::InvalidArgument("GPU loader: an .idx file is required to shard " + c.rec_path);
+  std::unique_ptr<RecordReader> reader;
+  TALLY_RETURN_IF_ERROR(RecordReader::Open(c.rec_path, c.idx_path, &reader));
+  if (reader->num_indexed() == 0) return Status::InvalidArgument("GPU loader: " + c.idx_path + " lists no records");
+  auto loader = std::make_unique<NvjpegLoader>(config, std::move(reader));
+  TALLY_RETURN_IF_ERROR(loader->Start());
+  *out = std::move(loader);
+  return Status::Ok();
+}
+
+}  // namespace tally
