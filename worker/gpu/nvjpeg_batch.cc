@@ -126,7 +126,11 @@ Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr
                                  NvjpegStatusName(s));
     }
   }
-  TALLY_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream_, cudaStreamNonBlocking));
+  // The decode stream runs at the device's highest priority: its kernels are few and short
+  // and the next step waits for them, while the training step's kernels fill the GPU.
+  int least = 0, greatest = 0;
+  TALLY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&d->stream_, cudaStreamNonBlocking, greatest));
   const LoaderConfig& c = config.loader;
   const int bs = c.batch_size;
   for (Slot& slot : d->slots_) {

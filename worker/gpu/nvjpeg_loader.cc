@@ -188,7 +188,10 @@ void NvjpegLoader::GpuLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       HostSlot& hs = host_slots_[seq % host_slots_.size()];
-      cv_.wait(lock, [&] { return stop_ || !error_.ok() || (hs.ready && (seq < kSlots || next_deliver_ >= seq - 1)); });
+      // Batch seq reuses the slot of batch seq - 2, whose release is recorded on the
+      // consumer's stream by NextBatch(seq - 1): until that call, the event still marks an
+      // older batch, and waiting on it would overwrite seq - 2 while it is being used.
+      cv_.wait(lock, [&] { return stop_ || !error_.ok() || (hs.ready && (seq < kSlots || next_deliver_ >= seq)); });
       if (stop_ || !error_.ok()) return;
       batch = std::move(hs.batch);
       hs.ready = false;
