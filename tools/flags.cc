@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <sstream>
 
 #include <gflags/gflags.h>
@@ -17,7 +18,16 @@ static bool KnownFlag(const std::string& name) {
          info.type == "bool";
 }
 
+// True for a boolean flag's value written as MXNet's scripts write it: 0, 1, true, false.
+static bool BoolWord(const char* v) {
+  return v != nullptr && (!std::strcmp(v, "0") || !std::strcmp(v, "1") || !std::strcmp(v, "true") ||
+                          !std::strcmp(v, "false"));
+}
+
 void ParseFlags(const std::string& usage, int* argc, char*** argv) {
+  // gflags takes a boolean's value only after '=': "--cuda-graph 0" is joined into
+  // "--cuda_graph=0" (the joined texts live as long as the process, as argv does).
+  static std::deque<std::string> joined;
   for (int i = 1; i < *argc; ++i) {
     char* a = (*argv)[i];
     if (a[0] != '-' || a[1] != '-' || a[2] == '\0') continue;
@@ -25,9 +35,18 @@ void ParseFlags(const std::string& usage, int* argc, char*** argv) {
     for (char* p = a + 2; *p && *p != '='; ++p) {
       if (*p == '-') *p = '_';
     }
-    if (!KnownFlag(std::string(a + 2, std::strcspn(a + 2, "=")))) {
+    const std::string name(a + 2, std::strcspn(a + 2, "="));
+    if (!KnownFlag(name)) {
       std::fprintf(stderr, "%s: unknown flag %s (see %s --help)\n", (*argv)[0], typed.c_str(), (*argv)[0]);
       std::exit(2);
+    }
+    gflags::CommandLineFlagInfo info;
+    if (std::strchr(a, '=') == nullptr && i + 1 < *argc && BoolWord((*argv)[i + 1]) &&
+        gflags::GetCommandLineFlagInfo(name.c_str(), &info) && info.type == "bool") {
+      joined.push_back(std::string(a) + "=" + (*argv)[i + 1]);
+      (*argv)[i] = joined.back().data();
+      for (int j = i + 1; j + 1 < *argc; ++j) (*argv)[j] = (*argv)[j + 1];
+      (*argv)[--*argc] = nullptr;
     }
   }
   gflags::SetUsageMessage(usage);

@@ -43,6 +43,16 @@ const char* kSmall =
     "train --num-layers 8 --image-shape 3,12,12 --num-classes 4 --batch-size 16 "
     "--num-examples 128 --disp-batches 4 --num-epochs 2 --num-val-examples 32 --top-k 2";
 
+// Boolean flags take their value as MXNet's scripts give it, after a space too.
+TEST(TrainCli, BooleanFlagsTakeASeparateValue) {
+  CliRun r = Tally(std::string(kSmall) + " --cuda-graph 0 --progress false --last-gamma 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Epoch[1] Train-accuracy="), std::string::npos) << r.output;
+  r = Tally(std::string(kSmall) + " --progress maybe");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("unexpected argument 'maybe'"), std::string::npos) << r.output;
+}
+
 TEST(TrainCli, PrintsMxnetSpeedometerLines) {
   CliRun r = Tally(kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.output;
