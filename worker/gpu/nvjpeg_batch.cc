@@ -213,6 +213,14 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   }
   if (which.empty()) return Status::Ok();
   const int m = static_cast<int>(which.size());
+  if (hardware_) {
+    int w = 0, h = 0;
+    for (int j : which) {
+      w = std::max(w, batch->samples[j].width);
+      h = std::max(h, batch->samples[j].height);
+    }
+    if (w > s.prealloc_w || h > s.prealloc_h) Preallocate(s, w, h);
+  }
   TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(handle_, s.state, m, 1, NVJPEG_OUTPUT_RGBI));
   const nvjpegStatus_t st = nvjpegDecodeBatched(handle_, s.state, data.data(), lengths.data(), dest.data(), stream_);
   if (st == NVJPEG_STATUS_SUCCESS) {
@@ -238,6 +246,23 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
   GrowDevice(total, &s.images, &s.images_bytes);
   return Status::Ok();
+}
+
+// The hardware decoder sizes its buffers to the images it meets and reallocates for a larger
+// one, and cudaFree waits for the whole device, the training step included: decoding would
+// then run after the step instead of beside it. Preallocating for a quarter more than the
+// largest image so far (4:4:4, the most room per pixel) keeps that out of the steady state.
+// A refusal costs only that: the decoder allocates as it goes.
+void NvjpegBatchDecoder::Preallocate(Slot& s, int width, int height) {
+  const int w = std::max(s.prealloc_w, width + width / 4), h = std::max(s.prealloc_h, height + height / 4);
+  const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(handle_, s.state, config_.loader.batch_size, w, h,
+                                                           NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI);
+  if (st != NVJPEG_STATUS_SUCCESS) {
+    LOG_FIRST_N(WARNING, 1) << "GPU loader: nvjpegDecodeBatchedPreAllocate(" << w << "x" << h << ") failed ("
+                            << NvjpegStatusName(st) << "); the decoder allocates as it goes";
+  }
+  s.prealloc_w = w;
+  s.prealloc_h = h;
 }
 
 void NvjpegBatchDecoder::UploadCpuImages(Slot& s, HostBatch* batch) {

@@ -107,11 +107,14 @@ class NvjpegBatchDecoder {
     GpuAugmentSample* params_host = nullptr;  // pinned
     GpuAugmentSample* params_dev = nullptr;
     float* grey = nullptr;  // device scratch, one float a sample
+    int prealloc_w = 0, prealloc_h = 0;  // the hardware decoder's buffers fit images this large
     std::vector<HostSample> in_flight;  // read by queued copies and decodes
   };
   explicit NvjpegBatchDecoder(const GpuLoaderConfig& config);
   Status DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace);
   void UploadCpuImages(Slot& s, HostBatch* batch);
+  // Sizes the hardware decoder's buffers for the batch's largest image, with room to spare.
+  void Preallocate(Slot& s, int width, int height);
 
   const GpuLoaderConfig config_;
   GpuAugmentArgs args_;
