@@ -6,7 +6,8 @@ Or: gpu_checks_summary.py --markdown summary.json   (the tables of docs/gpu-resu
 summary.json: {"commit", "bundle", "env", "time_limit_s", "steps": [{name, rc, seconds}],
 "tests": {"passed", "failed", "skipped", "crashed", "cases": [{executable, name, result,
 seconds, message}]}, "bench": [the JSON lines of tally bench], "jobs": [{name, rc,
-first_loss, last_loss, loss_fell, speed}], "passed"}.
+first_loss, last_loss, loss_fell, speed}], "input_path_share" (the JPEG job's speed over
+the --benchmark 1 job's), "passed"}.
 A test result is passed, failed, skipped (with gtest's reason) or crashed (the process died
 inside it). "passed" is true only if every step ran and exited 0, no test failed or crashed,
 and every job's loss fell.
@@ -96,9 +97,14 @@ def main():
     passed = (not bad_steps and counts["failed"] == 0 and counts["crashed"] == 0 and
               all(j["rc"] == "0" and j["loss_fell"] for j in jobs) and jobs != [] and bench != []
               and counts["passed"] > 0)
+    # Training from the JPEG pack (decoded on the GPU) against the same step on its synthetic
+    # batch: how well the input path keeps the GPU fed (the goal is 0.95 or more).
+    speed = {j["name"]: j["speed_samples_per_s"] for j in jobs}
+    fed = speed.get("device-float16-b256-jpeg"), speed.get("device-float16-b256-benchmark")
+    input_share = round(fed[0] / fed[1], 3) if fed[0] and fed[1] else None
     summary = {"commit": commit, "bundle": bundle, "env": read(os.path.join(out, "env.txt")),
                "time_limit_s": limit, "steps": steps, "tests": dict(counts, cases=cases),
-               "bench": bench, "jobs": jobs, "passed": passed}
+               "bench": bench, "jobs": jobs, "input_path_share": input_share, "passed": passed}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"tests: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
@@ -111,6 +117,8 @@ def main():
     for j in jobs:
         print(f"job {j['name']}: rc {j['rc']} loss {j['first_loss']} -> {j['last_loss']} "
               f"speed {j['speed_samples_per_s']}")
+    if input_share is not None:
+        print(f"training from JPEGs decoded on the GPU: {input_share:.0%} of the --benchmark 1 speed")
     for s in bad_steps:
         print(f"step {s['name']}: rc {s['rc']} after {s['seconds']} s")
     print("passed" if passed else "NOT passed", "->", os.path.join(out, "summary.json"))
