@@ -100,15 +100,12 @@ double MedianStepSeconds(const ComputeCase& c, DType dtype, int steps, int warmu
     if (!FLAGS_json) std::fprintf(stderr, "  %s step %d: %.4f s\n", c.key, i, dt);
   }
   std::sort(times.begin(), times.end());
-  std::string memory;
   if (c.gpu) {
     // Read before the split's second Trainer is made: the peak of the timed steps alone.
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "peak %.1f GiB in use (Tally's allocator); ",
+    char peak[96];
+    std::snprintf(peak, sizeof peak, "peak %.1f GiB in use (Tally's allocator); ",
                   GetDeviceMemoryStats(0).peak_bytes_in_use / 1073741824.0);
-    memory = buf;
-  }
-  if (c.gpu) {
+    const std::string memory = peak;
     Status made = Trainer::Create([&] { TrainerConfig t = cfg; t.synchronize_phases = true; return t; }(), &trainer);
     int64_t phase[profile::kNumPhases] = {}, total = 0;
     for (int i = 0; made.ok() && i < 3 + 5; ++i) {

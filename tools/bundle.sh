@@ -97,7 +97,7 @@ cp tools/launch.py tools/torch_cifar_resnet.py "$stage/tools/"
 cp -r tools/launcher tools/bench "$stage/tools/"
 find "$stage/tools" -name __pycache__ -prune -exec rm -rf {} +
 cp tools/run-gpu-checks.sh "$stage/run-gpu-checks.sh"
-cp tools/gpu_checks_summary.py tools/cuda-libs.sh "$stage/tools/"
+cp tools/gpu_checks_summary.py "$stage/tools/"
 cp tools/cuda-libs.sh "$stage/libexec/cuda-libs.sh"
 cat >"$stage/bin/tally" <<'EOF'
 #!/usr/bin/env bash

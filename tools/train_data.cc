@@ -243,31 +243,30 @@ Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const Da
   }
   bool gpu_decode = false;
   TALLY_RETURN_IF_ERROR(UseGpuDecode(cfg, &gpu_decode));
+  const std::string idx = IdxFor(FLAGS_data_train, FLAGS_data_train_idx);
+  std::unique_ptr<BatchSource> source;
+  std::string decoded_by;
   if (gpu_decode) {
     GpuLoaderConfig gc;
-    TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx),
-                                          true, rank, workers, start, &gc.loader));
+    TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, idx, true, rank, workers, start, &gc.loader));
     gc.device = cfg.gpus[0];
     gc.dtype = cfg.dtype;
-    gc.channels = cfg.dtype != DType::kF32 ? 4 : 3;  // as Trainer::Create pads the stem's input
+    gc.channels = StemInputChannels(cfg);
     std::unique_ptr<GpuLoader> loader;
     Status s = GpuLoader::Create(gc, &loader);
     if (!s.ok()) return Status::InvalidArgument("--data-train (decoded on the GPU, --gpu-decode 1): " + s.message());
-    if (start.batch >= loader->batches_per_epoch()) {
-      return Status::InvalidArgument("the resume position is past the epoch's end (the pack or the job changed)");
-    }
-    std::printf("tally train: training images decoded on cuda:%d by nvJPEG (%s decoder)\n", gc.device,
-                loader->decoder().c_str());
-    out->reset(new GpuRecordSource(std::move(loader), cfg.model.num_classes));
-    return Status::Ok();
+    decoded_by = "cuda:" + std::to_string(gc.device) + " by nvJPEG (" + loader->decoder() + " decoder)";
+    source.reset(new GpuRecordSource(std::move(loader), cfg.model.num_classes));
+  } else {
+    std::unique_ptr<Loader> loader;
+    TALLY_RETURN_IF_ERROR(LoaderFor(cfg, FLAGS_data_train, idx, true, rank, workers, start, &loader));
+    source.reset(new RecordSource(std::move(loader), cfg.model.num_classes, /*drop_pad=*/false));
   }
-  std::unique_ptr<Loader> loader;
-  TALLY_RETURN_IF_ERROR(LoaderFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx), true,
-                                  rank, workers, start, &loader));
-  if (start.batch >= loader->batches_per_epoch()) {
+  if (start.batch >= source->batches_per_epoch()) {
     return Status::InvalidArgument("the resume position is past the epoch's end (the pack or the job changed)");
   }
-  out->reset(new RecordSource(std::move(loader), cfg.model.num_classes, /*drop_pad=*/false));
+  if (!decoded_by.empty()) std::printf("tally train: training images decoded on %s\n", decoded_by.c_str());
+  *out = std::move(source);
   return Status::Ok();
 }
 

@@ -1,7 +1,6 @@
 #include "worker/loader.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include <glog/logging.h>
 
@@ -9,43 +8,45 @@
 
 namespace tally {
 
-Status Loader::Create(const LoaderConfig& config, std::unique_ptr<Loader>* out) {
-  const LoaderConfig& c = config;
-  if (c.batch_size <= 0) return Status::InvalidArgument("loader: batch_size must be positive");
+Status OpenLoaderPack(const LoaderConfig& c, const std::string& who, std::unique_ptr<RecordReader>* reader,
+                      PartSizes* sizes) {
+  if (c.batch_size <= 0) return Status::InvalidArgument(who + ": batch_size must be positive");
   if (c.num_parts <= 0 || c.part_index < 0 || c.part_index >= c.num_parts) {
-    return Status::InvalidArgument("loader: part_index " + std::to_string(c.part_index) + " is not in [0, " +
+    return Status::InvalidArgument(who + ": part_index " + std::to_string(c.part_index) + " is not in [0, " +
                                    std::to_string(c.num_parts) + ")");
   }
-  if (c.threads <= 0 || c.prefetch <= 0) return Status::InvalidArgument("loader: threads and prefetch must be positive");
-  if (c.label_width <= 0) return Status::InvalidArgument("loader: label_width must be positive");
-  if (c.idx_path.empty()) return Status::InvalidArgument("loader: an .idx file is required to shard " + c.rec_path);
-  std::unique_ptr<RecordReader> reader;
-  TALLY_RETURN_IF_ERROR(RecordReader::Open(c.rec_path, c.idx_path, &reader));
-  const int64_t n = static_cast<int64_t>(reader->num_indexed());
-  if (n == 0) return Status::InvalidArgument("loader: " + c.idx_path + " lists no records");
-  if (n > int64_t{UINT32_MAX}) return Status::InvalidArgument("loader: more than 2^32 records in " + c.idx_path);
-  out->reset(new Loader(config, std::move(reader)));
-  Loader& l = **out;
-  if (c.round_batch) {
-    l.per_part_ = (n + c.num_parts - 1) / c.num_parts;
-    l.batches_per_epoch_ = (l.per_part_ + c.batch_size - 1) / c.batch_size;
-  } else {
-    l.per_part_ = n / c.num_parts;
-    l.batches_per_epoch_ = l.per_part_ / c.batch_size;
-  }
-  if (l.batches_per_epoch_ == 0) {
-    out->reset();
-    return Status::InvalidArgument("loader: " + std::to_string(n) + " records make no full batch of " +
+  if (c.threads <= 0 || c.prefetch <= 0) return Status::InvalidArgument(who + ": threads and prefetch must be positive");
+  if (c.label_width <= 0) return Status::InvalidArgument(who + ": label_width must be positive");
+  if (c.idx_path.empty()) return Status::InvalidArgument(who + ": an .idx file is required to shard " + c.rec_path);
+  TALLY_RETURN_IF_ERROR(RecordReader::Open(c.rec_path, c.idx_path, reader));
+  const int64_t n = static_cast<int64_t>((*reader)->num_indexed());
+  if (n == 0) return Status::InvalidArgument(who + ": " + c.idx_path + " lists no records");
+  if (n > int64_t{UINT32_MAX}) return Status::InvalidArgument(who + ": more than 2^32 records in " + c.idx_path);
+  *sizes = PartSizesOf(n, c.num_parts, c.batch_size, c.round_batch, c.max_bad_fraction);
+  if (sizes->batches_per_epoch == 0) {
+    return Status::InvalidArgument(who + ": " + std::to_string(n) + " records make no full batch of " +
                                    std::to_string(c.batch_size) + " for each of " + std::to_string(c.num_parts) +
                                    " parts (set round_batch to pad)");
   }
-  l.max_bad_ = static_cast<int64_t>(std::floor(c.max_bad_fraction * l.per_part_));
-  for (int t = 0; t < c.threads; ++t) l.threads_.emplace_back([&l] { l.Run(); });
+  return Status::Ok();
+}
+
+Status Loader::Create(const LoaderConfig& config, std::unique_ptr<Loader>* out) {
+  std::unique_ptr<RecordReader> reader;
+  PartSizes sizes;
+  TALLY_RETURN_IF_ERROR(OpenLoaderPack(config, "loader", &reader, &sizes));
+  out->reset(new Loader(config, std::move(reader)));
+  Loader& l = **out;
+  l.per_part_ = sizes.per_part;
+  l.batches_per_epoch_ = sizes.batches_per_epoch;
+  l.max_bad_ = sizes.max_bad;
+  for (int t = 0; t < config.threads; ++t) l.threads_.emplace_back([&l] { l.Run(); });
   return Status::Ok();
 }
 
 Loader::Loader(const LoaderConfig& config, std::unique_ptr<RecordReader> reader)
-    : config_(config), reader_(std::move(reader)), augmenter_(config.augment), slots_(config.prefetch) {}
+    : config_(config), reader_(std::move(reader)), augmenter_(config.augment), slots_(config.prefetch),
+      perms_(static_cast<uint32_t>(reader_->num_indexed()), config.shuffle, config.seed, /*keep=*/2) {}
 
 Loader::~Loader() {
   {
@@ -58,7 +59,7 @@ Loader::~Loader() {
 
 LoaderStats Loader::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return LoaderStats{samples_, static_cast<int64_t>(bad_.size())};
+  return LoaderStats{samples_, bad_.distinct()};
 }
 
 Status Loader::NextBatch(Batch* batch) {
@@ -104,16 +105,6 @@ void Loader::Run() {
   }
 }
 
-std::shared_ptr<const std::vector<uint32_t>> Loader::Permutation(int64_t epoch) {
-  std::lock_guard<std::mutex> lock(perm_mu_);
-  auto it = perms_.find(epoch);
-  if (it != perms_.end()) return it->second;
-  auto perm = std::make_shared<std::vector<uint32_t>>(
-      EpochPermutation(static_cast<uint32_t>(reader_->num_indexed()), config_.shuffle, config_.seed, epoch));
-  perms_[epoch] = perm;
-  while (perms_.size() > 2) perms_.erase(perms_.begin());
-  return perm;
-}
 
 Status Loader::Produce(int64_t seq, Batch* batch) {
   const int bs = config_.batch_size;
@@ -129,7 +120,7 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
   if (config_.label_width > 1) batch->label_matrix = Tensor::Empty({bs, config_.label_width}, DType::kF32);
   batch->pad = 0;
 
-  std::shared_ptr<const std::vector<uint32_t>> perm = Permutation(batch->epoch);
+  std::shared_ptr<const std::vector<uint32_t>> perm = perms_.Get(batch->epoch);
   const int64_t n = static_cast<int64_t>(perm->size());
   const int64_t part_start = config_.part_index * per_part_;
   auto* images = static_cast<uint8_t*>(batch->images.raw_data());
@@ -184,14 +175,10 @@ Status Loader::LoadSample(int64_t epoch, int64_t record, void* out, float* label
 }
 
 Status Loader::NoteBadRecord(int64_t epoch, int64_t record, const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (bad_.insert(record).second) LOG(WARNING) << "skipping a bad record: " << why.message();
-  std::unordered_set<int64_t>& in_epoch = bad_by_epoch_[epoch];
-  in_epoch.insert(record);
-  while (bad_by_epoch_.size() > 2) bad_by_epoch_.erase(bad_by_epoch_.begin());
-  if (static_cast<int64_t>(in_epoch.size()) > max_bad_) {
+  const int64_t in_epoch = bad_.Note(epoch, record, why);
+  if (in_epoch > max_bad_) {
     return Status::InvalidArgument(
-        "loader: " + std::to_string(in_epoch.size()) + " bad records in epoch " + std::to_string(epoch) + " of part " +
+        "loader: " + std::to_string(in_epoch) + " bad records in epoch " + std::to_string(epoch) + " of part " +
         std::to_string(config_.part_index) + " (" + std::to_string(per_part_) + " records), above max_bad_fraction " +
         std::to_string(config_.max_bad_fraction) + "; the last: " + why.message());
   }

@@ -39,17 +39,16 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "ops/tensor.h"
 #include "worker/augment.h"
 #include "worker/recordio.h"
+#include "worker/shard.h"
 
 namespace tally {
 
@@ -84,6 +83,12 @@ struct LoaderStats {
   int64_t bad_records = 0;   // distinct records that failed
 };
 
+// The checks Loader::Create makes on c's settings, then opening its pack, which must give
+// every part at least one batch; *sizes says how it is cut. Shared with GpuLoader
+// (worker/gpu_loader.h). Messages begin with `who`.
+Status OpenLoaderPack(const LoaderConfig& c, const std::string& who, std::unique_ptr<RecordReader>* reader,
+                      PartSizes* sizes);
+
 class Loader {
  public:
   static Status Create(const LoaderConfig& config, std::unique_ptr<Loader>* out);
@@ -106,9 +111,6 @@ class Loader {
   void Run();
   // Fills batch number `seq` (counted from the first epoch) into *batch.
   Status Produce(int64_t seq, Batch* batch);
-  // The permutation of the N records for `epoch`, computed once; the last two are cached
-  // (threads work on two epochs at an epoch boundary).
-  std::shared_ptr<const std::vector<uint32_t>> Permutation(int64_t epoch);
   // Decodes and augments record `record` into `out`; Ok, or the reason it is bad.
   Status LoadSample(int64_t epoch, int64_t record, void* out, float* labels) const;
   // Counts a bad record; fails once the epoch's bad records exceed the allowed fraction.
@@ -128,11 +130,9 @@ class Loader {
   int64_t next_deliver_ = 0;           // GUARDED_BY(mu_)
   bool stop_ = false;                  // GUARDED_BY(mu_)
   Status error_;                       // GUARDED_BY(mu_)
-  std::unordered_set<int64_t> bad_;    // GUARDED_BY(mu_): every bad record seen
-  std::map<int64_t, std::unordered_set<int64_t>> bad_by_epoch_;  // GUARDED_BY(mu_)
   int64_t samples_ = 0;                // GUARDED_BY(mu_)
-  std::mutex perm_mu_;
-  std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_;  // GUARDED_BY(perm_mu_)
+  BadRecords bad_;
+  PermutationCache perms_;             // the last two epochs' (two are worked on at a boundary)
   std::vector<std::thread> threads_;
 };
 

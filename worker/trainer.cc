@@ -76,6 +76,11 @@ Status CheckBatchSplit(int batch_size, int num_devices) {
   return Status::Ok();
 }
 
+int StemInputChannels(const TrainerConfig& config) {
+  const int image = static_cast<int>(config.model.image_shape[0]);
+  return !config.gpus.empty() && config.dtype != DType::kF32 && image < 4 ? 4 : image;
+}
+
 Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out, const Checkpoint* resume) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
@@ -104,8 +109,7 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     // CPU "devices" are replicas in one host memory: their tensors all live on cpu:0.
     model.device = device.is_cpu() ? Device::Cpu() : device;
     model.dtype = config.dtype;
-    // Tensor cores take fp16/bf16 convolutions in channels of 4 or more: RGB gets a zero fourth.
-    if (on_gpus && config.dtype != DType::kF32 && model.image_shape[0] < 4) model.input_channels = 4;
+    if (StemInputChannels(config) > model.image_shape[0]) model.input_channels = StemInputChannels(config);
     std::unique_ptr<Network> net;
     TALLY_RETURN_IF_ERROR(CreateNetwork(model, &net));  // same seed: identical replicas
     t->replicas_.push_back(std::move(net));

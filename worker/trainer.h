@@ -74,6 +74,11 @@ struct TrainerConfig {
   int top_k = 5;  // also counts top-k accuracy when > 1
 };
 
+// The channels the network's first convolution takes: on GPUs in fp16/bf16, RGB gets a zero
+// fourth (tensor cores take those convolutions in channels of 4 or more); else the image's.
+// A batch made on the GPU (worker/gpu_loader.h) must come with this many.
+int StemInputChannels(const TrainerConfig& config);
+
 struct StepStats {
   double loss_sum = 0;
   int64_t correct = 0;       // top-1

@@ -10,12 +10,9 @@
 #include <nvjpeg.h>
 
 #include <algorithm>
-#include <cmath>
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <thread>
-#include <unordered_set>
 
 #include <glog/logging.h>
 
@@ -35,9 +32,10 @@ class NvjpegLoader : public GpuLoader {
  public:
   NvjpegLoader(const GpuLoaderConfig& config, std::unique_ptr<RecordReader> reader)
       : config_(config), reader_(std::move(reader)), augmenter_(config.loader.augment),
-        host_slots_(config.loader.prefetch) {}
+        host_slots_(config.loader.prefetch),
+        perms_(static_cast<uint32_t>(reader_->num_indexed()), config.loader.shuffle, config.loader.seed, /*keep=*/3) {}
   ~NvjpegLoader() override;
-  Status Start();
+  Status Start(const PartSizes& sizes);
 
   Status NextBatch(Batch* batch) override;
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
@@ -76,10 +74,8 @@ class NvjpegLoader : public GpuLoader {
   int64_t next_deliver_ = 0;           // GUARDED_BY(mu_)
   bool stop_ = false;                  // GUARDED_BY(mu_)
   Status error_;                       // GUARDED_BY(mu_)
-  std::unordered_set<int64_t> bad_;    // GUARDED_BY(mu_)
-  std::map<int64_t, std::unordered_set<int64_t>> bad_by_epoch_;  // GUARDED_BY(mu_)
-  std::mutex perm_mu_;
-  std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_;  // GUARDED_BY(perm_mu_)
+  BadRecords bad_;
+  PermutationCache perms_;  // the last three epochs' (the prep threads run ahead of the GPU thread)
   std::vector<std::thread> threads_;
 };
 
@@ -97,17 +93,11 @@ NvjpegLoader::~NvjpegLoader() {
   }
 }
 
-Status NvjpegLoader::Start() {
+Status NvjpegLoader::Start(const PartSizes& sizes) {
   const LoaderConfig& c = config_.loader;
-  const int64_t n = static_cast<int64_t>(reader_->num_indexed());
-  per_part_ = c.round_batch ? (n + c.num_parts - 1) / c.num_parts : n / c.num_parts;
-  batches_per_epoch_ = c.round_batch ? (per_part_ + c.batch_size - 1) / c.batch_size : per_part_ / c.batch_size;
-  if (batches_per_epoch_ == 0) {
-    return Status::InvalidArgument("GPU loader: " + std::to_string(n) + " records make no full batch of " +
-                                   std::to_string(c.batch_size) + " for each of " + std::to_string(c.num_parts) +
-                                   " parts (set round_batch to pad)");
-  }
-  max_bad_ = static_cast<int64_t>(std::floor(c.max_bad_fraction * per_part_));
+  per_part_ = sizes.per_part;
+  batches_per_epoch_ = sizes.batches_per_epoch;
+  max_bad_ = sizes.max_bad;
   const Device device{Device::Kind::kCuda, config_.device};
   consumer_ = cuda::Context(device).stream;  // also makes config_.device this thread's device
   for (cudaEvent_t& e : released_) TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -122,7 +112,7 @@ GpuLoaderStats NvjpegLoader::stats() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.loader.samples = next_deliver_ * config_.loader.batch_size;
-    s.loader.bad_records = static_cast<int64_t>(bad_.size());
+    s.loader.bad_records = bad_.distinct();
   }
   s.gpu_decoded = decoder_->gpu_decoded();
   s.cpu_decoded = decoder_->cpu_decoded();
@@ -238,18 +228,7 @@ Status NvjpegLoader::Prepare(int64_t seq, HostBatch* batch, NvjpegProbe* probe) 
 
 Status NvjpegLoader::PrepareSample(int64_t epoch, int64_t k, int64_t first_try, bool cpu_decode, NvjpegProbe* probe,
                                    HostSample* sample) {
-  std::shared_ptr<const std::vector<uint32_t>> perm;
-  {
-    std::lock_guard<std::mutex> lock(perm_mu_);
-    auto it = perms_.find(epoch);
-    if (it == perms_.end()) {
-      it = perms_.emplace(epoch, std::make_shared<std::vector<uint32_t>>(EpochPermutation(
-                                     static_cast<uint32_t>(reader_->num_indexed()), config_.loader.shuffle,
-                                     config_.loader.seed, epoch))).first;
-      while (perms_.size() > 3) perms_.erase(perms_.begin());
-    }
-    perm = it->second;
-  }
+  const std::shared_ptr<const std::vector<uint32_t>> perm = perms_.Get(epoch);
   const int64_t part_start = config_.loader.part_index * per_part_;
   for (int64_t tries = first_try; tries < per_part_; ++tries) {
     const int64_t record = RecordAt(*perm, part_start, k, tries, per_part_);
@@ -265,13 +244,9 @@ Status NvjpegLoader::PrepareSample(int64_t epoch, int64_t k, int64_t first_try, 
 }
 
 Status NvjpegLoader::NoteBadRecord(int64_t epoch, int64_t record, const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (bad_.insert(record).second) LOG(WARNING) << "skipping a bad record: " << why.message();
-  std::unordered_set<int64_t>& in_epoch = bad_by_epoch_[epoch];
-  in_epoch.insert(record);
-  while (bad_by_epoch_.size() > 2) bad_by_epoch_.erase(bad_by_epoch_.begin());
-  if (static_cast<int64_t>(in_epoch.size()) > max_bad_) {
-    return Status::InvalidArgument("GPU loader: " + std::to_string(in_epoch.size()) + " bad records in epoch " +
+  const int64_t in_epoch = bad_.Note(epoch, record, why);
+  if (in_epoch > max_bad_) {
+    return Status::InvalidArgument("GPU loader: " + std::to_string(in_epoch) + " bad records in epoch " +
                                    std::to_string(epoch) + " of part " + std::to_string(config_.loader.part_index) +
                                    ", above max_bad_fraction " + std::to_string(config_.loader.max_bad_fraction) +
                                    "; the last: " + why.message());
@@ -282,20 +257,11 @@ Status NvjpegLoader::NoteBadRecord(int64_t epoch, int64_t record, const Status& 
 }  // namespace
 
 Status CreateNvjpegLoader(const GpuLoaderConfig& config, std::unique_ptr<GpuLoader>* out) {
-  const LoaderConfig& c = config.loader;
-  if (c.batch_size <= 0 || c.threads <= 0 || c.prefetch <= 0) {
-    return Status::InvalidArgument("GPU loader: batch_size, threads and prefetch must be positive");
-  }
-  if (c.num_parts <= 0 || c.part_index < 0 || c.part_index >= c.num_parts) {
-    return Status::InvalidArgument("GPU loader: part_index " + std::to_string(c.part_index) + " is not in [0, " +
-                                   std::to_string(c.num_parts) + ")");
-  }
-  if (c.idx_path.empty()) return Status::InvalidArgument("GPU loader: an .idx file is required to shard " + c.rec_path);
   std::unique_ptr<RecordReader> reader;
-  TALLY_RETURN_IF_ERROR(RecordReader::Open(c.rec_path, c.idx_path, &reader));
-  if (reader->num_indexed() == 0) return Status::InvalidArgument("GPU loader: " + c.idx_path + " lists no records");
+  PartSizes sizes;
+  TALLY_RETURN_IF_ERROR(OpenLoaderPack(config.loader, "GPU loader", &reader, &sizes));
   auto loader = std::make_unique<NvjpegLoader>(config, std::move(reader));
-  TALLY_RETURN_IF_ERROR(loader->Start());
+  TALLY_RETURN_IF_ERROR(loader->Start(sizes));
   *out = std::move(loader);
   return Status::Ok();
 }
