@@ -66,7 +66,7 @@ void DistChannel::Send(Outgoing out) {
   }
   if (!s.ok()) {
     Finish(id, Status::Unavailable("kvstore: sending " + wire::Command_Name(command) + " to server " +
-                                   std::to_string(out.node - 1) + ": " + s.message()));
+                                   std::to_string(cluster_->ids().ServerRank(out.node)) + ": " + s.message()));
   }
 }
 
@@ -125,7 +125,7 @@ void DistChannel::OnMessage(Message&& m) {
     p = it->second;  // copies views and pointers only
   }
   const std::string what = wire::Command_Name(p.command) + " of key " + std::to_string(p.key) +
-                           " to server " + std::to_string(p.node - 1);
+                           " to server " + std::to_string(cluster_->ids().ServerRank(p.node));
   if (!meta.error().empty()) {
     Finish(meta.request_id(), Status::InvalidArgument("kvstore: " + what + " refused: " + meta.error()));
     return;
@@ -196,7 +196,7 @@ Status DistChannel::WaitAll(int timeout_ms) {
                                  " requests unanswered after " + std::to_string(timeout_ms) +
                                  " ms (the oldest: " + wire::Command_Name(first.command) + " of key " +
                                  std::to_string(first.key) + " to server " +
-                                 std::to_string(first.node - 1) + ")");
+                                 std::to_string(cluster_->ids().ServerRank(first.node)) + ")");
     }
   }
   if (!failure_.ok()) return failure_;

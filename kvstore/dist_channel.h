@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
+#include "net/cluster.h"
 
 namespace tally {
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "kvstore/dist_channel.h"
+#include "kvstore/factories.h"
 #include "kvstore/placement.h"
 #include "kvstore/reduce.h"
 
@@ -26,9 +27,9 @@ wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
 
 Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
 
-class DistKVStore : public KVStore {
+class DistKVStore : public KVStore, public MasterWeightStore {
  public:
-  DistKVStore(const std::string& type, int num_devices, Cluster* cluster)
+  DistKVStore(KVStoreType type, int num_devices, Cluster* cluster)
       : type_(type),
         num_devices_(num_devices),
         cluster_(cluster),
@@ -43,7 +44,8 @@ class DistKVStore : public KVStore {
     cluster_->SetDataHandler([](Message&&) {});
   }
 
-  const std::string& type() const override { return type_; }
+  KVStoreType type() const override { return type_; }
+  MasterWeightStore* master_weights() override { return this; }
   int rank() const override { return cluster_->me().rank(); }
   int num_workers() const override { return cluster_->num_workers(); }
   Status Barrier() override { return cluster_->Barrier(kGroupWorkers, kDistWaitTimeoutMs); }
@@ -59,6 +61,10 @@ class DistKVStore : public KVStore {
   void SetLearningRate(float lr) override;
   // Sent with every push (Meta.grad_scale); the servers divide the summed gradient by it.
   Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override;
+  // The servers start from the fp32 values given to Init: nothing to restore here.
+  Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override {
+    return Status::InvalidArgument("--kv-store " + name() + " keeps no fp32 master weights here");
+  }
   Status SetGradientScale(float scale) override {
     if (!(scale > 0.0f)) return Status::InvalidArgument("a gradient scale must be positive");
     gradient_scale_ = scale;
@@ -92,7 +98,7 @@ class DistKVStore : public KVStore {
   // dist_async has no common step: each worker stops once it asked or saw an answer
   // saying another did.
   bool StopAgreed() const override {
-    return channel_->stop_seen() || (type_ == "dist_async" && stop_requested_);
+    return channel_->stop_seen() || (type_ == KVStoreType::kDistAsync && stop_requested_);
   }
 
  private:
@@ -122,7 +128,7 @@ class DistKVStore : public KVStore {
     Message m;
     m.meta.set_command(command);
     m.meta.set_step(step);
-    m.meta.set_async(type_ == "dist_async");
+    m.meta.set_async(type_ == KVStoreType::kDistAsync);
     m.meta.set_num_workers(cluster_->num_workers());
     return m;
   }
@@ -146,7 +152,7 @@ class DistKVStore : public KVStore {
     return m;
   }
 
-  const std::string type_;
+  const KVStoreType type_;
   const int num_devices_;
   Cluster* const cluster_;
   std::shared_ptr<DistChannel> channel_;
@@ -164,7 +170,7 @@ Status DistKVStore::WaitAll() {
   TALLY_RETURN_IF_ERROR(channel_->WaitAll(kDistWaitTimeoutMs));
   SkippedStep skip;
   if (!channel_->TakeSkip(&skip) || skip.step == rolled_back_) return Status::Ok();
-  if (type_ != "dist_async") {
+  if (type_ != KVStoreType::kDistAsync) {
     RollBack(skip.step);
     TALLY_RETURN_IF_ERROR(channel_->WaitAll(kDistWaitTimeoutMs));
     rolled_back_ = skip.step;
@@ -185,7 +191,7 @@ void DistKVStore::RollBack(int64_t step) {
 
 Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
   if (initialised_) {
-    return Status::InvalidArgument("kvstore " + type_ + " needs every key in one Init call");
+    return Status::InvalidArgument("kvstore " + name() + " needs every key in one Init call");
   }
   if (keys.size() != values.size() || keys.empty()) {
     return Status::InvalidArgument("kvstore Init with " + std::to_string(keys.size()) + " keys and " +
@@ -449,9 +455,9 @@ void DistKVStore::SetLearningRate(float lr) {
 
 }  // namespace
 
-Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* cluster,
-                         std::unique_ptr<KVStore>* out) {
-  if (type != "dist_sync" && type != "dist_device_sync" && type != "dist_async") {
+Status NewDistKVStore(KVStoreType kind, int num_devices, Cluster* cluster, std::unique_ptr<KVStore>* out) {
+  const std::string& type = KVStoreTypeName(kind);
+  if (!IsDistributed(kind)) {
     return Status::InvalidArgument("kvstore type '" + type +
                                    "' is not distributed (dist_sync, dist_device_sync or dist_async)");
   }
@@ -461,14 +467,15 @@ Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* clus
     return Status::InvalidArgument("kvstore " + type + " runs on a worker, not on " +
                                    DescribeNode(cluster->me()));
   }
-  out->reset(new DistKVStore(type, num_devices, cluster));
+  out->reset(new DistKVStore(kind, num_devices, cluster));
   return Status::Ok();
 }
 
 #ifndef TALLY_HAVE_CUDA
-Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device>& devices,
-                               Cluster* cluster, std::unique_ptr<KVStore>* out) {
-  return Status::InvalidArgument("--kv-store " + type + " on GPUs: this tally was built without CUDA");
+Status NewDistKVStoreOnGpus(KVStoreType type, const std::vector<Device>& devices, Cluster* cluster,
+                            std::unique_ptr<KVStore>* out) {
+  return Status::InvalidArgument("--kv-store " + KVStoreTypeName(type) +
+                                 " on GPUs: this tally was built without CUDA");
 }
 #endif
 

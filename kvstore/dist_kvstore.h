@@ -1,10 +1,14 @@
 // DistKVStore: the worker's side of the parameter server, the kvstore types dist_sync,
-// dist_device_sync and dist_async (kvstore.h, DESIGN.md), over a Cluster the caller joined.
+// dist_device_sync and dist_async (kvstore.h), over a Cluster the caller joined. Made by
+// KVStore::Create when the spec names a distributed type and a cluster.
 //
 //   std::unique_ptr<Cluster> cluster;
 //   TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, NewZmqTransport(), &cluster));
+//   KVStoreSpec spec;
+//   spec.type = KVStoreType::kDistSync;
+//   spec.cluster = cluster.get();
 //   std::unique_ptr<KVStore> kv;
-//   TALLY_RETURN_IF_ERROR(CreateDistKVStore("dist_sync", /*num_devices=*/1, cluster.get(), &kv));
+//   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv));
 //   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));          // before Init; sent by worker 0
 //   TALLY_RETURN_IF_ERROR(kv->Init(keys, values));         // every worker, every key, once
 //   for (int key : keys) kv->PushPull(key, grads[key], weights[key], /*priority=*/-key);
@@ -37,30 +41,20 @@
 // cluster reports a dead node, and after a timeout otherwise; after a failed WaitAll the
 // job is over (late answers may still land in the pulled tensors).
 //
+// With KVStoreSpec::gpus, the same types on a worker whose replicas are on GPUs
+// (gpu_dist_kvstore.h): the gradients are summed across the GPUs with NCCL, copied to
+// page-locked host memory without stalling the backward pass, and pushed as one; the pulled
+// weights are uploaded to every GPU at WaitAll. Fails in a build without CUDA.
+//
 // Thread-safety: driven by one thread, like every KVStore; answers are handled on the
 // cluster's receive thread. REQUIRES: the Cluster outlives the store, and the store is the
 // cluster's only data handler.
 #pragma once
 
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
+#include "net/cluster.h"
 
 namespace tally {
-
-// type: dist_sync, dist_device_sync or dist_async.
-Status CreateDistKVStore(const std::string& type, int num_devices, Cluster* cluster,
-                         std::unique_ptr<KVStore>* out);
-
-// The same types on a worker whose replicas are on GPUs, one entry of `devices` each
-// (kvstore/gpu_dist_kvstore.h): the gradients are summed across the GPUs with NCCL, copied
-// to page-locked host memory without stalling the backward pass, and pushed as one; the
-// pulled weights are uploaded to every GPU at WaitAll. Fails in a build without CUDA.
-Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device>& devices,
-                               Cluster* cluster, std::unique_ptr<KVStore>* out);
 
 // How long WaitAll and the Init barrier wait for the servers before giving up (ms). The
 // default (10 minutes) only catches hangs: dead nodes are reported by the cluster at once.

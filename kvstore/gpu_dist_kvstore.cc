@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/factories.h"
 
 namespace tally {
 
@@ -22,18 +23,18 @@ GpuDistKVStore::~GpuDistKVStore() {
 }
 
 Status GpuDistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority) {
-  return Status::InvalidArgument("--kv-store " + type() + " on GPUs: push key " + std::to_string(key) +
+  return Status::InvalidArgument("--kv-store " + name() + " on GPUs: push key " + std::to_string(key) +
                                  " with its pull (PushPull), not alone");
 }
 
 Status GpuDistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority) {
-  return Status::InvalidArgument("--kv-store " + type() + " on GPUs: pull key " + std::to_string(key) +
+  return Status::InvalidArgument("--kv-store " + name() + " on GPUs: pull key " + std::to_string(key) +
                                  " with its push (PushPull), not alone");
 }
 
 Status GpuDistKVStore::PushPull(int key, const std::vector<Tensor>& grads,
                                 const std::vector<Tensor>& weights, int priority) {
-  const std::string what = "--kv-store " + type() + " on GPUs: key " + std::to_string(key);
+  const std::string what = "--kv-store " + name() + " on GPUs: key " + std::to_string(key);
   if (grads.size() != devices_.size() || weights.size() != devices_.size()) {
     return Status::InvalidArgument(what + ": " + std::to_string(grads.size()) + " gradients and " +
                                    std::to_string(weights.size()) + " weights for " +
@@ -117,9 +118,11 @@ Status GpuDistKVStore::WaitAll() {
   return Status::Ok();
 }
 
-Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device>& devices,
-                               Cluster* cluster, std::unique_ptr<KVStore>* out) {
-  if (devices.empty()) return Status::InvalidArgument("--kv-store " + type + " on GPUs needs at least one GPU");
+Status NewDistKVStoreOnGpus(KVStoreType type, const std::vector<Device>& devices, Cluster* cluster,
+                            std::unique_ptr<KVStore>* out) {
+  if (devices.empty()) {
+    return Status::InvalidArgument("--kv-store " + KVStoreTypeName(type) + " on GPUs needs at least one GPU");
+  }
   for (size_t i = 0; i < devices.size(); ++i) {
     TALLY_RETURN_IF_ERROR(CheckDevice(devices[i]));
     if (devices[i].is_cpu()) return Status::InvalidArgument(devices[i].ToString() + " is not a GPU");
@@ -128,7 +131,7 @@ Status CreateDistKVStoreOnGpus(const std::string& type, const std::vector<Device
     }
   }
   std::unique_ptr<KVStore> inner;
-  TALLY_RETURN_IF_ERROR(CreateDistKVStore(type, /*num_devices=*/1, cluster, &inner));
+  TALLY_RETURN_IF_ERROR(NewDistKVStore(type, /*num_devices=*/1, cluster, &inner));
   std::unique_ptr<NcclComms> comms;
   if (devices.size() > 1) TALLY_RETURN_IF_ERROR(NcclComms::Create(devices, &comms));
   out->reset(new GpuDistKVStore(std::move(inner), devices, std::move(comms)));

@@ -1,9 +1,13 @@
 // GpuDistKVStore: a distributed kvstore type (dist_sync, dist_device_sync, dist_async) on a
 // worker whose model replicas are on GPUs. Internal to kvstore/; users create it through
-// CreateDistKVStoreOnGpus (dist_kvstore.h).
+// KVStore::Create with KVStoreSpec::gpus and ::cluster (kvstore.h).
 //
+//   KVStoreSpec spec;
+//   spec.type = KVStoreType::kDistDeviceSync;
+//   spec.gpus = {cuda0, cuda1};
+//   spec.cluster = cluster;
 //   std::unique_ptr<KVStore> kv;
-//   TALLY_RETURN_IF_ERROR(CreateDistKVStoreOnGpus("dist_device_sync", {cuda0, cuda1}, cluster, &kv));
+//   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv));
 //   ... SetOptimizer, Init(keys, host fp32 values) as with any distributed type ...
 //   for each key, as backward makes its gradient:
 //     TALLY_RETURN_IF_ERROR(kv->PushPull(key, {grad0, grad1}, {weight0, weight1}, -key));
@@ -57,7 +61,7 @@ class GpuDistKVStore : public KVStore {
   // Waits for the sending thread to finish what it was given, then stops it.
   ~GpuDistKVStore() override;
 
-  const std::string& type() const override { return inner_->type(); }
+  KVStoreType type() const override { return inner_->type(); }
   int rank() const override { return inner_->rank(); }
   int num_workers() const override { return inner_->num_workers(); }
   Status Barrier() override { return inner_->Barrier(); }
@@ -83,12 +87,7 @@ class GpuDistKVStore : public KVStore {
     return inner_->SetOptimizerState(keys, states);
   }
   Status SetGradientScale(float scale) override { return inner_->SetGradientScale(scale); }
-  Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override {
-    return inner_->GetMasterWeights(keys, out);
-  }
-  Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override {
-    return inner_->SetMasterWeights(keys, values);
-  }
+  MasterWeightStore* master_weights() override { return inner_->master_weights(); }
   bool TakeSkippedStep(SkippedStep* out) override { return inner_->TakeSkippedStep(out); }
   void RequestStop() override { inner_->RequestStop(); }
   bool StopAgreed() const override { return inner_->StopAgreed(); }

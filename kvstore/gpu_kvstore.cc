@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "kvstore/factories.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 #include "ops/profile/records.h"
@@ -29,13 +30,12 @@ Tensor HostF32(const Tensor& t) {
 
 }  // namespace
 
-Status KVStore::CreateOnGpus(const std::string& type, const std::vector<Device>& devices,
-                             std::unique_ptr<KVStore>* out) {
-  if (type != "local" && type != "device") {
-    return Status::InvalidArgument("--kv-store " + type + " on GPUs: only local and device run within "
-                                   "one process (the dist_* types are made with the job's Cluster)");
+Status NewGpuKVStore(KVStoreType type, const std::vector<Device>& devices, std::unique_ptr<KVStore>* out) {
+  if (IsDistributed(type)) {
+    return Status::InvalidArgument("--kv-store " + KVStoreTypeName(type) + " on GPUs: only local and device run "
+                                   "within one process (the dist_* types are made with the job's Cluster)");
   }
-  const std::string name = "--kv-store " + type + " on GPUs";
+  const std::string name = "--kv-store " + KVStoreTypeName(type) + " on GPUs";
   if (devices.empty()) return Status::InvalidArgument(name + ": --gpus names no GPU");
   std::set<int> seen;
   for (const Device& d : devices) {
@@ -62,14 +62,14 @@ Status KVStore::CreateOnGpus(const std::string& type, const std::vector<Device>&
   return Status::Ok();
 }
 
-GpuKVStore::GpuKVStore(const std::string& type, std::vector<Device> devices,
+GpuKVStore::GpuKVStore(KVStoreType type, std::vector<Device> devices,
                        std::unique_ptr<NcclComms> comms)
     : type_(type), devices_(std::move(devices)), comms_(std::move(comms)) {
   CHECK(!devices_.empty());
   CHECK((comms_ != nullptr) == (devices_.size() > 1)) << Name();
 }
 
-std::string GpuKVStore::Name() const { return "--kv-store " + type_ + " on " + DeviceList(devices_); }
+std::string GpuKVStore::Name() const { return "--kv-store " + name() + " on " + DeviceList(devices_); }
 
 Status GpuKVStore::SetOptimizer(const OptimizerConfig& config) {
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(config));

@@ -1,8 +1,11 @@
 // GpuKVStore: the single-process types `local` and `device` when the devices are GPUs.
-// Internal to kvstore/; users create it through KVStore::CreateOnGpus (kvstore.h).
+// Internal to kvstore/; users create it through KVStore::Create with KVStoreSpec::gpus.
 //
+//   KVStoreSpec spec;
+//   spec.type = KVStoreType::kDevice;
+//   spec.gpus = {cuda0, cuda1};
 //   std::unique_ptr<KVStore> kv;
-//   TALLY_RETURN_IF_ERROR(KVStore::CreateOnGpus("device", {cuda0, cuda1}, &kv));
+//   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv));
 //   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));
 //   TALLY_RETURN_IF_ERROR(kv->Init(keys, replica0_weights));
 //   for each step:
@@ -15,7 +18,7 @@
 // Every GPU keeps a replica of the model and runs the optimizer on it: gradients are summed
 // across the GPUs with NCCL and every GPU applies the same update to the same sum, so the
 // replicas stay identical, bit for bit. `local` and `device` are therefore the same store
-// here (type() returns the name it was made with); on GPUs there is no reason to send the
+// here (type() returns the type it was made with); on GPUs there is no reason to send the
 // sum to the host and the weights back.
 //
 // State, all allocated by Init and none afterwards (no cudaMalloc in a step): per key and
@@ -74,13 +77,15 @@
 
 namespace tally {
 
-class GpuKVStore : public KVStore {
+class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepStore {
  public:
   // REQUIRES: devices are distinct cuda devices that exist; comms connects them (null for
   // one device).
-  GpuKVStore(const std::string& type, std::vector<Device> devices, std::unique_ptr<NcclComms> comms);
+  GpuKVStore(KVStoreType type, std::vector<Device> devices, std::unique_ptr<NcclComms> comms);
 
-  const std::string& type() const override { return type_; }
+  KVStoreType type() const override { return type_; }
+  MasterWeightStore* master_weights() override { return this; }
+  DeviceStepStore* device_steps() override { return this; }
   // REQUIRES: called before Init (state is allocated by Init).
   Status SetOptimizer(const OptimizerConfig& config) override;
   // With KeepStepOnDevice, also queues the new rate into each device's copy of it.
@@ -109,7 +114,7 @@ class GpuKVStore : public KVStore {
   // no replica's 16-bit weights.
   Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Times TakeTimes() override;
-  // per_device[d] on devices[d]; see kvstore.h. WaitAll then becomes steps 1, then per device
+  // per_device[d] on devices[d]; see kvstore.h (DeviceStepStore). WaitAll then becomes steps 1, then per device
   // NonFiniteFlag over its own sums into found (the same bits everywhere, so the same
   // verdict), then the MultiSgdUpdate that reads found, the loss scale and the learning rate
   // from device memory.
@@ -142,7 +147,7 @@ class GpuKVStore : public KVStore {
   void Update();
   std::string Name() const;  // "--kv-store device on cuda:0,cuda:1", for messages
 
-  const std::string type_;
+  const KVStoreType type_;
   const std::vector<Device> devices_;
   const std::unique_ptr<NcclComms> comms_;  // null with one device
   bool has_optimizer_ = false;

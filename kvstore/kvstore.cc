@@ -1,51 +1,65 @@
 #include "kvstore/kvstore.h"
 
+#include <ostream>
+
+#include "kvstore/factories.h"
 #include "kvstore/local_kvstore.h"
 
 namespace tally {
 
-Status KVStore::Create(const std::string& type, int num_devices, std::unique_ptr<KVStore>* out) {
-  if (num_devices < 1) return Status::InvalidArgument("a kvstore needs at least one device");
-  if (type == "local") {
-    out->reset(new LocalKVStore(num_devices, /*update_on_devices=*/false));
-    return Status::Ok();
+namespace {
+
+// --kv-store's values, in KVStoreType's order.
+const std::vector<std::string>& TypeNames() {
+  static const auto* names =
+      new std::vector<std::string>{"local", "device", "dist_sync", "dist_device_sync", "dist_async"};
+  return *names;
+}
+
+}  // namespace
+
+const std::string& KVStoreTypeName(KVStoreType type) { return TypeNames().at(static_cast<size_t>(type)); }
+
+std::ostream& operator<<(std::ostream& os, KVStoreType type) { return os << KVStoreTypeName(type); }
+
+Status ParseKVStoreType(const std::string& name, KVStoreType* out) {
+  for (size_t i = 0; i < TypeNames().size(); ++i) {
+    if (name == TypeNames()[i]) {
+      *out = static_cast<KVStoreType>(i);
+      return Status::Ok();
+    }
   }
-  if (type == "device") {
-    out->reset(new LocalKVStore(num_devices, /*update_on_devices=*/true));
-    return Status::Ok();
+  return Status::InvalidArgument("unknown --kv-store '" + name +
+                                 "' (local, device, dist_sync, dist_device_sync or dist_async)");
+}
+
+Status KVStore::Create(const KVStoreSpec& spec, std::unique_ptr<KVStore>* out) {
+  const std::string& type = KVStoreTypeName(spec.type);
+  if (IsDistributed(spec.type) && spec.cluster != nullptr) {
+    return spec.gpus.empty() ? NewDistKVStore(spec.type, spec.num_devices, spec.cluster, out)
+                             : NewDistKVStoreOnGpus(spec.type, spec.gpus, spec.cluster, out);
   }
-  if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async") {
+  if (!spec.gpus.empty()) return NewGpuKVStore(spec.type, spec.gpus, out);
+  if (spec.num_devices < 1) return Status::InvalidArgument("a kvstore needs at least one device");
+  if (IsDistributed(spec.type)) {
     return Status::InvalidArgument("--kv-store " + type +
                                    " needs the parameter server: this process has not joined a job "
-                                   "(CreateDistKVStore takes the Cluster)");
+                                   "(KVStoreSpec::cluster)");
   }
-  return Status::InvalidArgument("unknown --kv-store '" + type +
-                                 "' (local, device, dist_sync, dist_device_sync or dist_async)");
+  out->reset(new LocalKVStore(spec.num_devices, /*update_on_devices=*/spec.type == KVStoreType::kDevice));
+  return Status::Ok();
 }
 
 Status KVStore::SetGradientScale(float scale) {
   if (scale == 1.0f) return Status::Ok();
-  return Status::InvalidArgument("--kv-store " + type() + " does not take a loss scale (float16 "
+  return Status::InvalidArgument("--kv-store " + name() + " does not take a loss scale (float16 "
                                  "training with dynamic loss scaling needs local or device)");
 }
 
-Status KVStore::KeepStepOnDevice(const std::vector<DeviceStepState>& per_device) {
-  return Status::InvalidArgument("--kv-store " + type() + " cannot keep a step on the device (only local "
-                                 "and device on GPUs can)");
-}
-
-Status KVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) {
-  return Status::InvalidArgument("--kv-store " + type() + " keeps no fp32 master weights here");
-}
-
-Status KVStore::SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) {
-  return Status::InvalidArgument("--kv-store " + type() + " keeps no fp32 master weights here");
-}
-
 #ifndef TALLY_HAVE_CUDA
-Status KVStore::CreateOnGpus(const std::string& type, const std::vector<Device>& devices,
-                             std::unique_ptr<KVStore>* out) {
-  return Status::InvalidArgument("--kv-store " + type + " on GPUs: this tally was built without CUDA");
+Status NewGpuKVStore(KVStoreType type, const std::vector<Device>& devices, std::unique_ptr<KVStore>* out) {
+  return Status::InvalidArgument("--kv-store " + KVStoreTypeName(type) +
+                                 " on GPUs: this tally was built without CUDA");
 }
 #endif
 

@@ -1,27 +1,35 @@
 // KVStore: the one interface through which training code exchanges gradients and weights.
 // The training loop does not change when the type does; the user picks it with --kv-store.
 //
+//   KVStoreSpec spec;
+//   TALLY_RETURN_IF_ERROR(ParseKVStoreType("device", &spec.type));  // --kv-store's value
+//   spec.num_devices = 2;
 //   std::unique_ptr<KVStore> kv;
-//   TALLY_RETURN_IF_ERROR(KVStore::Create("device", /*num_devices=*/2, &kv));
+//   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv));
 //   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));
 //   TALLY_RETURN_IF_ERROR(kv->Init(key, weight));              // once per key
 //   TALLY_RETURN_IF_ERROR(kv->PushPull(key, grads, weights));  // every step: one per device
 //
-// Types (DESIGN.md):
+// Types (the README's table):
 //   local   gradients are summed on the CPU, the optimizer updates one stored copy of the
 //           weights, and every device pulls it.
 //   device  gradients are summed across the devices, and each device runs the optimizer on
 //           its own copy (CPU devices: in host memory). Same results as local.
 // The distributed types (dist_sync, dist_device_sync, dist_async) implement this interface
-// over the parameter server (dist_kvstore.h).
+// over the parameter server (dist_kvstore.h), through the Cluster the process joined.
 //
 // Semantics (MXNet's): Push sums one value per device in device order (reproducible); with
 // an optimizer set, the sum is the gradient the optimizer applies, otherwise it replaces the
 // stored value. Pull copies the stored value into every output, converting the dtype.
 // Keys are small non-negative integers (a parameter's index). A KVStore is driven by one
 // thread.
+//
+// Capabilities only some types have (fp32 master weights, steps kept on the device) are
+// separate interfaces (MasterWeightStore, DeviceStepStore) that a store hands out through
+// master_weights() and device_steps(), null when it has none.
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +39,41 @@
 #include "ops/tensor.h"
 
 namespace tally {
+
+class Cluster;  // net/cluster.h
+
+// The kvstore types; each one's spelling is --kv-store's value (KVStoreTypeName).
+enum class KVStoreType { kLocal, kDevice, kDistSync, kDistDeviceSync, kDistAsync };
+// "local", "device", "dist_sync", "dist_device_sync", "dist_async".
+const std::string& KVStoreTypeName(KVStoreType type);
+std::ostream& operator<<(std::ostream& os, KVStoreType type);  // its name: logs, test messages
+// Reads --kv-store's value. A bad one fails naming the flag and the valid values.
+Status ParseKVStoreType(const std::string& name, KVStoreType* out);
+// Over the parameter server: the dist_* types, which need the process's Cluster.
+inline bool IsDistributed(KVStoreType t) {
+  return t == KVStoreType::kDistSync || t == KVStoreType::kDistDeviceSync || t == KVStoreType::kDistAsync;
+}
+// dist_sync and dist_device_sync: the servers sum every worker's step t before updating, so
+// a step's gradient is the mean over the job's global batch. (dist_async applies each push
+// on its own; local and device are one worker.)
+inline bool IsDistributedSync(KVStoreType t) {
+  return t == KVStoreType::kDistSync || t == KVStoreType::kDistDeviceSync;
+}
+
+// What KVStore::Create makes.
+struct KVStoreSpec {
+  KVStoreType type = KVStoreType::kDevice;
+  // Host devices: how many values each Push gives and each Pull fills. Unused with gpus.
+  int num_devices = 1;
+  // Non-empty: one replica per entry, cuda devices of this process. local and device then
+  // sum across the GPUs with NCCL and every GPU runs the optimizer on its own fp32 master
+  // weights (gpu_kvstore.h); the distributed types sum there before pushing
+  // (gpu_dist_kvstore.h). Fails in a build without CUDA.
+  std::vector<Device> gpus;
+  // The job this process joined as a worker. The distributed types need it (without it they
+  // fail saying so); local and device ignore it. Must outlive the store.
+  Cluster* cluster = nullptr;
+};
 
 struct OptimizerConfig {
   std::string type = "sgd";  // "sgd" or "nag"
@@ -46,21 +89,19 @@ Status ValidateOptimizerConfig(const OptimizerConfig& c);
 // loss scale they carry).
 SgdParams ToSgdParams(const OptimizerConfig& config, float gradient_scale);
 
+class MasterWeightStore;
+class DeviceStepStore;
+
 class KVStore {
  public:
-  // type: "local" or "device". The distributed types need the process's Cluster and are
-  // made by CreateDistKVStore (kvstore/dist_kvstore.h); here they fail saying so.
-  // num_devices: how many values each Push gives and each Pull fills.
-  static Status Create(const std::string& type, int num_devices, std::unique_ptr<KVStore>* out);
-  // `local` and `device` over GPUs, one replica per entry of `devices` (cuda devices of this
-  // process; kvstore/gpu_kvstore.h): gradients are summed across the GPUs (NCCL) and every
-  // GPU runs the optimizer on its own fp32 master weights, all keys of a step in one launch
-  // at WaitAll, so both types give the same results. Fails in a build without CUDA.
-  static Status CreateOnGpus(const std::string& type, const std::vector<Device>& devices,
-                             std::unique_ptr<KVStore>* out);
+  // The one way to make a store of any type (KVStoreSpec). Fails, saying why, when the spec
+  // cannot be met (no devices, a distributed type without a Cluster, GPUs in a build
+  // without CUDA, ...).
+  static Status Create(const KVStoreSpec& spec, std::unique_ptr<KVStore>* out);
   virtual ~KVStore() = default;
 
-  virtual const std::string& type() const = 0;
+  virtual KVStoreType type() const = 0;
+  const std::string& name() const { return KVStoreTypeName(type()); }  // --kv-store's value
   virtual int rank() const { return 0; }
   virtual int num_workers() const { return 1; }
   virtual Status Barrier() { return Status::Ok(); }
@@ -97,31 +138,13 @@ class KVStore {
   virtual Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) = 0;
 
   // Dynamic loss scaling: from the next push on, pushed gradients are `scale` times the
-  // true ones and the updates divide them back. 1 by default. Types that cannot fail with
-  // a message naming themselves (the distributed types, for now).
+  // true ones and the updates divide them back. 1 by default, which every type takes (so
+  // this is no optional capability); types that cannot scale refuse any other value with a
+  // message naming themselves.
   virtual Status SetGradientScale(float scale);
-  // Host fp32 copies of the fp32 master weights the optimizer keeps for 16-bit values
-  // (multi_precision), shaped as the keys' values: what a checkpoint of a float16 or
-  // bfloat16 model saves. Types that keep none fail saying so.
-  virtual Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out);
-  // Restores what GetMasterWeights gave (host fp32, shaped as the keys' values), after Init
-  // and before the first push, so that a resumed 16-bit run continues from the exact fp32
-  // weights rather than their rounded copies. Types that keep none fail saying so.
-  virtual Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values);
-
-  // Steps that never wait for the GPU (the GPU store of local/device; the others refuse,
-  // naming themselves). per_device[d] is the d-th device's: loss_scale (fp32 [1]) replaces
-  // SetGradientScale's scale, read by the update kernel when it runs, and found (int32 [1])
-  // is set by WaitAll to 1 when the step's summed gradients are not all finite, else 0.
-  // From then on WaitAll queues the sum, the finite check and an update that skips itself
-  // when the flag is set, with the learning rate read from device memory, and returns
-  // without waiting for the GPU; TakeSkippedStep reports nothing (the flag says it). So a
-  // whole step can be recorded once as a CUDA graph and replayed. Call before the first push.
-  struct DeviceStepState {
-    Tensor loss_scale;
-    Tensor found;
-  };
-  virtual Status KeepStepOnDevice(const std::vector<DeviceStepState>& per_device);
+  // Optional capabilities (below): this store's, or null when its type has none.
+  virtual MasterWeightStore* master_weights() { return nullptr; }
+  virtual DeviceStepStore* device_steps() { return nullptr; }
 
   // Non-finite gradients (NaN, ±Inf). A key's n-th push is its step n - 1. When the summed
   // gradient of some key at step t is not finite, step t is skipped as a whole: once
@@ -160,6 +183,44 @@ class KVStore {
 
  protected:
   bool stop_requested_ = false;
+};
+
+// Fp32 master weights kept for 16-bit values (multi_precision): GPU local and device, and the
+// distributed types (whose servers keep them). KVStore::master_weights() hands it out.
+class MasterWeightStore {
+ public:
+  // Host fp32 copies of the masters, shaped as the keys' values: what a checkpoint of a
+  // float16 or bfloat16 model saves.
+  virtual Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) = 0;
+  // Restores what GetMasterWeights gave (host fp32, shaped as the keys' values), after Init
+  // and before the first push, so that a resumed 16-bit run continues from the exact fp32
+  // weights rather than their rounded copies. The distributed types refuse: their servers
+  // start from the fp32 values given to Init.
+  virtual Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) = 0;
+
+ protected:
+  ~MasterWeightStore() = default;  // owned as the KVStore it belongs to
+};
+
+// Steps that never wait for the GPU: the GPU store of local and device only.
+// KVStore::device_steps() hands it out.
+class DeviceStepStore {
+ public:
+  // per_device[d] is the d-th device's: loss_scale (fp32 [1]) replaces SetGradientScale's
+  // scale, read by the update kernel when it runs, and found (int32 [1]) is set by WaitAll
+  // to 1 when the step's summed gradients are not all finite, else 0. From then on WaitAll
+  // queues the sum, the finite check and an update that skips itself when the flag is set,
+  // with the learning rate read from device memory, and returns without waiting for the
+  // GPU; TakeSkippedStep reports nothing (the flag says it). So a whole step can be recorded
+  // once as a CUDA graph and replayed. Call before the first push.
+  struct DeviceStepState {
+    Tensor loss_scale;
+    Tensor found;
+  };
+  virtual Status KeepStepOnDevice(const std::vector<DeviceStepState>& per_device) = 0;
+
+ protected:
+  ~DeviceStepStore() = default;  // owned as the KVStore it belongs to
 };
 
 }  // namespace tally

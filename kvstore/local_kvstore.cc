@@ -11,7 +11,7 @@ namespace tally {
 LocalKVStore::LocalKVStore(int num_devices, bool update_on_devices)
     : num_devices_(num_devices),
       update_on_devices_(update_on_devices),
-      type_(update_on_devices ? "device" : "local") {}
+      type_(update_on_devices ? KVStoreType::kDevice : KVStoreType::kLocal) {}
 
 Status LocalKVStore::SetOptimizer(const OptimizerConfig& config) {
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(config));

@@ -18,7 +18,7 @@ class LocalKVStore : public KVStore {
   // `device` (one copy per device, each updated with the same summed gradient).
   LocalKVStore(int num_devices, bool update_on_devices);
 
-  const std::string& type() const override { return type_; }
+  KVStoreType type() const override { return type_; }
   Status SetOptimizer(const OptimizerConfig& config) override;
   void SetLearningRate(float lr) override;
   using KVStore::Init;
@@ -53,7 +53,7 @@ class LocalKVStore : public KVStore {
 
   const int num_devices_;
   const bool update_on_devices_;
-  const std::string type_;
+  const KVStoreType type_;
   std::vector<std::unique_ptr<Updater>> updaters_;  // one per copy; empty: no optimizer
   std::map<int, Entry> entries_;
   Times times_;

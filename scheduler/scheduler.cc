@@ -115,14 +115,16 @@ class Scheduler {
 
   Status AssignRanks(const std::vector<Message>& regs) {
     nodes_.assign(1 + total(), wire::Node());
-    nodes_[0].set_role(wire::SCHEDULER);
-    nodes_[0].set_id(0);
-    nodes_[0].set_host(cfg_.scheduler_host);
-    nodes_[0].set_port(cfg_.scheduler_port);
-    nodes_[0].set_pid(static_cast<int>(getpid()));
+    wire::Node& me = nodes_[kSchedulerId];
+    me.set_role(wire::SCHEDULER);
+    me.set_id(kSchedulerId);
+    me.set_host(cfg_.scheduler_host);
+    me.set_port(cfg_.scheduler_port);
+    me.set_pid(static_cast<int>(getpid()));
+    const NodeIds ids{cfg_.num_servers, cfg_.num_workers};
     for (wire::Role role : {wire::SERVER, wire::WORKER}) {
       const int count = role == wire::SERVER ? cfg_.num_servers : cfg_.num_workers;
-      const int base = role == wire::SERVER ? 1 : 1 + cfg_.num_servers;
+      const int base = role == wire::SERVER ? ids.Server(0) : ids.Worker(0);  // the id of rank 0
       std::vector<bool> taken(count, false);
       std::vector<const wire::Node*> unranked;
       for (const Message& r : regs) {

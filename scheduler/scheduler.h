@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "kvstore/cluster.h"
+#include "net/cluster.h"
 
 namespace tally {
 

@@ -51,9 +51,9 @@ std::vector<Tensor> TakeData(Message* msg) {
 }  // namespace
 
 KVServer::KVServer(int num_servers, int num_workers, SendFn send)
-    : num_servers_(num_servers), num_workers_(num_workers), send_(std::move(send)) {
-  CHECK_GE(num_servers_, 1);
-  CHECK_GE(num_workers_, 1);
+    : ids_{num_servers, num_workers}, send_(std::move(send)) {
+  CHECK_GE(ids_.num_servers, 1);
+  CHECK_GE(ids_.num_workers, 1);
 }
 
 KVServer::~KVServer() = default;
@@ -67,7 +67,7 @@ void KVServer::Respond(const wire::Meta& request, const std::string& error, bool
   if (!error.empty()) r.meta.set_error(error);
   if (not_applied) {
     r.meta.set_skipped(true);
-    r.meta.add_nonfinite_workers(request.sender_id() - 1 - num_servers_);
+    r.meta.add_nonfinite_workers(ids_.WorkerRank(request.sender_id()));
   }
   Status s = send_(request.sender_id(), std::move(r));
   if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
@@ -119,11 +119,10 @@ void KVServer::Handle(Message&& msg) {
     return;
   }
   Status s = ValidateMessage(msg);
-  const int first_worker = num_servers_ + 1;
-  if (s.ok() && (m.sender_id() < first_worker || m.sender_id() >= first_worker + num_workers_)) {
+  if (s.ok() && !ids_.IsWorker(m.sender_id())) {
     s = Status::InvalidArgument("the sender is not a worker of this job");
   }
-  const bool from_worker0 = m.sender_id() == first_worker;
+  const bool from_worker0 = m.sender_id() == ids_.Worker(0);
   if (s.ok()) {
     switch (m.command()) {
       case wire::SET_OPTIMIZER:
@@ -173,9 +172,9 @@ void KVServer::Handle(Message&& msg) {
 Status KVServer::HandleSetOptimizer(const Message& msg) {
   const wire::Meta& m = msg.meta;
   if (pushed_) return Status::InvalidArgument("the optimizer cannot change after the first push");
-  if (m.num_workers() != num_workers_) {
+  if (m.num_workers() != ids_.num_workers) {
     return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
-                                   ", but the job has " + std::to_string(num_workers_));
+                                   ", but the job has " + std::to_string(ids_.num_workers));
   }
   OptimizerConfig c = FromWireOptimizer(m.optimizer());
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(c));
@@ -184,15 +183,15 @@ Status KVServer::HandleSetOptimizer(const Message& msg) {
   lr_from_step_.clear();
   async_ = m.async();
   LOG(INFO) << "server: optimizer " << c.type << " lr " << c.lr << " momentum " << c.momentum
-            << " wd " << c.wd << (async_ ? ", async" : ", sync") << " over " << num_workers_ << " workers";
+            << " wd " << c.wd << (async_ ? ", async" : ", sync") << " over " << ids_.num_workers << " workers";
   return Status::Ok();
 }
 
 Status KVServer::HandleInit(const Message& msg) {
   const wire::Meta& m = msg.meta;
-  if (m.num_workers() != num_workers_) {
+  if (m.num_workers() != ids_.num_workers) {
     return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
-                                   ", but the job has " + std::to_string(num_workers_));
+                                   ", but the job has " + std::to_string(ids_.num_workers));
   }
   if (pushed_) return Status::InvalidArgument("INIT after the first push");
   if (m.optimizer_state()) return HandleInitState(msg);
@@ -244,7 +243,7 @@ Status KVServer::FindSlices(const Message& msg, std::vector<Slice*>* out) {
 
 Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   const wire::Meta& m = msg->meta;
-  const int rank = m.sender_id() - 1 - num_servers_;
+  const int rank = ids_.WorkerRank(m.sender_id());
   const int64_t step = m.step();
   if (step < 0) return Status::InvalidArgument("step " + std::to_string(step) + " is negative");
   const float scale = m.grad_scale() == 0.0f ? 1.0f : m.grad_scale();
@@ -293,7 +292,7 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
     }
     if (m.stop()) s->stop_from = std::min(s->stop_from, step);
     if (async_) {
-      if (s->seen.size() <= static_cast<size_t>(rank)) s->seen.resize(num_workers_);
+      if (s->seen.size() <= static_cast<size_t>(rank)) s->seen.resize(ids_.num_workers);
       s->seen[rank].Add(step);
       if (!finite[i]) {
         LogSkip(step, rank, "worker " + std::to_string(rank) + "'s push of key " + std::to_string(s->key) +
@@ -305,7 +304,7 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
       continue;
     }
     Slice::Step& st = s->pushes[step];
-    if (st.grads.empty()) st.grads.resize(num_workers_);
+    if (st.grads.empty()) st.grads.resize(ids_.num_workers);
     if (st.count > 0 && st.scale != scale) {
       LOG_EVERY_N(ERROR, 100) << "server: worker " << rank << " pushed step " << step << " of key " << s->key
                               << " with gradient scale " << scale << ", another worker with " << st.scale
@@ -363,7 +362,7 @@ void KVServer::AnswerPull(const PendingPull& p) {
   const DType dtype = FromWire(p.request.pull_dtype());
   bool stop = false;
   std::set<int> nonfinite;
-  if (p.push_not_applied) nonfinite.insert(p.request.sender_id() - 1 - num_servers_);
+  if (p.push_not_applied) nonfinite.insert(ids_.WorkerRank(p.request.sender_id()));
   bool skipped = p.push_not_applied;
   for (Slice* s : p.slices) {
     stop |= async_ ? s->stop_from != INT64_MAX : s->stop_from <= p.request.step();

@@ -19,7 +19,7 @@ void KVServer::ApplyReadySteps(Slice* s) {
   bool applied = false;
   while (!s->pushes.empty()) {
     auto it = s->pushes.begin();
-    if (it->first != s->applied + 1 || it->second.count < num_workers_) break;
+    if (it->first != s->applied + 1 || it->second.count < ids_.num_workers) break;
     if (s->skip_when_ready.erase(it->first) > 0) {
       Skip(s, it->first, {});  // rolled back before it could be applied
     } else {
@@ -150,7 +150,7 @@ Status KVServer::HandleRollback(const Message& msg) {
     }
     if (s->skipped != step) Skip(s, step, {});
   }
-  LogSkip(step, -1, "rolled back at worker " + std::to_string(m.sender_id() - 1 - num_servers_) +
+  LogSkip(step, -1, "rolled back at worker " + std::to_string(ids_.WorkerRank(m.sender_id())) +
                         "'s request (a non-finite gradient elsewhere)");
   return HandlePull(msg);
 }

@@ -56,9 +56,9 @@
 #include <utility>
 #include <vector>
 
-#include "kvstore/cluster.h"
-#include "kvstore/transport.h"
 #include "kvstore/updater.h"
+#include "net/cluster.h"
+#include "net/transport.h"
 #include "ops/profile/records.h"
 
 namespace tally {
@@ -134,8 +134,7 @@ class KVServer {
   // not_applied: an async push that was not finite (Meta.skipped, the sender named).
   void Respond(const wire::Meta& request, const std::string& error, bool not_applied = false);
 
-  const int num_servers_;
-  const int num_workers_;
+  const NodeIds ids_;  // the job's servers and workers, and their node ids
   SendFn send_;
   bool async_ = false;
   bool pushed_ = false;  // a push has arrived: the optimizer can no longer change

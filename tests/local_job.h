@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kvstore/cluster.h"
+#include "net/cluster.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 

@@ -49,7 +49,7 @@ double MedianStepSeconds(const ComputeCase& c, DType dtype, int steps, int warmu
   cfg.model.num_layers = c.layers;
   cfg.model.num_classes = c.classes;
   cfg.model.image_shape = {3, c.image, c.image};
-  cfg.kv_store = c.gpu ? "device" : "local";
+  cfg.kv_store = c.gpu ? KVStoreType::kDevice : KVStoreType::kLocal;
   cfg.top_k = 0;
   if (c.gpu) {
     cfg.gpus = {0};

@@ -22,8 +22,9 @@
 
 #include <gflags/gflags.h>
 
-#include "kvstore/dist_kvstore.h"
+#include "kvstore/kvstore.h"
 #include "models/network.h"
+#include "net/cluster.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/bench.h"
@@ -117,8 +118,11 @@ struct WorkerRun {
     std::unique_ptr<Transport> transport;
     TALLY_RETURN_IF_ERROR(NewJobTransport(cfg, &transport));
     TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, std::move(transport), &cluster));
+    KVStoreSpec spec;
+    spec.type = KVStoreType::kDistSync;
+    spec.cluster = cluster.get();
     std::unique_ptr<KVStore> kv;
-    TALLY_RETURN_IF_ERROR(CreateDistKVStore("dist_sync", 1, cluster.get(), &kv));
+    TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv));
     // Keys: the single arrays, then ResNet-50 in fp32, then ResNet-50 in fp16.
     std::vector<int> keys;
     std::vector<Tensor> grads, weights;
@@ -170,6 +174,110 @@ std::string SizeName(int64_t b) {
   return b >= (1 << 20) ? std::to_string(b >> 20) + "MB" : std::to_string(b >> 10) + "KB";
 }
 
+// One job over loopback in `mode` (plain or curve): a scheduler, --servers servers and
+// --workers workers as threads, each worker running `proto`; *out: worker 0's figures.
+Status RunJob(const std::string& mode, const WorkerRun& proto, WorkerRun* out) {
+  std::string secret;
+  if (mode == "curve") secret = std::string(32, '\0'), RandomBytes(&secret);
+  const int port = FreeTcpPort();
+  Status sched_status;
+  std::vector<Status> server_status(FLAGS_servers);
+  auto role = [&](wire::Role r, int rank, auto run) {
+    ClusterConfig c = JobConfig(r, rank, port, secret);
+    std::unique_ptr<Transport> t;
+    Status st = NewJobTransport(c, &t);
+    return st.ok() ? run(c, std::move(t)) : st;
+  };
+  std::thread scheduler([&] {
+    sched_status = role(wire::SCHEDULER, 0, [](const ClusterConfig& c, std::unique_ptr<Transport> t) {
+      return RunScheduler(c, std::move(t));
+    });
+  });
+  std::vector<std::thread> servers;
+  for (int i = 0; i < FLAGS_servers; ++i) {
+    servers.emplace_back([&, i] {
+      server_status[i] = role(wire::SERVER, i, [](const ClusterConfig& c, std::unique_ptr<Transport> t) {
+        return RunServer(c, std::move(t));
+      });
+    });
+  }
+  std::vector<WorkerRun> runs(FLAGS_workers, proto);
+  std::vector<std::thread> workers;
+  if (!FLAGS_json) {
+    std::fprintf(stderr, "running the job (%s): %d workers, %d servers...\n", mode.c_str(), FLAGS_workers,
+                 FLAGS_servers);
+  }
+  for (int i = 0; i < FLAGS_workers; ++i) {
+    workers.emplace_back([&, i] { runs[i].Run(JobConfig(wire::WORKER, i, port, secret)); });
+  }
+  for (auto& t : workers) t.join();
+  for (auto& t : servers) t.join();
+  scheduler.join();
+  for (const WorkerRun& r : runs) TALLY_RETURN_IF_ERROR(r.status);
+  *out = runs[0];
+  return Status::Ok();
+}
+
+// The rows of the report: each mode's figures against the TCP limits measured in the same
+// run; with both modes, CURVE's also against plain's.
+std::vector<BenchRow> PsRows(const std::vector<std::string>& modes, const std::map<std::string, WorkerRun>& result,
+                             int64_t resnet_elements, double tcp_gbps, double tcp_rtt_us) {
+  const std::string tcp = "tcp-loopback-1-stream";
+  std::vector<BenchRow> rows;
+  auto add = [&](const std::string& name, double value, const std::string& unit, double peer,
+                 const std::string& peer_name, bool lower_is_better, const std::string& note, bool limit) {
+    BenchRow row;
+    row.bench = "ps";
+    row.name = name;
+    row.value = value;
+    row.unit = unit;
+    row.peer = peer;
+    row.peer_name = peer_name;
+    row.lower_is_better = lower_is_better;
+    row.note = note;
+    row.peer_is_limit = limit;
+    rows.push_back(row);
+  };
+  for (const std::string& mode : modes) {
+    const WorkerRun& r = result.at(mode);
+    const WorkerRun* plain = modes.size() == 2 && mode == "curve" ? &result.at("plain") : nullptr;
+    const std::string shape = mode + "-" + std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s";
+    auto bandwidth = [&](const std::string& name, double bytes, const std::vector<double>& t,
+                         const std::vector<double>* plain_t, const std::string& note) {
+      add(name, bytes / Median(t) / 1e9, "GB/s", tcp_gbps, tcp, false, note, true);
+      if (plain_t != nullptr) {
+        add(name + "-vs-plain", bytes / Median(t) / 1e9, "GB/s", bytes / Median(*plain_t) / 1e9, "same job, plain",
+            false, "the cost of authentication and encryption", false);
+      }
+    };
+    for (size_t i = 0; i < r.sizes.size(); ++i) {
+      const double b = static_cast<double>(r.sizes[i]);
+      const std::string base = shape + "-" + SizeName(r.sizes[i]);
+      bandwidth(base + "-push", b, r.single[i].push, nullptr, "");
+      bandwidth(base + "-pull", b, r.single[i].pull, nullptr, "");
+      bandwidth(base + "-pushpull", 2 * b, r.single[i].pushpull, plain ? &plain->single[i].pushpull : nullptr, "");
+      if (r.sizes[i] == 4096) {
+        add(base + "-pushpull-latency", Median(r.single[i].pushpull) * 1e6, "us", tcp_rtt_us,
+            "tcp-loopback-4KB-round-trip", true, "goal <= 25 us", true);
+        if (plain) {
+          add(base + "-pushpull-latency-vs-plain", Median(r.single[i].pushpull) * 1e6, "us",
+              Median(plain->single[i].pushpull) * 1e6, "same job, plain", true, "", false);
+        }
+      }
+    }
+    const double f32 = Median(r.resnet_f32), f16 = Median(r.resnet_f16);
+    bandwidth(shape + "-resnet50-pushpull-fp32", 2.0 * 4 * resnet_elements, r.resnet_f32,
+              plain ? &plain->resnet_f32 : nullptr, "161 arrays, " + std::to_string(resnet_elements) + " values");
+    bandwidth(shape + "-resnet50-pushpull-fp16", 2.0 * 2 * resnet_elements, r.resnet_f16,
+              plain ? &plain->resnet_f16 : nullptr, "");
+    add(shape + "-resnet50-sync-time-fp16/fp32", f16 / f32, "x", -1, "", true,
+        "fp32 " + std::to_string(f32 * 1e3).substr(0, 6) + " ms, fp16 " + std::to_string(f16 * 1e3).substr(0, 6) +
+            " ms; goal <= 0.55",
+        true);
+  }
+  return rows;
+}
+
 }  // namespace
 
 int BenchPs(int argc, char** argv) {
@@ -207,105 +315,14 @@ int BenchPs(int argc, char** argv) {
   }
   std::map<std::string, WorkerRun> result;
   for (const std::string& mode : modes) {
-    std::string secret;
-    if (mode == "curve") secret = std::string(32, '\0'), RandomBytes(&secret);
-    const int port = FreeTcpPort();
-    Status sched_status;
-    std::vector<Status> server_status(FLAGS_servers);
-    auto role = [&](wire::Role r, int rank, auto run) {
-      ClusterConfig c = JobConfig(r, rank, port, secret);
-      std::unique_ptr<Transport> t;
-      Status st = NewJobTransport(c, &t);
-      return st.ok() ? run(c, std::move(t)) : st;
-    };
-    std::thread scheduler([&] {
-      sched_status = role(wire::SCHEDULER, 0, [](const ClusterConfig& c, std::unique_ptr<Transport> t) {
-        return RunScheduler(c, std::move(t));
-      });
-    });
-    std::vector<std::thread> servers;
-    for (int i = 0; i < FLAGS_servers; ++i) {
-      servers.emplace_back([&, i] {
-        server_status[i] = role(wire::SERVER, i, [](const ClusterConfig& c, std::unique_ptr<Transport> t) {
-          return RunServer(c, std::move(t));
-        });
-      });
+    s = RunJob(mode, proto, &result[mode]);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tally bench ps (%s): %s\n", mode.c_str(), s.ToString().c_str());
+      return 1;
     }
-    std::vector<WorkerRun> runs(FLAGS_workers, proto);
-    std::vector<std::thread> workers;
-    if (!FLAGS_json) {
-      std::fprintf(stderr, "running the job (%s): %d workers, %d servers...\n", mode.c_str(), FLAGS_workers,
-                   FLAGS_servers);
-    }
-    for (int i = 0; i < FLAGS_workers; ++i) {
-      workers.emplace_back([&, i] { runs[i].Run(JobConfig(wire::WORKER, i, port, secret)); });
-    }
-    for (auto& t : workers) t.join();
-    for (auto& t : servers) t.join();
-    scheduler.join();
-    for (const WorkerRun& r : runs) {
-      if (!r.status.ok()) {
-        std::fprintf(stderr, "tally bench ps (%s): %s\n", mode.c_str(), r.status.ToString().c_str());
-        return 1;
-      }
-    }
-    result[mode] = runs[0];
   }
 
-  const std::string tcp = "tcp-loopback-1-stream";
-  std::vector<BenchRow> rows;
-  auto add = [&](const std::string& name, double value, const std::string& unit, double peer,
-                 const std::string& peer_name, bool lower_is_better, const std::string& note, bool limit) {
-    BenchRow row;
-    row.bench = "ps";
-    row.name = name;
-    row.value = value;
-    row.unit = unit;
-    row.peer = peer;
-    row.peer_name = peer_name;
-    row.lower_is_better = lower_is_better;
-    row.note = note;
-    row.peer_is_limit = limit;
-    rows.push_back(row);
-  };
-  // Each mode's figures against the TCP limits; with both, CURVE's also against plain's.
-  for (const std::string& mode : modes) {
-    const WorkerRun& r = result[mode];
-    const WorkerRun* plain = modes.size() == 2 && mode == "curve" ? &result["plain"] : nullptr;
-    const std::string shape = mode + "-" + std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s";
-    auto bandwidth = [&](const std::string& name, double bytes, const std::vector<double>& t,
-                         const std::vector<double>* plain_t, const std::string& note) {
-      add(name, bytes / Median(t) / 1e9, "GB/s", tcp_gbps, tcp, false, note, true);
-      if (plain_t != nullptr) {
-        add(name + "-vs-plain", bytes / Median(t) / 1e9, "GB/s", bytes / Median(*plain_t) / 1e9, "same job, plain",
-            false, "the cost of authentication and encryption", false);
-      }
-    };
-    for (size_t i = 0; i < r.sizes.size(); ++i) {
-      const double b = static_cast<double>(r.sizes[i]);
-      const std::string base = shape + "-" + SizeName(r.sizes[i]);
-      bandwidth(base + "-push", b, r.single[i].push, nullptr, "");
-      bandwidth(base + "-pull", b, r.single[i].pull, nullptr, "");
-      bandwidth(base + "-pushpull", 2 * b, r.single[i].pushpull, plain ? &plain->single[i].pushpull : nullptr, "");
-      if (r.sizes[i] == 4096) {
-        add(base + "-pushpull-latency", Median(r.single[i].pushpull) * 1e6, "us", tcp_rtt_us,
-            "tcp-loopback-4KB-round-trip", true, "goal <= 25 us", true);
-        if (plain) {
-          add(base + "-pushpull-latency-vs-plain", Median(r.single[i].pushpull) * 1e6, "us",
-              Median(plain->single[i].pushpull) * 1e6, "same job, plain", true, "", false);
-        }
-      }
-    }
-    const double f32 = Median(r.resnet_f32), f16 = Median(r.resnet_f16);
-    bandwidth(shape + "-resnet50-pushpull-fp32", 2.0 * 4 * resnet_elements, r.resnet_f32,
-              plain ? &plain->resnet_f32 : nullptr, "161 arrays, " + std::to_string(resnet_elements) + " values");
-    bandwidth(shape + "-resnet50-pushpull-fp16", 2.0 * 2 * resnet_elements, r.resnet_f16,
-              plain ? &plain->resnet_f16 : nullptr, "");
-    add(shape + "-resnet50-sync-time-fp16/fp32", f16 / f32, "x", -1, "", true,
-        "fp32 " + std::to_string(f32 * 1e3).substr(0, 6) + " ms, fp16 " + std::to_string(f16 * 1e3).substr(0, 6) +
-            " ms; goal <= 0.55",
-        true);
-  }
+  const std::vector<BenchRow> rows = PsRows(modes, result, resnet_elements, tcp_gbps, tcp_rtt_us);
   Report(rows, FLAGS_json);
   return 0;
 }

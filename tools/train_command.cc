@@ -13,7 +13,7 @@
 
 #include <gflags/gflags.h>
 
-#include "kvstore/cluster.h"
+#include "net/cluster.h"
 #include "ops/ops.h"
 #include "ops/profile/trace.h"
 #include "scheduler/scheduler.h"
@@ -113,7 +113,7 @@ Status BuildConfig(TrainerConfig* cfg) {
   cfg->model.zero_last_gamma = FLAGS_last_gamma;
   cfg->model.seed = FLAGS_seed;
   cfg->num_devices = FLAGS_cpu_devices;
-  cfg->kv_store = FLAGS_kv_store;
+  TALLY_RETURN_IF_ERROR(ParseKVStoreType(FLAGS_kv_store, &cfg->kv_store));
   cfg->optimizer.type = FLAGS_optimizer;
   cfg->optimizer.lr = static_cast<float>(FLAGS_lr);
   cfg->optimizer.momentum = static_cast<float>(FLAGS_mom);
@@ -241,7 +241,7 @@ int RunRole(const ClusterConfig& c) {
 
 // Joins the job as a worker when the kvstore is distributed.
 Status JoinIfDistributed(std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) {
-  if (FLAGS_kv_store.rfind("dist_", 0) != 0) return Status::Ok();
+  if (!IsDistributed(cfg->kv_store)) return Status::Ok();
   if (std::getenv("DMLC_ROLE") == nullptr) {
     return Status::InvalidArgument("--kv-store " + FLAGS_kv_store +
                                    " needs the DMLC_* environment of a job: start it with tools/launch.py");
@@ -293,14 +293,14 @@ void OnSigterm(void (*handler)(int)) {
 // What the run is; a resumed run must be the same model (and, inside an epoch, read the
 // same batches).
 // The one line a worker prints for a step skipped for a non-finite gradient.
-std::string SkipLine(int epoch, int64_t batch, int64_t step, const KVStore::SkippedStep& skip) {
+std::string SkipLine(KVStoreType type, int epoch, int64_t batch, int64_t step, const KVStore::SkippedStep& skip) {
   std::string who;
   for (int r : skip.workers) who += (who.empty() ? " from worker " : ", ") + std::to_string(r);
   const std::string what = "the gradient of key " + std::to_string(skip.key) + " was not finite" + who;
   char head[96];
   std::snprintf(head, sizeof head, "Epoch[%d] Batch [%lld]: step %lld ", epoch, static_cast<long long>(batch),
                 static_cast<long long>(step));
-  if (FLAGS_kv_store == "dist_async") return head + ("not applied: " + what);
+  if (type == KVStoreType::kDistAsync) return head + ("not applied: " + what);
   return head + ("skipped, no weight changed: " + what);
 }
 
@@ -411,7 +411,7 @@ int TrainCommand(int argc, char** argv) {
       }
       if (trainer->last_skip() != nullptr) {
         bar.Clear();
-        std::printf("%s\n", SkipLine(epoch, b + 1, step, *trainer->last_skip()).c_str());
+        std::printf("%s\n", SkipLine(cfg.kv_store, epoch, b + 1, step, *trainer->last_skip()).c_str());
         std::fflush(stdout);
       }
       profile::StepRecord record = trainer->last_step();

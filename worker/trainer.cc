@@ -7,7 +7,6 @@
 #include <map>
 #include <string>
 
-#include "kvstore/dist_kvstore.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 #include "ops/profile/trace.h"
@@ -64,6 +63,13 @@ Status ParseTestNan(int rank, int64_t* step, bool* all) {
   return Status::Ok();
 }
 
+// The store's fp32 master weights, or why it keeps none (kvstore.h, MasterWeightStore).
+Status MasterWeightsOf(KVStore* kv, MasterWeightStore** out) {
+  *out = kv->master_weights();
+  if (*out != nullptr) return Status::Ok();
+  return Status::InvalidArgument("--kv-store " + kv->name() + " keeps no fp32 master weights here");
+}
+
 }  // namespace
 
 Status CheckBatchSplit(int batch_size, int num_devices) {
@@ -84,25 +90,7 @@ int StemInputChannels(const TrainerConfig& config) {
 Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out, const Checkpoint* resume) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
-  const bool on_gpus = !config.gpus.empty();
-  if (on_gpus) {
-    for (int g : config.gpus) {
-      const Device d{Device::Kind::kCuda, g};
-      for (const Device& seen : t->devices_) {
-        if (seen == d) return Status::InvalidArgument("--gpus names " + d.ToString() + " twice");
-      }
-      Status s = CheckDevice(d);
-      if (!s.ok()) return Status::InvalidArgument("--gpus: " + s.message());
-      t->devices_.push_back(d);
-    }
-  } else {
-    if (config.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
-    if (config.dtype != DType::kF32) {
-      return Status::InvalidArgument(std::string("--dtype ") + DTypeName(config.dtype) +
-                                     " needs --gpus; CPU workers compute in float32");
-    }
-    for (int d = 0; d < config.num_devices; ++d) t->devices_.push_back(Device::Cpu(d));
-  }
+  TALLY_RETURN_IF_ERROR(t->PickDevices());
   t->scaler_ = LossScaler(config.loss_scale, /*enabled=*/config.dtype == DType::kF16);
   for (const Device& device : t->devices_) {
     ModelConfig model = config.model;
@@ -118,24 +106,58 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     TALLY_RETURN_IF_ERROR(t->LoadParameters(*resume));
     t->step_ = resume->step;
   }
-  const bool dist = config.cluster != nullptr && config.kv_store.rfind("dist_", 0) == 0;
-  if (on_gpus && !dist) {
-    TALLY_RETURN_IF_ERROR(KVStore::CreateOnGpus(config.kv_store, t->devices_, &t->kv_));
-  } else if (dist && on_gpus) {
-    TALLY_RETURN_IF_ERROR(CreateDistKVStoreOnGpus(config.kv_store, t->devices_, config.cluster, &t->kv_));
-  } else if (dist) {
-    TALLY_RETURN_IF_ERROR(CreateDistKVStore(config.kv_store, config.num_devices, config.cluster, &t->kv_));
-  } else {
-    TALLY_RETURN_IF_ERROR(KVStore::Create(config.kv_store, config.num_devices, &t->kv_));
+  TALLY_RETURN_IF_ERROR(t->StartStore(resume));
+  if (resume != nullptr) TALLY_RETURN_IF_ERROR(t->RestoreStore(*resume));
+  TALLY_RETURN_IF_ERROR(ParseTestNan(t->kv_->rank(), &t->nan_step_, &t->nan_all_));
+  if (!config.gpus.empty() && !t->distributed() && config.step_on_device) {
+    TALLY_RETURN_IF_ERROR(t->KeepStepOnDevice());
   }
-  TALLY_RETURN_IF_ERROR(t->kv_->SetOptimizer(config.optimizer));
-  const std::vector<Parameter*>& params = t->replicas_[0]->Parameters();
+  Trainer* self = t.get();
+  t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
+  *out = std::move(t);
+  return Status::Ok();
+}
+
+Status Trainer::PickDevices() {
+  if (!config_.gpus.empty()) {
+    for (int g : config_.gpus) {
+      const Device d{Device::Kind::kCuda, g};
+      for (const Device& seen : devices_) {
+        if (seen == d) return Status::InvalidArgument("--gpus names " + d.ToString() + " twice");
+      }
+      Status s = CheckDevice(d);
+      if (!s.ok()) return Status::InvalidArgument("--gpus: " + s.message());
+      devices_.push_back(d);
+    }
+    return Status::Ok();
+  }
+  if (config_.num_devices < 1) return Status::InvalidArgument("at least one device is needed");
+  if (config_.dtype != DType::kF32) {
+    return Status::InvalidArgument(std::string("--dtype ") + DTypeName(config_.dtype) +
+                                   " needs --gpus; CPU workers compute in float32");
+  }
+  for (int d = 0; d < config_.num_devices; ++d) devices_.push_back(Device::Cpu(d));
+  return Status::Ok();
+}
+
+bool Trainer::distributed() const { return config_.cluster != nullptr && IsDistributed(config_.kv_store); }
+
+Status Trainer::StartStore(const Checkpoint* resume) {
+  const bool on_gpus = !config_.gpus.empty();
+  KVStoreSpec spec;
+  spec.type = config_.kv_store;
+  spec.num_devices = config_.num_devices;
+  if (on_gpus) spec.gpus = devices_;
+  spec.cluster = config_.cluster;
+  TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv_));
+  TALLY_RETURN_IF_ERROR(kv_->SetOptimizer(config_.optimizer));
+  const std::vector<Parameter*>& params = replicas_[0]->Parameters();
   std::vector<Tensor> values;
   const std::map<std::string, const Tensor*> resumed = resume ? ByName(resume->params) : std::map<std::string, const Tensor*>();
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i]->trainable) continue;
-    t->trainable_.push_back(static_cast<int>(i));
-    if (on_gpus && dist) {
+    trainable_.push_back(static_cast<int>(i));
+    if (on_gpus && distributed()) {
       // The servers keep fp32 master weights: they start from the checkpoint's exact values,
       // or from the model's.
       Tensor host = Tensor::Empty(params[i]->value.shape(), DType::kF32);
@@ -145,46 +167,52 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
       values.push_back(params[i]->value);
     }
   }
-  TALLY_RETURN_IF_ERROR(t->kv_->Init(t->trainable_, values));
-  if (resume != nullptr) {
-    const std::map<std::string, const Tensor*> by_name = ByName(resume->states);
-    std::vector<Tensor> states;
-    for (int i : t->trainable_) {
-      auto it = by_name.find(params[i]->name);
-      states.push_back(it == by_name.end() ? Tensor() : *it->second);
-    }
-    Status s = t->kv_->SetOptimizerState(t->trainable_, states);
-    if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
-    if (config.dtype != DType::kF32 && config.optimizer.multi_precision && !dist) {
-      // The kvstore's masters were made from the 16-bit weights; the checkpoint has them exact.
-      const std::map<std::string, const Tensor*> weights = ByName(resume->params);
-      std::vector<Tensor> masters;
-      for (int i : t->trainable_) masters.push_back(*weights.at(params[i]->name));
-      s = t->kv_->SetMasterWeights(t->trainable_, masters);
-      if (!s.ok()) return Status::InvalidArgument("the checkpoint's weights: " + s.message());
-    }
+  return kv_->Init(trainable_, values);
+}
+
+Status Trainer::RestoreStore(const Checkpoint& resume) {
+  const std::vector<Parameter*>& params = replicas_[0]->Parameters();
+  const std::map<std::string, const Tensor*> by_name = ByName(resume.states);
+  std::vector<Tensor> states;
+  for (int i : trainable_) {
+    auto it = by_name.find(params[i]->name);
+    states.push_back(it == by_name.end() ? Tensor() : *it->second);
   }
-  TALLY_RETURN_IF_ERROR(ParseTestNan(t->kv_->rank(), &t->nan_step_, &t->nan_all_));
-  if (on_gpus && !dist && config.step_on_device) {
-    std::vector<KVStore::DeviceStepState> states;
-    for (const Device& d : t->devices_) {
-      DeviceFigures f;
-      f.loss_sum = Tensor::Zeros({2}, DType::kF32, d);
-      f.correct = Tensor::Zeros({1}, DType::kI32, d);
-      f.topk = Tensor::Zeros({1}, DType::kI32, d);
-      f.scale = Tensor::Empty({1}, DType::kF32, d);
-      f.scale.Fill(t->scaler_.scale());
-      f.scaler = Tensor::Zeros({2}, DType::kI32, d);
-      f.found = Tensor::Zeros({1}, DType::kI32, d);
-      states.push_back({f.scale, f.found});
-      t->figures_.push_back(f);
-    }
-    TALLY_RETURN_IF_ERROR(t->kv_->KeepStepOnDevice(states));
-    t->on_device_ = true;
+  Status s = kv_->SetOptimizerState(trainable_, states);
+  if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
+  if (config_.dtype == DType::kF32 || !config_.optimizer.multi_precision || distributed()) return Status::Ok();
+  // The kvstore's masters were made from the 16-bit weights; the checkpoint has them exact.
+  const std::map<std::string, const Tensor*> weights = ByName(resume.params);
+  std::vector<Tensor> masters;
+  for (int i : trainable_) masters.push_back(*weights.at(params[i]->name));
+  MasterWeightStore* store = nullptr;
+  s = MasterWeightsOf(kv_.get(), &store);
+  if (s.ok()) s = store->SetMasterWeights(trainable_, masters);
+  if (!s.ok()) return Status::InvalidArgument("the checkpoint's weights: " + s.message());
+  return Status::Ok();
+}
+
+Status Trainer::KeepStepOnDevice() {
+  DeviceStepStore* store = kv_->device_steps();
+  if (store == nullptr) {
+    return Status::InvalidArgument("--kv-store " + kv_->name() + " cannot keep a step on the device (only local "
+                                   "and device on GPUs can)");
   }
-  Trainer* self = t.get();
-  t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
-  *out = std::move(t);
+  std::vector<DeviceStepStore::DeviceStepState> states;
+  for (const Device& d : devices_) {
+    DeviceFigures f;
+    f.loss_sum = Tensor::Zeros({2}, DType::kF32, d);
+    f.correct = Tensor::Zeros({1}, DType::kI32, d);
+    f.topk = Tensor::Zeros({1}, DType::kI32, d);
+    f.scale = Tensor::Empty({1}, DType::kF32, d);
+    f.scale.Fill(scaler_.scale());
+    f.scaler = Tensor::Zeros({2}, DType::kI32, d);
+    f.found = Tensor::Zeros({1}, DType::kI32, d);
+    states.push_back({f.scale, f.found});
+    figures_.push_back(f);
+  }
+  TALLY_RETURN_IF_ERROR(store->KeepStepOnDevice(states));
+  on_device_ = true;
   return Status::Ok();
 }
 
@@ -216,7 +244,9 @@ Status Trainer::Snapshot(Checkpoint* c) {
   std::map<int, Tensor> masters;
   if (config_.dtype != DType::kF32 && config_.optimizer.multi_precision) {
     std::vector<Tensor> m;
-    TALLY_RETURN_IF_ERROR(kv_->GetMasterWeights(trainable_, &m));
+    MasterWeightStore* store = nullptr;
+    TALLY_RETURN_IF_ERROR(MasterWeightsOf(kv_.get(), &store));
+    TALLY_RETURN_IF_ERROR(store->GetMasterWeights(trainable_, &m));
     for (size_t i = 0; i < trainable_.size(); ++i) masters[trainable_[i]] = m[i];
   }
   for (size_t i = 0; i < params.size(); ++i) {
@@ -302,7 +332,7 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   const int per_device = batch / devices;
   // The mean over the global batch: synchronous types sum every worker's gradients on the
   // servers; dist_async applies each worker's push on its own (MXNet's rescale_grad).
-  const bool global = kv_->type().find("_sync") != std::string::npos;
+  const bool global = IsDistributedSync(kv_->type());
   const float grad_scale =
       1.0f / (static_cast<float>(batch) * static_cast<float>(global ? kv_->num_workers() : 1));
   // The last replica's backward pass pushes each gradient as soon as it is final
@@ -357,13 +387,24 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
     tracer.Complete("bwd", "compute", t1, t2 - t1, "device", d);
   }
   TALLY_RETURN_IF_ERROR(push_status_);
-  const int64_t t_wait = NowUs();
+  const Status waited = WaitForStore();
+  ++step_;
+  TALLY_RETURN_IF_ERROR(waited);
+  skipped_ = kv_->TakeSkippedStep(&last_skip_);
+  if (skipped_) stats->skipped_steps += 1;
+  scaler_.Update(skipped_);
+  return Status::Ok();
+}
+
+Status Trainer::WaitForStore() {
+  using profile::Phase;
+  const int64_t t_wait = profile::NowUs();
   Status waited = kv_->WaitAll();
   if (config_.synchronize_phases) {
     for (const Device& d : devices_) Synchronize(d);  // the GPU kvstore's update, queued by WaitAll
   }
-  const int64_t wait = NowUs() - t_wait;
-  tracer.Complete("wait", "comm", t_wait, wait);
+  const int64_t wait = profile::NowUs() - t_wait;
+  profile::Tracer::Get().Complete("wait", "comm", t_wait, wait);
   // The pushes ran inside the backward pass; with a single-process kvstore, so did the
   // optimizer and the copies back.
   const KVStore::Times kv = kv_->TakeTimes();
@@ -375,12 +416,7 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
   last_step_.phase(Phase::kUpdate) = kv.update_us;
   last_step_.phase(Phase::kWait) = wait;
   last_step_.grad_norm = grad_sumsq_ >= 0 ? std::sqrt(grad_sumsq_) : -1;
-  ++step_;
-  TALLY_RETURN_IF_ERROR(waited);
-  skipped_ = kv_->TakeSkippedStep(&last_skip_);
-  if (skipped_) stats->skipped_steps += 1;
-  scaler_.Update(skipped_);
-  return Status::Ok();
+  return waited;
 }
 
 Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats) {

@@ -32,9 +32,9 @@
 #include <memory>
 #include <vector>
 
-#include "kvstore/cluster.h"
 #include "kvstore/kvstore.h"
 #include "models/network.h"
+#include "net/cluster.h"
 #include "ops/graph.h"
 #include "ops/profile/records.h"
 #include "worker/checkpoint.h"
@@ -65,7 +65,7 @@ struct TrainerConfig {
   // batch of another shape records it again. Several GPUs run their steps queued (NCCL warns
   // that graphs of several devices launched from one thread may deadlock).
   bool cuda_graph = true;
-  std::string kv_store = "device";
+  KVStoreType kv_store = KVStoreType::kDevice;  // --kv-store (ParseKVStoreType)
   // The job this worker has joined; required by the dist_* kvstore types. Not owned; must
   // outlive the Trainer.
   Cluster* cluster = nullptr;
@@ -140,6 +140,15 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // Create's parts: the devices of config_ (devices_); the kvstore, with the optimizer and
+  // every trainable key (kv_, trainable_); the checkpoint's optimizer state and fp32 master
+  // weights into it; the step's figures kept on the GPUs (step_on_device).
+  Status PickDevices();
+  Status StartStore(const Checkpoint* resume);
+  Status RestoreStore(const Checkpoint& resume);
+  Status KeepStepOnDevice();
+  // Over the parameter server: a dist_* type and the job joined.
+  bool distributed() const;
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
   // Replica d's share of a batch on its device, in the model's dtype and input channels
   // (the CPU replicas take the host slices as they are). Images may already be on that GPU
@@ -148,6 +157,9 @@ class Trainer {
   // Uploads host images to *x (shape want) through page-locked memory, converting and padding.
   void StageUpload(const Tensor& images, const Shape& want, Device device, Tensor* x) const;
   void PushGradient(int key);
+  // Step's end: the kvstore's WaitAll, and the step record's push, pull, update and wait
+  // times and gradient norm. Returns WaitAll's status.
+  Status WaitForStore();
   // The device-resident step (step_on_device): the batch in step_x_/step_y_, queued whole.
   Status StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats);
   // Queues forward, loss, backward, the kvstore's sum and update and the loss scale's update

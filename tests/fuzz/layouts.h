@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvstore/transport.h"
+#include "net/transport.h"
 
 namespace tally {
 namespace fuzz {

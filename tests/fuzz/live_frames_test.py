@@ -104,7 +104,7 @@ def field(number, value):
 
 
 def meta(command, sender, step, slices=(), dtype=0, pull_dtype=0, request_id=1, stop=False):
-    """A tally.wire.Meta (kvstore/wire.proto), encoded by hand: no protobuf module needed."""
+    """A tally.wire.Meta (net/wire.proto), encoded by hand: no protobuf module needed."""
     out = field(1, command) + field(2, sender) + field(3, 1) + field(4, request_id) + field(5, step)
     for key, offset, length in slices:
         out += field(8, field(1, key) + field(2, offset) + field(3, length))

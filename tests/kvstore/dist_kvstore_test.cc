@@ -19,9 +19,13 @@
 namespace tally {
 namespace {
 
-std::unique_ptr<KVStore> MakeStore(const std::string& type, int devices, Cluster* c) {
+std::unique_ptr<KVStore> MakeStore(KVStoreType type, int devices, Cluster* c) {
+  KVStoreSpec spec;
+  spec.type = type;
+  spec.num_devices = devices;
+  spec.cluster = c;
   std::unique_ptr<KVStore> kv;
-  Status s = CreateDistKVStore(type, devices, c, &kv);
+  Status s = KVStore::Create(spec, &kv);
   EXPECT_TRUE(s.ok()) << s;
   return kv;
 }
@@ -58,7 +62,7 @@ class DistKVStoreTest : public ::testing::TestWithParam<bool> {};
 TEST_P(DistKVStoreTest, PushesSumExactlyInFp32AndFp16AndPullsReturnTheSum) {
   LocalJob job(GetParam(), 2, 2);
   job.Run([](int rank, Cluster* cluster) {
-    auto kv = MakeStore("dist_sync", 2, cluster);
+    auto kv = MakeStore(KVStoreType::kDistSync, 2, cluster);
     EXPECT_EQ(kv->rank(), rank);
     EXPECT_EQ(kv->num_workers(), 2);
     std::vector<int> keys;
@@ -103,7 +107,7 @@ TEST_P(DistKVStoreTest, PushesSumExactlyInFp32AndFp16AndPullsReturnTheSum) {
 TEST_P(DistKVStoreTest, ManySmallKeysStillSumExactly) {
   LocalJob job(GetParam(), 2, 2);
   job.Run([](int rank, Cluster* cluster) {
-    auto kv = MakeStore("dist_sync", 1, cluster);
+    auto kv = MakeStore(KVStoreType::kDistSync, 1, cluster);
     constexpr int kKeys = 300;
     auto size = [](int key) -> int64_t { return key == 150 ? (5 << 20) / 4 : 1 + key % 7; };
     std::vector<int> keys;
@@ -141,7 +145,7 @@ TEST_P(DistKVStoreTest, ManySmallKeysStillSumExactly) {
 TEST_P(DistKVStoreTest, Fp16GradientsUpdateFp32MasterWeightsOnTheServers) {
   LocalJob job(GetParam(), 2, 2);
   job.Run([](int rank, Cluster* cluster) {
-    auto kv = MakeStore("dist_sync", 1, cluster);
+    auto kv = MakeStore(KVStoreType::kDistSync, 1, cluster);
     OptimizerConfig opt;
     opt.lr = 0.5f;
     opt.momentum = 0.0f;
@@ -179,7 +183,7 @@ TEST_P(DistKVStoreTest, ScaledGradientsUpdateAsUnscaledOnes) {
     std::vector<float> final(2);
     LocalJob job(GetParam(), 2, 2);
     job.Run([&](int rank, Cluster* cluster) {
-      auto kv = MakeStore("dist_sync", 1, cluster);
+      auto kv = MakeStore(KVStoreType::kDistSync, 1, cluster);
       OptimizerConfig opt;
       opt.lr = 0.5f;
       opt.momentum = 0.9f;
@@ -200,7 +204,8 @@ TEST_P(DistKVStoreTest, ScaledGradientsUpdateAsUnscaledOnes) {
       if (rank == 0) final = {w32.data<float>()[0], w32.data<float>()[n - 1]};
       // The servers' fp32 weights, as a checkpoint of a 16-bit model reads them.
       std::vector<Tensor> masters;
-      ASSERT_TRUE(kv->GetMasterWeights({0}, &masters).ok());
+      ASSERT_NE(kv->master_weights(), nullptr);
+      ASSERT_TRUE(kv->master_weights()->GetMasterWeights({0}, &masters).ok());
       ASSERT_EQ(masters[0].numel(), n);
       EXPECT_EQ(0, std::memcmp(masters[0].raw_data(), w32.raw_data(), w32.nbytes())) << "worker " << rank;
       // 70 * 1024 overflows fp16 (max 65504): the step is skipped everywhere.
@@ -229,7 +234,7 @@ TEST_P(DistKVStoreTest, ANonFiniteStepIsRolledBackOnEveryServer) {
     weights->assign(kSizes.size(), {});
     LocalJob job(GetParam(), 2, 2);
     job.Run([&](int rank, Cluster* cluster) {
-      auto kv = MakeStore("dist_sync", 1, cluster);
+      auto kv = MakeStore(KVStoreType::kDistSync, 1, cluster);
       OptimizerConfig opt;
       opt.lr = 0.5f;
       opt.momentum = 0.9f;
@@ -279,7 +284,7 @@ TEST_P(DistKVStoreTest, ANonFiniteStepIsRolledBackOnEveryServer) {
 TEST_P(DistKVStoreTest, MisuseIsRefusedAndAsyncPullsNeedNoStep) {
   LocalJob job(GetParam(), 1, 1);
   job.Run([](int rank, Cluster* cluster) {
-    auto kv = MakeStore("dist_async", 1, cluster);
+    auto kv = MakeStore(KVStoreType::kDistAsync, 1, cluster);
     EXPECT_FALSE(kv->Push(0, {Tensor::Zeros({3}, DType::kF32)}).ok());  // before Init
     ASSERT_TRUE(kv->Init({0, 1}, {Tensor::Zeros({3}, DType::kF32), Tensor::Zeros({2}, DType::kF32)}).ok());
     EXPECT_FALSE(kv->Init({2}, {Tensor::Zeros({3}, DType::kF32)}).ok());  // a second Init
@@ -292,10 +297,10 @@ TEST_P(DistKVStoreTest, MisuseIsRefusedAndAsyncPullsNeedNoStep) {
     ASSERT_TRUE(kv->WaitAll().ok());
     EXPECT_EQ(BFloat16ToFloat(out.data<uint16_t>()[1]), 4.0f);
   });
+  KVStoreSpec spec;
+  spec.type = KVStoreType::kDistSync;  // without a Cluster
   std::unique_ptr<KVStore> kv;
-  Status s = CreateDistKVStore("dist_sync", 1, nullptr, &kv);
-  EXPECT_NE(s.message().find("needs a cluster"), std::string::npos) << s;
-  s = KVStore::Create("dist_sync", 1, &kv);
+  Status s = KVStore::Create(spec, &kv);
   EXPECT_NE(s.message().find("parameter server"), std::string::npos) << s;
 }
 
@@ -314,7 +319,7 @@ TEST_P(DistKVStoreTest, WaitAllFailsAtOnceWhenAWorkerDies) {
       ClusterConfig c = TestClusterConfig(wire::WORKER, port, 2, 1);
       c.rank = r;
       ASSERT_TRUE(Cluster::Join(c, transport(), &clusters[r]).ok());
-      stores[r] = MakeStore("dist_sync", 1, clusters[r].get());
+      stores[r] = MakeStore(KVStoreType::kDistSync, 1, clusters[r].get());
       ASSERT_TRUE(stores[r]->Init({0}, {Tensor::Zeros({4}, DType::kF32)}).ok());
     });
   }

@@ -5,7 +5,7 @@
 // masters, and no cudaMalloc after the first step.
 //
 // Every test that needs a GPU skips visibly without one, and the two-GPU tests without two.
-// CreateOnGpus's refusals run everywhere.
+// The refusals of KVStore::Create on GPUs run everywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/factories.h"
 #include "kvstore/kvstore.h"
 #include "ops/device.h"
 #include "ops/ops.h"
@@ -93,10 +94,18 @@ Replicas MakeReplicas(const std::vector<Device>& devices, DType dtype) {
   return r;
 }
 
+// KVStore::Create with one replica per entry of `devices` (KVStoreSpec::gpus).
+Status CreateOnGpus(KVStoreType type, const std::vector<Device>& devices, std::unique_ptr<KVStore>* kv) {
+  KVStoreSpec spec;
+  spec.type = type;
+  spec.gpus = devices;
+  return KVStore::Create(spec, kv);
+}
+
 std::unique_ptr<KVStore> MakeGpuStore(const std::vector<Device>& devices, const OptimizerConfig& opt,
                                       const Replicas& r) {
   std::unique_ptr<KVStore> kv;
-  Status s = KVStore::CreateOnGpus("device", devices, &kv);
+  Status s = CreateOnGpus(KVStoreType::kDevice, devices, &kv);
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return nullptr;
   EXPECT_TRUE(kv->SetOptimizer(opt).ok());
@@ -145,7 +154,7 @@ std::vector<Tensor> States(KVStore* kv) {
 
 std::vector<Tensor> Masters(KVStore* kv) {
   std::vector<Tensor> masters;
-  const Status s = kv->GetMasterWeights(Keys(), &masters);
+  const Status s = kv->master_weights()->GetMasterWeights(Keys(), &masters);
   EXPECT_TRUE(s.ok()) << s;
   return masters;
 }
@@ -166,27 +175,27 @@ SgdParams ParamsOf(const OptimizerConfig& c) {
 TEST(GpuKVStoreTest, CreateOnGpusRefusesNamingTheFlagAndDevice) {
   std::unique_ptr<KVStore> kv;
   const Device missing = Cuda(CudaDeviceCount());  // one past the last GPU
-  Status s = KVStore::CreateOnGpus("device", {missing}, &kv);
+  Status s = CreateOnGpus(KVStoreType::kDevice, {missing}, &kv);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--kv-store device"), std::string::npos) << s;
   if (!BuiltWithCuda()) {
     // The build's own refusal: every call fails, whatever it asks for.
     EXPECT_NE(s.message().find("without CUDA"), std::string::npos) << s;
-    EXPECT_FALSE(KVStore::CreateOnGpus("local", {Cuda(0)}, &kv).ok());
+    EXPECT_FALSE(CreateOnGpus(KVStoreType::kLocal, {Cuda(0)}, &kv).ok());
     return;
   }
   EXPECT_NE(s.message().find(missing.ToString()), std::string::npos) << s;
 
-  s = KVStore::CreateOnGpus("dist_sync", {Cuda(0)}, &kv);
+  s = CreateOnGpus(KVStoreType::kDistSync, {Cuda(0)}, &kv);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--kv-store dist_sync"), std::string::npos) << s;
-  s = KVStore::CreateOnGpus("device", {}, &kv);
+  s = NewGpuKVStore(KVStoreType::kDevice, {}, &kv);  // KVStore::Create takes no GPUs for the CPU
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--gpus"), std::string::npos) << s;
-  s = KVStore::CreateOnGpus("local", {Device::Cpu()}, &kv);
+  s = CreateOnGpus(KVStoreType::kLocal, {Device::Cpu()}, &kv);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--gpus gives cpu:0"), std::string::npos) << s;
-  s = KVStore::CreateOnGpus("device", {Cuda(0), Cuda(0)}, &kv);
+  s = CreateOnGpus(KVStoreType::kDevice, {Cuda(0), Cuda(0)}, &kv);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cuda:0 twice"), std::string::npos) << s;
   EXPECT_EQ(kv, nullptr);
@@ -205,10 +214,12 @@ void ExpectMatchesCpu(DType dtype, const OptimizerConfig& opt) {
   Replicas gpu = MakeReplicas(Gpus(1), dtype);
   std::unique_ptr<KVStore> kv = MakeGpuStore(gpu.devices, opt, gpu);
   ASSERT_NE(kv, nullptr);
-  EXPECT_EQ(kv->type(), "device");
+  EXPECT_EQ(kv->type(), KVStoreType::kDevice);
 
   std::unique_ptr<KVStore> cpu;
-  ASSERT_TRUE(KVStore::Create("device", 1, &cpu).ok());
+  KVStoreSpec cpu_spec;
+  cpu_spec.type = KVStoreType::kDevice;
+  ASSERT_TRUE(KVStore::Create(cpu_spec, &cpu).ok());
   ASSERT_TRUE(cpu->SetOptimizer(opt).ok());
   std::vector<Tensor> cpu_w, master_ref, mom_ref;
   for (int k : Keys()) {
@@ -265,7 +276,7 @@ TEST(GpuKVStoreTest, WithoutMultiPrecisionThereAreNoMasters) {
   std::unique_ptr<KVStore> kv = MakeGpuStore(r.devices, Optimizer("sgd", false), r);
   ASSERT_NE(kv, nullptr);
   std::vector<Tensor> masters;
-  const Status s = kv->GetMasterWeights(Keys(), &masters);
+  const Status s = kv->master_weights()->GetMasterWeights(Keys(), &masters);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("multi_precision"), std::string::npos) << s;
 }
@@ -477,8 +488,8 @@ TEST(GpuKVStoreTest, MisuseIsRefusedWithAStatus) {
   const std::vector<Device> devices = Gpus(1);
   Replicas r = MakeReplicas(devices, DType::kF32);
   std::unique_ptr<KVStore> kv;
-  ASSERT_TRUE(KVStore::CreateOnGpus("local", devices, &kv).ok());
-  EXPECT_EQ(kv->type(), "local");
+  ASSERT_TRUE(CreateOnGpus(KVStoreType::kLocal, devices, &kv).ok());
+  EXPECT_EQ(kv->type(), KVStoreType::kLocal);
   EXPECT_FALSE(kv->Init(0, r.weights[0][0]).ok());  // before SetOptimizer
   ASSERT_TRUE(kv->SetOptimizer(Optimizer("sgd")).ok());
   ASSERT_TRUE(kv->Init(Keys(), r.weights[0]).ok());
@@ -499,7 +510,7 @@ TEST(GpuKVStoreTest, MisuseIsRefusedWithAStatus) {
   EXPECT_FALSE(kv->PushPull(0, {r.grads[0][0]}, {r.weights[0][0]}).ok());  // twice in a step
   std::vector<Tensor> out;
   EXPECT_FALSE(kv->GetOptimizerState(Keys(), &out).ok());  // the step is not waited for
-  EXPECT_FALSE(kv->GetMasterWeights(Keys(), &out).ok());
+  EXPECT_FALSE(kv->master_weights()->GetMasterWeights(Keys(), &out).ok());
   ASSERT_TRUE(kv->WaitAll().ok());
   EXPECT_TRUE(kv->GetOptimizerState(Keys(), &out).ok());
   const KVStore::Times t = kv->TakeTimes();

@@ -15,15 +15,18 @@ Tensor Full(const Shape& s, float v, DType t = DType::kF32) {
   return x;
 }
 
-std::unique_ptr<KVStore> Make(const std::string& type, int devices) {
+std::unique_ptr<KVStore> Make(KVStoreType type, int devices) {
+  KVStoreSpec spec;
+  spec.type = type;
+  spec.num_devices = devices;
   std::unique_ptr<KVStore> kv;
-  Status s = KVStore::Create(type, devices, &kv);
+  Status s = KVStore::Create(spec, &kv);
   EXPECT_TRUE(s.ok()) << s;
   return kv;
 }
 
 TEST(KVStore, PushWithoutOptimizerStoresTheSumInDeviceOrder) {
-  for (const char* type : {"local", "device"}) {
+  for (KVStoreType type : {KVStoreType::kLocal, KVStoreType::kDevice}) {
     auto kv = Make(type, 3);
     ASSERT_TRUE(kv->Init(7, Full({5}, 0.f)).ok());
     ASSERT_TRUE(kv->Push(7, {Full({5}, 1.5f), Full({5}, 2.25f), Full({5}, -0.5f, DType::kF16)}).ok());
@@ -38,7 +41,7 @@ TEST(KVStore, PushWithoutOptimizerStoresTheSumInDeviceOrder) {
 }
 
 TEST(KVStore, SgdMomentumMatchesHandComputedSteps) {
-  for (const char* type : {"local", "device"}) {
+  for (KVStoreType type : {KVStoreType::kLocal, KVStoreType::kDevice}) {
     auto kv = Make(type, 2);
     OptimizerConfig opt;
     opt.lr = 0.1f;
@@ -57,7 +60,7 @@ TEST(KVStore, SgdMomentumMatchesHandComputedSteps) {
 }
 
 TEST(KVStore, LearningRateChangeAppliesToTheNextUpdate) {
-  auto kv = Make("local", 1);
+  auto kv = Make(KVStoreType::kLocal, 1);
   OptimizerConfig opt;
   opt.momentum = 0.0f;
   opt.wd = 0.0f;
@@ -75,7 +78,7 @@ TEST(KVStore, LearningRateChangeAppliesToTheNextUpdate) {
 // after it are not updated, and the next step goes on as if the bad one had never come.
 TEST(KVStore, ANonFiniteStepIsSkippedWholeAndRolledBackInWaitAll) {
   auto grad = [](int key, int step, int device) { return Full({3}, 0.25f * (key + 1) + 0.5f * step + 0.125f * device); };
-  for (const char* type : {"local", "device"}) {
+  for (KVStoreType type : {KVStoreType::kLocal, KVStoreType::kDevice}) {
     OptimizerConfig opt;
     opt.lr = 0.5f;
     opt.momentum = 0.9f;
@@ -132,15 +135,18 @@ TEST(KVStore, ANonFiniteStepIsSkippedWholeAndRolledBackInWaitAll) {
 }
 
 TEST(KVStore, RefusesMisuseWithClearMessages) {
-  std::unique_ptr<KVStore> kv;
-  Status s = KVStore::Create("banana", 1, &kv);
+  KVStoreSpec spec;
+  Status s = ParseKVStoreType("banana", &spec.type);
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("--kv-store"), std::string::npos) << s;
-  s = KVStore::Create("dist_sync", 1, &kv);
+  EXPECT_NE(s.message().find("--kv-store 'banana'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("dist_device_sync"), std::string::npos) << s;  // the valid values
+  spec.type = KVStoreType::kDistSync;  // without a Cluster
+  std::unique_ptr<KVStore> kv;
+  s = KVStore::Create(spec, &kv);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("parameter server"), std::string::npos) << s;
 
-  kv = Make("device", 2);
+  kv = Make(KVStoreType::kDevice, 2);
   OptimizerConfig bad;
   bad.type = "adam";
   s = kv->SetOptimizer(bad);

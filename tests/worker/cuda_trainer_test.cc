@@ -28,7 +28,7 @@ TrainerConfig SmallConfig() {
   cfg.model.num_classes = 4;
   cfg.model.image_shape = {3, 12, 12};
   cfg.model.seed = 11;
-  cfg.kv_store = "device";
+  cfg.kv_store = KVStoreType::kDevice;
   cfg.optimizer.lr = 0.05f;
   cfg.optimizer.momentum = 0.9f;
   cfg.optimizer.wd = 1e-4f;
@@ -61,7 +61,7 @@ TEST(TrainerGpuSettingsTest, RefusedWithTheirReason) {
     cfg.gpus = {0, 0};
     EXPECT_NE(CreateError(cfg).find("names cuda:0 twice"), std::string::npos) << CreateError(cfg);
     cfg.gpus = {0};
-    cfg.kv_store = "dist_sync";  // without a job to join
+    cfg.kv_store = KVStoreType::kDistSync;  // without a job to join
     EXPECT_NE(CreateError(cfg).find("--kv-store dist_sync on GPUs"), std::string::npos) << CreateError(cfg);
   }
 }
@@ -148,7 +148,7 @@ void TrainOneProcess(const TrainerConfig& cfg, OneProcessRun* run) {
 // whole batch's, and biases (sums of many terms of both signs, from zero) move by their
 // roundings: the job may be as far from the one process as a few times the distance
 // between the one process in fp16 and in fp32 (the probe).
-void ExpectDistJobTrainsLikeOneProcess(const std::string& kv_store, const std::vector<int>& gpus,
+void ExpectDistJobTrainsLikeOneProcess(KVStoreType kv_store, const std::vector<int>& gpus,
                                        DType dtype) {
   TrainerConfig ref_cfg = SmallConfig();
   ref_cfg.model.bn_use_global_stats = true;
@@ -206,8 +206,8 @@ void ExpectDistJobTrainsLikeOneProcess(const std::string& kv_store, const std::v
   for (size_t i = 0; i < want.size(); ++i) {
     const double err = testing::RelativeError(got[0].params[i].tensor, want[i].tensor);
     const double probe_err = dtype == DType::kF32 ? 0 : testing::RelativeError(probe.weights.params[i].tensor, want[i].tensor);
-    std::printf("%s %s %-24s job %.3g probe %.3g\n", kv_store.c_str(), DTypeName(dtype), want[i].name.c_str(), err,
-                probe_err);
+    std::printf("%s %s %-24s job %.3g probe %.3g\n", KVStoreTypeName(kv_store).c_str(), DTypeName(dtype),
+                want[i].name.c_str(), err, probe_err);
     EXPECT_LE(err, std::max(1e-4, 4 * probe_err)) << want[i].name << " (probe " << probe_err << ")";
     EXPECT_EQ(testing::RelativeError(got[1].params[i].tensor, got[0].params[i].tensor), 0.0) << want[i].name;
   }
@@ -215,15 +215,15 @@ void ExpectDistJobTrainsLikeOneProcess(const std::string& kv_store, const std::v
 
 TEST(CudaTrainerTest, DistSyncWithGpuWorkersTrainsLikeOneProcess) {
   TALLY_REQUIRE_GPU();
-  ExpectDistJobTrainsLikeOneProcess("dist_sync", {0}, DType::kF32);
-  ExpectDistJobTrainsLikeOneProcess("dist_sync", {0}, DType::kF16);
+  ExpectDistJobTrainsLikeOneProcess(KVStoreType::kDistSync, {0}, DType::kF32);
+  ExpectDistJobTrainsLikeOneProcess(KVStoreType::kDistSync, {0}, DType::kF16);
 }
 
 // dist_device_sync with two GPUs per worker: each worker sums its GPUs' gradients with NCCL
 // before pushing one.
 TEST(CudaTrainerTest, DistDeviceSyncReducesAWorkersGpusBeforePushing) {
   TALLY_REQUIRE_TWO_GPUS();
-  ExpectDistJobTrainsLikeOneProcess("dist_device_sync", {0, 1}, DType::kF16);
+  ExpectDistJobTrainsLikeOneProcess(KVStoreType::kDistDeviceSync, {0, 1}, DType::kF16);
 }
 
 // A NaN gradient (TALLY_TEST_NAN) is an overflow: the step changes no weight, is counted as

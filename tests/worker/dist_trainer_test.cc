@@ -12,7 +12,7 @@
 namespace tally {
 namespace {
 
-TrainerConfig SmallConfig(const std::string& kv) {
+TrainerConfig SmallConfig(KVStoreType kv) {
   TrainerConfig cfg;
   cfg.model.num_layers = 8;  // CIFAR-style, one block per stage
   cfg.model.num_classes = 4;
@@ -47,7 +47,7 @@ class DistTrainerTest : public ::testing::TestWithParam<bool> {};
 // two workers with half the global batch each must follow single-process training.
 TEST_P(DistTrainerTest, TwoWorkersWithHalfTheBatchTrainLikeOneProcess) {
   constexpr int kSteps = 20, kBatch = 16;
-  TrainerConfig ref_cfg = SmallConfig("local");
+  TrainerConfig ref_cfg = SmallConfig(KVStoreType::kLocal);
   ref_cfg.model.bn_use_global_stats = true;
   std::unique_ptr<Trainer> ref;
   ASSERT_TRUE(Trainer::Create(ref_cfg, &ref).ok());
@@ -65,7 +65,7 @@ TEST_P(DistTrainerTest, TwoWorkersWithHalfTheBatchTrainLikeOneProcess) {
   std::vector<double> loss(kSteps, 0.0);
   LocalJob job(GetParam(), 2, 2);
   job.Run([&](int rank, Cluster* cluster) {
-    TrainerConfig cfg = SmallConfig("dist_sync");
+    TrainerConfig cfg = SmallConfig(KVStoreType::kDistSync);
     cfg.model.bn_use_global_stats = true;
     cfg.cluster = cluster;
     std::unique_ptr<Trainer> t;
@@ -107,7 +107,7 @@ double MaxRelativeDifference(const std::vector<NamedTensor>& a, const std::vecto
 // job started from it continues as single-process training does.
 TEST_P(DistTrainerTest, ASnapshotFromTheServersResumesExactly) {
   constexpr int kSteps = 10, kBatch = 16, kHalf = kBatch / 2;
-  TrainerConfig ref_cfg = SmallConfig("local");
+  TrainerConfig ref_cfg = SmallConfig(KVStoreType::kLocal);
   ref_cfg.model.bn_use_global_stats = true;
   std::unique_ptr<Trainer> ref;
   ASSERT_TRUE(Trainer::Create(ref_cfg, &ref).ok());
@@ -131,7 +131,7 @@ TEST_P(DistTrainerTest, ASnapshotFromTheServersResumesExactly) {
   auto run = [&](int first, int last, const Checkpoint* resume, Checkpoint* snapshot) {
     LocalJob job(GetParam(), 2, 2);
     job.Run([&](int rank, Cluster* cluster) {
-      TrainerConfig cfg = SmallConfig("dist_sync");
+      TrainerConfig cfg = SmallConfig(KVStoreType::kDistSync);
       cfg.model.bn_use_global_stats = true;
       cfg.cluster = cluster;
       std::unique_ptr<Trainer> t;
@@ -168,7 +168,7 @@ TEST_P(DistTrainerTest, AStopAskedByOneWorkerIsAgreedByAllAtTheSameStep) {
   std::vector<int> stopped_after(2, -1);
   LocalJob job(GetParam(), 2, 1);
   job.Run([&](int rank, Cluster* cluster) {
-    TrainerConfig cfg = SmallConfig("dist_sync");
+    TrainerConfig cfg = SmallConfig(KVStoreType::kDistSync);
     cfg.cluster = cluster;
     std::unique_ptr<Trainer> t;
     Status st = Trainer::Create(cfg, &t);
@@ -196,7 +196,7 @@ TEST_P(DistTrainerTest, AStopAskedByOneWorkerIsAgreedByAllAtTheSameStep) {
 TEST_P(DistTrainerTest, AsyncTrainingLearnsTheSyntheticClasses) {
   LocalJob job(GetParam(), 2, 2);
   job.Run([&](int rank, Cluster* cluster) {
-    TrainerConfig cfg = SmallConfig("dist_async");
+    TrainerConfig cfg = SmallConfig(KVStoreType::kDistAsync);
     cfg.cluster = cluster;
     std::unique_ptr<Trainer> t;
     Status st = Trainer::Create(cfg, &t);

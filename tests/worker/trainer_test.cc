@@ -9,7 +9,7 @@
 namespace tally {
 namespace {
 
-TrainerConfig SmallConfig(int devices, const std::string& kv) {
+TrainerConfig SmallConfig(int devices, KVStoreType kv) {
   TrainerConfig cfg;
   cfg.model.num_layers = 8;  // CIFAR-style, one block per stage
   cfg.model.num_classes = 4;
@@ -50,8 +50,8 @@ double MaxRelativeDifference(Network& a, Network& b) {
 // With BN on running statistics each example's loss does not depend on its batch mates, so
 // splitting the batch over devices must not change the training trajectory.
 TEST(Trainer, TwoDevicesTrainLikeOneWithTheSameGlobalBatch) {
-  for (const char* kv : {"device", "local"}) {
-    TrainerConfig one = SmallConfig(1, "local"), two = SmallConfig(2, kv);
+  for (KVStoreType kv : {KVStoreType::kDevice, KVStoreType::kLocal}) {
+    TrainerConfig one = SmallConfig(1, KVStoreType::kLocal), two = SmallConfig(2, kv);
     one.model.bn_use_global_stats = two.model.bn_use_global_stats = true;
     auto t1 = Make(one);
     auto t2 = Make(two);
@@ -71,7 +71,7 @@ TEST(Trainer, TwoDevicesTrainLikeOneWithTheSameGlobalBatch) {
 }
 
 TEST(Trainer, ReplicasStayIdenticalWithBatchStatistics) {
-  auto t = Make(SmallConfig(2, "device"));
+  auto t = Make(SmallConfig(2, KVStoreType::kDevice));
   SyntheticData data({3, 12, 12}, 4, 6);
   Tensor x, y;
   for (int step = 0; step < 3; ++step) {
@@ -91,7 +91,7 @@ TEST(Trainer, ReplicasStayIdenticalWithBatchStatistics) {
 }
 
 TEST(Trainer, LearnsTheSyntheticClasses) {
-  TrainerConfig cfg = SmallConfig(1, "device");
+  TrainerConfig cfg = SmallConfig(1, KVStoreType::kDevice);
   auto t = Make(cfg);
   const float signal = 0.6f;  // clear classes, so that a few steps are enough
   SyntheticData train(cfg.model.image_shape, 4, 1, 0, signal), val(cfg.model.image_shape, 4, 1, 1, signal);
@@ -109,7 +109,7 @@ TEST(Trainer, LearnsTheSyntheticClasses) {
 }
 
 TEST(Trainer, RefusesABatchThatDoesNotSplit) {
-  auto t = Make(SmallConfig(2, "device"));
+  auto t = Make(SmallConfig(2, KVStoreType::kDevice));
   SyntheticData data({3, 12, 12}, 4, 0);
   Tensor x, y;
   data.NextBatch(5, &x, &y);

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kvstore/cluster.h"
+#include "net/cluster.h"
 
 namespace tally {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "kvstore/cluster.h"
-#include "kvstore/transport.h"
+#include "net/cluster.h"
+#include "net/transport.h"
 
 namespace tally {
 namespace {

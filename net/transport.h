@@ -27,7 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/wire.pb.h"
+#include "net/node_ids.h"
+#include "net/wire.pb.h"
 #include "ops/status.h"
 #include "ops/tensor.h"
 
@@ -89,11 +90,11 @@ class Transport {
 };
 
 // The names of a job's nodes, which authentication proves: "scheduler", "server R",
-// "worker R". Ids follow the node table: 0 the scheduler, 1..M servers, M+1..M+N workers.
+// "worker R". Ids follow the node table (NodeIds, node_ids.h).
 struct JobNames {
   int num_servers = 0, num_workers = 0;
   std::string Of(int id) const;  // empty for an id outside the job
-  int size() const { return 1 + num_servers + num_workers; }
+  int size() const { return NodeIds{num_servers, num_workers}.size(); }
 };
 std::string NodeName(wire::Role role, int rank);
 

@@ -1,7 +1,7 @@
 // Cluster membership of a server or worker. Three threads: the caller's, a receive thread
 // that handles membership messages and hands data messages to the handler, and a heartbeat
 // thread that beats to the scheduler and watches that the scheduler still beats back.
-#include "kvstore/cluster.h"
+#include "net/cluster.h"
 
 #include "ops/profile/trace.h"
 

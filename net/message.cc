@@ -1,4 +1,4 @@
-#include "kvstore/transport.h"
+#include "net/transport.h"
 
 #include <cstdint>
 #include <cstring>

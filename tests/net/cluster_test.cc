@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kvstore/cluster.h"
+#include "net/cluster.h"
 #include "scheduler/scheduler.h"
 #include "tests/local_job.h"
 

@@ -27,7 +27,7 @@
 #include <map>
 #include <mutex>
 
-#include "kvstore/transport.h"
+#include "net/transport.h"
 
 namespace tally {
 namespace {
@@ -362,9 +362,10 @@ std::string NodeName(wire::Role role, int rank) {
 }
 
 std::string JobNames::Of(int id) const {
-  if (id == 0) return NodeName(wire::SCHEDULER, 0);
-  if (id >= 1 && id <= num_servers) return NodeName(wire::SERVER, id - 1);
-  if (id > num_servers && id < size()) return NodeName(wire::WORKER, id - 1 - num_servers);
+  const NodeIds ids{num_servers, num_workers};
+  if (id == kSchedulerId) return NodeName(wire::SCHEDULER, 0);
+  if (ids.IsServer(id)) return NodeName(wire::SERVER, ids.ServerRank(id));
+  if (ids.IsWorker(id)) return NodeName(wire::WORKER, ids.WorkerRank(id));
   return "";
 }
 

@@ -10,7 +10,8 @@
 //   ...
 //   cluster->Finish();        // a worker: done; a server: cluster->WaitForShutdown()
 //
-// Node ids: 0 is the scheduler, 1..M the servers (rank = id - 1), M+1..M+N the workers.
+// Node ids: 0 is the scheduler, 1..M the servers, M+1..M+N the workers (NodeIds, node_ids.h).
+// ids() turns ranks into ids and back; no caller does that arithmetic itself.
 //
 // Failure: the scheduler tells every node when a node stops answering (NODE_DEAD), and each
 // node declares the scheduler dead when it has heard nothing from it for dead_timeout_ms.
@@ -30,7 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/transport.h"
+#include "net/node_ids.h"
+#include "net/transport.h"
 
 namespace tally {
 
@@ -83,8 +85,9 @@ class Cluster {
   const wire::Node& me() const;
   int num_workers() const;
   int num_servers() const;
-  int ServerId(int server_rank) const { return 1 + server_rank; }
-  int WorkerId(int worker_rank) const { return 1 + num_servers() + worker_rank; }
+  NodeIds ids() const { return NodeIds{num_servers(), num_workers()}; }
+  int ServerId(int server_rank) const { return ids().Server(server_rank); }
+  int WorkerId(int worker_rank) const { return ids().Worker(worker_rank); }
   const wire::Node& node(int id) const;
 
   // Data messages (everything but membership) are handed to `handler` on the receive

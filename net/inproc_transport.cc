@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 
-#include "kvstore/transport.h"
+#include "net/transport.h"
 
 namespace tally {
 namespace {

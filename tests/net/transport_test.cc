@@ -1,6 +1,6 @@
 // The transports: zero-copy round trips, and malformed input from the wire dropped without
 // harm to the messages that follow.
-#include "kvstore/transport.h"
+#include "net/transport.h"
 
 #include <zmq.h>
 

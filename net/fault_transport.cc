@@ -12,7 +12,7 @@
 
 #include <glog/logging.h>
 
-#include "kvstore/transport.h"
+#include "net/transport.h"
 
 namespace tally {
 namespace {
