@@ -215,6 +215,7 @@ Status BenchGpu(const std::string& dir, size_t images, size_t bytes, std::vector
                 bytes / 1024.0 / images);
   row.note = note;
   if (!FLAGS_json) std::fprintf(stderr, "  gpu: %.1f img/s, cpu loader (%d threads): %.1f img/s\n", gpu, cores, cpu);
+  std::fprintf(stderr, "  gpu loader: %s\n", DescribeGpuLoaderStats(stats).c_str());
   rows->push_back(row);
   return Status::Ok();
 }

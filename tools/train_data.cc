@@ -19,6 +19,8 @@ DEFINE_int32(data_nthreads, 4, "decoding threads per loader");
 DEFINE_int32(gpu_decode, 1,
              "with one GPU per process and --data-train: 1 decodes and augments the training JPEGs on "
              "the GPU (nvJPEG) where this build has it, else on the CPU; 0: on the CPU");
+DEFINE_int32(gpu_decode_buffers, 3,
+             "--gpu-decode 1: output buffers on the GPU, 2 to 4 (the batch in use and those decoded ahead)");
 DEFINE_string(rgb_mean, "123.68,116.779,103.939", "mean subtracted from R,G,B");
 DEFINE_string(rgb_std, "1,1,1", "R,G,B are divided by this after the mean");
 DEFINE_int32(random_mirror, 1, "1: flip training images left-right at random");
@@ -192,6 +194,10 @@ class GpuRecordSource : public BatchSource {
  public:
   GpuRecordSource(std::unique_ptr<GpuLoader> loader, int num_classes)
       : loader_(std::move(loader)), num_classes_(num_classes) {}
+  // Where the input path's time went: the answer when training waits for data.
+  ~GpuRecordSource() override {
+    std::printf("tally train: GPU input path: %s\n", DescribeGpuLoaderStats(loader_->stats()).c_str());
+  }
   Status Next(Tensor* images, Tensor* labels) override {
     Batch b;
     TALLY_RETURN_IF_ERROR(loader_->NextBatch(&b));
@@ -211,6 +217,10 @@ class GpuRecordSource : public BatchSource {
 // process and a build with nvJPEG. Asked for explicitly where it cannot be, it is an error.
 Status UseGpuDecode(const TrainerConfig& cfg, bool* use) {
   *use = false;
+  if (FLAGS_gpu_decode_buffers < 2 || FLAGS_gpu_decode_buffers > 4) {
+    return Status::InvalidArgument("--gpu-decode-buffers " + std::to_string(FLAGS_gpu_decode_buffers) +
+                                   ": 2, 3 or 4");
+  }
   if (FLAGS_gpu_decode == 0 || cfg.gpus.empty()) return Status::Ok();
   const bool asked = !gflags::GetCommandLineFlagInfoOrDie("gpu_decode").is_default;
   std::string why;
@@ -252,6 +262,7 @@ Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const Da
     gc.device = cfg.gpus[0];
     gc.dtype = cfg.dtype;
     gc.channels = StemInputChannels(cfg);
+    gc.buffers = FLAGS_gpu_decode_buffers;
     std::unique_ptr<GpuLoader> loader;
     Status s = GpuLoader::Create(gc, &loader);
     if (!s.ok()) return Status::InvalidArgument("--data-train (decoded on the GPU, --gpu-decode 1): " + s.message());

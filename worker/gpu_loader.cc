@@ -2,6 +2,8 @@
 // implementation (worker/gpu/nvjpeg_loader.cc) where the build has one.
 #include "worker/gpu_loader.h"
 
+#include <cstdio>
+
 #include "ops/device.h"
 
 namespace tally {
@@ -12,6 +14,16 @@ bool GpuDecodeBuilt() { return true; }
 #else
 bool GpuDecodeBuilt() { return false; }
 #endif
+
+std::string DescribeGpuLoaderStats(const GpuLoaderStats& s) {
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "NextBatch waited %.2f s; the GPU thread waited %.2f s for CPU-prepared batches and %.2f s for a free "
+                "buffer, and spent %.2f s queueing decodes (%.2f s in nvJPEG); %lld buffers from CUDA",
+                s.consumer_wait_s, s.prep_wait_s, s.buffer_wait_s, s.decode_s, s.nvjpeg_s,
+                static_cast<long long>(s.cuda_allocations));
+  return line;
+}
 
 Status CheckGpuLoaderConfig(const GpuLoaderConfig& config) {
   if (config.dtype != DType::kF32 && config.dtype != DType::kF16 && config.dtype != DType::kBF16) {
@@ -26,6 +38,9 @@ Status CheckGpuLoaderConfig(const GpuLoaderConfig& config) {
     return Status::InvalidArgument("GPU loader: label_width > 1 is not supported; use the CPU loader");
   }
   if (config.device < 0) return Status::InvalidArgument("GPU loader: device must be >= 0");
+  if (config.buffers < 2 || config.buffers > 4) {
+    return Status::InvalidArgument("GPU loader: buffers must be 2, 3 or 4, not " + std::to_string(config.buffers));
+  }
   return Status::Ok();
 }
 

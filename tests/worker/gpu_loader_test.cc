@@ -83,6 +83,12 @@ TEST(GpuLoader, RefusesWhatItDoesNotSupport) {
   bad = cfg;
   bad.channels = 5;
   EXPECT_NE(CheckGpuLoaderConfig(bad).message().find("channels must be 3, or 4"), std::string::npos);
+  for (int buffers : {1, 5}) {
+    bad = cfg;
+    bad.buffers = buffers;
+    EXPECT_NE(CheckGpuLoaderConfig(bad).message().find("buffers must be 2, 3 or 4, not " + std::to_string(buffers)),
+              std::string::npos);
+  }
   bad = cfg;
   bad.loader.label_width = 2;
   EXPECT_NE(CheckGpuLoaderConfig(bad).message().find("label_width"), std::string::npos);
@@ -103,14 +109,15 @@ TEST(GpuLoader, FailsClearlyWithoutNvjpegOrGpu) {
 }
 
 // The same batches as the CPU Loader: labels, epoch, index and pad exactly, images within
-// the tolerance above. Runs past two epochs, so both slots are reused.
-void CompareWithCpu(DType dtype, int channels) {
+// the tolerance above. Runs past two epochs, so every output buffer is reused.
+void CompareWithCpu(DType dtype, int channels, int buffers) {
   TALLY_REQUIRE_GPU();
   if (!GpuDecodeBuilt()) GTEST_SKIP() << "skipped: this build has no nvJPEG";
   const std::string dir = WritePack(20);
   GpuLoaderConfig cfg = ConfigFor(dir);
   cfg.dtype = dtype;
   cfg.channels = channels;
+  cfg.buffers = buffers;
   std::unique_ptr<GpuLoader> gpu;
   Status s = GpuLoader::Create(cfg, &gpu);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -155,11 +162,14 @@ void CompareWithCpu(DType dtype, int channels) {
   GpuLoaderStats st = gpu->stats();
   EXPECT_GT(st.gpu_decoded, 0) << "nvJPEG decoded nothing";
   EXPECT_GT(st.cpu_decoded, 0) << "the PNG record should have been decoded on the CPU";
+  std::printf("%d buffers: %s\n", buffers, DescribeGpuLoaderStats(st).c_str());
+  EXPECT_GT(st.cuda_allocations, 0);
+  EXPECT_GT(st.decode_s, 0);
 }
 
-TEST(GpuLoader, MatchesCpuLoaderF32) { CompareWithCpu(DType::kF32, 3); }
-TEST(GpuLoader, MatchesCpuLoaderF16FourChannels) { CompareWithCpu(DType::kF16, 4); }
-TEST(GpuLoader, MatchesCpuLoaderBF16) { CompareWithCpu(DType::kBF16, 3); }
+TEST(GpuLoader, MatchesCpuLoaderF32TwoBuffers) { CompareWithCpu(DType::kF32, 3, 2); }
+TEST(GpuLoader, MatchesCpuLoaderF16FourChannels) { CompareWithCpu(DType::kF16, 4, 3); }
+TEST(GpuLoader, MatchesCpuLoaderBF16FourBuffers) { CompareWithCpu(DType::kBF16, 3, 4); }
 
 }  // namespace
 }  // namespace tally

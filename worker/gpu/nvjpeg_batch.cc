@@ -1,6 +1,7 @@
 #include "worker/gpu/nvjpeg_batch.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <glog/logging.h>
@@ -11,20 +12,8 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t Aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Grows a device buffer; its old contents are not kept. Only called while nothing queued
-// uses it (the slot's previous batch has completed).
-void GrowDevice(size_t want, uint8_t** p, size_t* bytes) {
-  if (want <= *bytes) return;
-  if (*p != nullptr) TALLY_CUDA_CHECK(cudaFree(*p));
-  *bytes = want + want / 4;  // headroom: image sizes vary from batch to batch
-  TALLY_CUDA_CHECK(cudaMalloc(p, *bytes));
-}
-
-void GrowPinned(size_t want, uint8_t** p, size_t* bytes) {
-  if (want <= *bytes) return;
-  if (*p != nullptr) TALLY_CUDA_CHECK(cudaFreeHost(*p));
-  *bytes = want + want / 4;
-  TALLY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(p), *bytes, cudaHostAllocDefault));
+int64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // nvJPEG's verdicts on the data rather than on the library or the device.
@@ -110,33 +99,31 @@ NvjpegBatchDecoder::NvjpegBatchDecoder(const GpuLoaderConfig& config)
 Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr<NvjpegBatchDecoder>* out) {
   std::unique_ptr<NvjpegBatchDecoder> d(new NvjpegBatchDecoder(config));
   TALLY_CUDA_CHECK(cudaSetDevice(config.device));
+  d->slots_.resize(config.buffers);
   nvjpegStatus_t s = NVJPEG_STATUS_NOT_INITIALIZED;
   if (config.hardware_decoder) {
-    s = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &d->handle_);
-    d->hardware_ = s == NVJPEG_STATUS_SUCCESS;
+    d->hardware_ = d->CreateHandles(NVJPEG_BACKEND_HARDWARE, &s);
     if (!d->hardware_) {
       LOG(INFO) << "GPU loader: no nvJPEG hardware decoder on cuda:" << config.device << " ("
                 << NvjpegStatusName(s) << "); using the GPU-assisted decoder";
     }
   }
-  if (!d->hardware_) {
-    s = nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, 0, &d->handle_);
-    if (s != NVJPEG_STATUS_SUCCESS) {
-      return Status::Unavailable(std::string("GPU loader: nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID) failed: ") +
-                                 NvjpegStatusName(s));
-    }
+  if (!d->hardware_ && !d->CreateHandles(NVJPEG_BACKEND_GPU_HYBRID, &s)) {
+    return Status::Unavailable(std::string("GPU loader: nvjpegCreateExV2(NVJPEG_BACKEND_GPU_HYBRID) failed: ") +
+                               NvjpegStatusName(s));
   }
   // The decode stream runs at the device's highest priority: its kernels are few and short
   // and the next step waits for them, while the training step's kernels fill the GPU.
   int least = 0, greatest = 0;
   TALLY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&d->stream_, cudaStreamNonBlocking, greatest));
   const LoaderConfig& c = config.loader;
   const int bs = c.batch_size;
   for (Slot& slot : d->slots_) {
+    // A stream a slot: decodes of different slots on different threads run side by side.
+    TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&slot.stream, cudaStreamNonBlocking, greatest));
     slot.output = Tensor::Empty({bs, c.augment.data_h, c.augment.data_w, config.channels}, config.dtype,
                                 Device{Device::Kind::kCuda, config.device});
-    TALLY_NVJPEG_CHECK(nvjpegJpegStateCreate(d->handle_, &slot.state));
+    TALLY_NVJPEG_CHECK(nvjpegJpegStateCreate(slot.handle, &slot.state));
     TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&slot.ready, cudaEventDisableTiming));
     TALLY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&slot.params_host), bs * sizeof(GpuAugmentSample),
                                    cudaHostAllocDefault));
@@ -147,22 +134,62 @@ Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr
   return Status::Ok();
 }
 
+// A handle a slot: decodes on one handle from several threads were measured to run one after
+// the other, at no more batches a second than one thread's.
+bool NvjpegBatchDecoder::CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* status) {
+  // nvJPEG's allocator callbacks, drawing on the pools: 0 is success.
+  auto allocate = [](void* pool, void** ptr, size_t size, cudaStream_t stream) {
+    *ptr = static_cast<BlockPool*>(pool)->Allocate(size, stream);
+    return *ptr == nullptr ? 1 : 0;
+  };
+  auto release = [](void* pool, void* ptr, size_t, cudaStream_t stream) {
+    static_cast<BlockPool*>(pool)->Release(ptr, stream);
+    return 0;
+  };
+  nvjpegDevAllocatorV2_t device{allocate, release, &device_pool_};
+  nvjpegPinnedAllocatorV2_t pinned{allocate, release, &pinned_pool_};
+  for (Slot& slot : slots_) {
+    *status = nvjpegCreateExV2(backend, &device, &pinned, 0, &slot.handle);
+    if (*status == NVJPEG_STATUS_SUCCESS) continue;
+    slot.handle = nullptr;
+    for (Slot& made : slots_) {
+      if (made.handle != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(made.handle));
+      made.handle = nullptr;
+    }
+    return false;
+  }
+  return true;
+}
+
+void NvjpegBatchDecoder::Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes) {
+  if (want <= *bytes) return;
+  // Handed back on the slot's stream, after the work queued there that used it.
+  pool.Release(*p, stream);
+  *bytes = want + want / 4;  // headroom: image sizes vary from batch to batch
+  *p = static_cast<uint8_t*>(pool.Allocate(*bytes, stream));
+  if (*p == nullptr) LOG(FATAL) << "GPU loader: out of " << (&pool == &device_pool_ ? "device" : "pinned")
+                                << " memory for a batch's images (" << *bytes << " bytes)";
+}
+
 NvjpegBatchDecoder::~NvjpegBatchDecoder() {
-  if (stream_ != nullptr) TALLY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (Slot& s : slots_) {
+    if (s.stream != nullptr) TALLY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  }
   for (Slot& s : slots_) {
     if (s.state != nullptr) TALLY_NVJPEG_CHECK(nvjpegJpegStateDestroy(s.state));
     if (s.ready != nullptr) TALLY_CUDA_CHECK(cudaEventDestroy(s.ready));
-    if (s.images != nullptr) TALLY_CUDA_CHECK(cudaFree(s.images));
-    if (s.staging != nullptr) TALLY_CUDA_CHECK(cudaFreeHost(s.staging));
     if (s.params_host != nullptr) TALLY_CUDA_CHECK(cudaFreeHost(s.params_host));
     if (s.params_dev != nullptr) TALLY_CUDA_CHECK(cudaFree(s.params_dev));
     if (s.grey != nullptr) TALLY_CUDA_CHECK(cudaFree(s.grey));
   }
-  if (stream_ != nullptr) TALLY_CUDA_CHECK(cudaStreamDestroy(stream_));
-  if (handle_ != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(handle_));
+  for (Slot& s : slots_) {
+    if (s.stream != nullptr) TALLY_CUDA_CHECK(cudaStreamDestroy(s.stream));
+    if (s.handle != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(s.handle));
+  }
 }
 
 Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batch, const Replace& replace) {
+  const auto t0 = std::chrono::steady_clock::now();
   Slot& s = slots_[slot];
   // The slot's previous batch must be done with its buffers (usually long since).
   if (s.used) TALLY_CUDA_CHECK(cudaEventSynchronize(s.ready));
@@ -172,7 +199,7 @@ Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batc
   // Every image gets room in the device buffer, whichever decoder fills it.
   size_t total = 0;
   for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
-  GrowDevice(total, &s.images, &s.images_bytes);
+  Grow(device_pool_, s.stream, total, &s.images, &s.images_bytes);
   TALLY_RETURN_IF_ERROR(DecodeOnGpu(s, batch, replace));
   UploadCpuImages(s, batch);
   size_t offset = 0;
@@ -182,12 +209,13 @@ Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batc
     offset += Aligned(size_t{3} * h.width * h.height);
   }
   TALLY_CUDA_CHECK(cudaMemcpyAsync(s.params_dev, s.params_host, n * sizeof(GpuAugmentSample), cudaMemcpyHostToDevice,
-                                   stream_));
+                                   s.stream));
   // Only the output is shared with the consumer: wait for it to be done with it just here.
-  if (release != nullptr) TALLY_CUDA_CHECK(cudaStreamWaitEvent(stream_, release, 0));
-  LaunchGpuAugment(s.params_dev, n, s.grey, args_, s.output.raw_data(), stream_);
-  TALLY_CUDA_CHECK(cudaEventRecord(s.ready, stream_));
+  if (release != nullptr) TALLY_CUDA_CHECK(cudaStreamWaitEvent(s.stream, release, 0));
+  LaunchGpuAugment(s.params_dev, n, s.grey, args_, s.output.raw_data(), s.stream);
+  TALLY_CUDA_CHECK(cudaEventRecord(s.ready, s.stream));
   s.in_flight = std::move(batch->samples);
+  decode_us_ += MicrosSince(t0);
   return Status::Ok();
 }
 
@@ -221,8 +249,10 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
     }
     if (w > s.prealloc_w || h > s.prealloc_h) Preallocate(s, w, h);
   }
-  TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(handle_, s.state, m, 1, NVJPEG_OUTPUT_RGBI));
-  const nvjpegStatus_t st = nvjpegDecodeBatched(handle_, s.state, data.data(), lengths.data(), dest.data(), stream_);
+  TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, NVJPEG_OUTPUT_RGBI));
+  const auto t0 = std::chrono::steady_clock::now();
+  const nvjpegStatus_t st = nvjpegDecodeBatched(s.handle, s.state, data.data(), lengths.data(), dest.data(), s.stream);
+  nvjpeg_us_ += MicrosSince(t0);
   if (st == NVJPEG_STATUS_SUCCESS) {
     gpu_decoded_ += m;
     return Status::Ok();
@@ -241,21 +271,21 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   }
   // Every image now comes from the CPU and replacements may be larger: lay the buffer out
   // again, once whatever the failed call queued has drained.
-  TALLY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  TALLY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   size_t total = 0;
   for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
-  GrowDevice(total, &s.images, &s.images_bytes);
+  Grow(device_pool_, s.stream, total, &s.images, &s.images_bytes);
   return Status::Ok();
 }
 
 // The hardware decoder sizes its buffers to the images it meets and reallocates for a larger
-// one, and cudaFree waits for the whole device, the training step included: decoding would
-// then run after the step instead of beside it. Preallocating for a quarter more than the
-// largest image so far (4:4:4, the most room per pixel) keeps that out of the steady state.
-// A refusal costs only that: the decoder allocates as it goes.
+// one. The pools keep that from waiting for the device (block_pool.h); preallocating for a
+// quarter more than the largest image so far (4:4:4, the most room per pixel) also keeps the
+// reallocations, and the pool's growth, out of the steady state. A refusal costs only that:
+// the decoder allocates as it goes.
 void NvjpegBatchDecoder::Preallocate(Slot& s, int width, int height) {
   const int w = std::max(s.prealloc_w, width + width / 4), h = std::max(s.prealloc_h, height + height / 4);
-  const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(handle_, s.state, config_.loader.batch_size, w, h,
+  const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(s.handle, s.state, config_.loader.batch_size, w, h,
                                                            NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI);
   if (st != NVJPEG_STATUS_SUCCESS) {
     LOG_FIRST_N(WARNING, 1) << "GPU loader: nvjpegDecodeBatchedPreAllocate(" << w << "x" << h << ") failed ("
@@ -271,14 +301,14 @@ void NvjpegBatchDecoder::UploadCpuImages(Slot& s, HostBatch* batch) {
     if (!h.on_gpu) staged += Aligned(h.pixels.pixels.size());
   }
   if (staged == 0) return;
-  GrowPinned(staged, &s.staging, &s.staging_bytes);
+  Grow(pinned_pool_, s.stream, staged, &s.staging, &s.staging_bytes);
   size_t offset = 0, at = 0;
   for (const HostSample& h : batch->samples) {
     const size_t room = Aligned(size_t{3} * h.width * h.height);
     if (!h.on_gpu) {
       std::memcpy(s.staging + at, h.pixels.pixels.data(), h.pixels.pixels.size());
       TALLY_CUDA_CHECK(cudaMemcpyAsync(s.images + offset, s.staging + at, h.pixels.pixels.size(),
-                                       cudaMemcpyHostToDevice, stream_));
+                                       cudaMemcpyHostToDevice, s.stream));
       at += Aligned(h.pixels.pixels.size());
       ++cpu_decoded_;
     }

@@ -1,6 +1,7 @@
 // The pieces of the nvJPEG loader (worker/gpu/nvjpeg_loader.cc) below its threading: one
 // sample as the CPU prepares it, the per-thread nvJPEG probe that says whether the GPU can
-// decode a JPEG, and the batch decoder that owns the GPU buffers of the two slots.
+// decode a JPEG, and the batch decoder that owns the GPU buffers of the slots (one per output
+// buffer, GpuLoaderConfig::buffers).
 //
 //   NvjpegProbe probe(decoder);                          // one per thread
 //   HostSample s;
@@ -9,7 +10,8 @@
 //   TALLY_RETURN_IF_ERROR(decoder.Decode(slot, release_event, &batch, replace));
 //   Tensor images = decoder.Output(slot);   // valid once ReadyEvent(slot) has completed
 //
-// Decode is called by one thread (the loader's GPU thread); probes run on any thread.
+// Decode is called by one thread per slot at a time (the loader's GPU threads take turns by
+// batch); decodes of different slots run side by side. Probes run on any thread.
 #pragma once
 
 #include <nvjpeg.h>
@@ -23,6 +25,7 @@
 #include "ops/cuda/check.h"
 #include "worker/augment.h"
 #include "worker/gpu/augment_kernel.h"
+#include "worker/gpu/block_pool.h"
 #include "worker/gpu_loader.h"
 #include "worker/recordio.h"
 
@@ -90,13 +93,23 @@ class NvjpegBatchDecoder {
   cudaEvent_t ReadyEvent(int slot) const { return slots_[slot].ready; }
 
   bool hardware() const { return hardware_; }
-  nvjpegHandle_t handle() const { return handle_; }
+  nvjpegHandle_t handle() const { return slots_[0].handle; }  // for parsing (NvjpegProbe)
   int64_t gpu_decoded() const { return gpu_decoded_; }
   int64_t cpu_decoded() const { return cpu_decoded_; }
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+  // Seconds the calling thread spent in nvjpegDecodeBatched, and in Decode as a whole.
+  double nvjpeg_seconds() const { return nvjpeg_us_ * 1e-6; }
+  double decode_seconds() const { return decode_us_ * 1e-6; }
+  // Blocks the decoder took from CUDA (nvJPEG's and its own), and their size; steady once
+  // the largest batch has been seen.
+  int64_t cuda_allocations() const { return device_pool_.cuda_allocations() + pinned_pool_.cuda_allocations(); }
+  size_t pool_bytes() const { return device_pool_.bytes() + pinned_pool_.bytes(); }
 
  private:
   struct Slot {
     Tensor output;
+    cudaStream_t stream = nullptr;  // its decodes, uploads and augmentation
+    nvjpegHandle_t handle = nullptr;
     nvjpegJpegState_t state = nullptr;
     cudaEvent_t ready = nullptr;
     bool used = false;
@@ -111,6 +124,11 @@ class NvjpegBatchDecoder {
     std::vector<HostSample> in_flight;  // read by queued copies and decodes
   };
   explicit NvjpegBatchDecoder(const GpuLoaderConfig& config);
+  // A handle on `backend` for every slot, drawing on the pools; false (and why in *status) if
+  // refused.
+  bool CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* status);
+  // Grows a slot's buffer from the pool; its old contents are not kept.
+  void Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes);
   Status DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace);
   void UploadCpuImages(Slot& s, HostBatch* batch);
   // Sizes the hardware decoder's buffers for the batch's largest image, with room to spare.
@@ -118,11 +136,14 @@ class NvjpegBatchDecoder {
 
   const GpuLoaderConfig config_;
   GpuAugmentArgs args_;
-  nvjpegHandle_t handle_ = nullptr;
+  // nvJPEG's memory and the slots' images: a cudaFree waits for the whole device (block_pool.h).
+  // Declared first, destroyed last: nvJPEG hands its blocks back when its handle dies.
+  BlockPool device_pool_{BlockPool::Kind::kDevice};
+  BlockPool pinned_pool_{BlockPool::Kind::kPinned};
   bool hardware_ = false;
-  cudaStream_t stream_ = nullptr;
-  Slot slots_[2];
+  std::vector<Slot> slots_;
   std::atomic<int64_t> gpu_decoded_{0}, cpu_decoded_{0};
+  std::atomic<int64_t> nvjpeg_us_{0}, decode_us_{0};
 };
 
 }  // namespace tally

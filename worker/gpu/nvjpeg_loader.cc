@@ -1,17 +1,22 @@
 // GpuLoader on nvJPEG (worker/gpu_loader.h). Three stages:
 //   prep threads (config.loader.threads): read, unpack and plan each sample of a batch, ask
 //     nvJPEG whether the GPU can decode it, and decode on the CPU the few it cannot;
-//   the GPU thread: per batch, one batched nvJPEG decode into the slot's image buffer,
-//     uploads of the CPU-decoded images, then the augmentation kernel into the slot's output;
+//   N - 1 GPU threads, taking batches in turn: per batch, one batched nvJPEG decode into the
+//     slot's image buffer, uploads of the CPU-decoded images, then the augmentation kernel
+//     into the slot's output, all on the slot's stream;
 //   NextBatch: hands the slot out, ordered on the device's stream by events.
-// Two slots (double buffering); batch seq uses slot seq % 2. The GPU thread starts batch seq
-// only once NextBatch(seq - 1) has recorded the release of slot seq % 2, since waiting on an
-// event not yet recorded would not wait at all.
+// N slots (GpuLoaderConfig::buffers); batch seq uses slot seq % N. A GPU thread starts batch
+// seq only once NextBatch(seq - N + 1) has recorded the release of slot seq % N (the end of
+// batch seq - N's use), since waiting on an event not yet recorded would not wait at all.
+// With N = 3, two threads decode the two batches after the one in use side by side: on an
+// H100 busy with training one nvjpegDecodeBatched call took as long as a training step.
 #include <nvjpeg.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <glog/logging.h>
@@ -26,13 +31,26 @@
 namespace tally {
 namespace {
 
-constexpr int kSlots = 2;
+constexpr int kMaxSlots = 4;
+
+// Adds the time *this lives to *total (microseconds); the caller holds whatever guards it.
+class WaitTimer {
+ public:
+  explicit WaitTimer(int64_t* total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~WaitTimer() {
+    *total_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  int64_t* total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 class NvjpegLoader : public GpuLoader {
  public:
   NvjpegLoader(const GpuLoaderConfig& config, std::unique_ptr<RecordReader> reader)
       : config_(config), reader_(std::move(reader)), augmenter_(config.loader.augment),
-        host_slots_(config.loader.prefetch),
+        slots_(config.buffers), host_slots_(std::max(config.loader.prefetch, config.buffers)),
         perms_(static_cast<uint32_t>(reader_->num_indexed()), config.loader.shuffle, config.loader.seed, /*keep=*/3) {}
   ~NvjpegLoader() override;
   Status Start(const PartSizes& sizes);
@@ -45,10 +63,15 @@ class NvjpegLoader : public GpuLoader {
  private:
   struct HostSlot {
     HostBatch batch;
+    int64_t seq = -1;  // the batch it holds
     bool ready = false;
   };
   void PrepLoop();
-  void GpuLoop();
+  // GPU thread t of T decodes batches t, t + T, t + 2T, ...
+  void GpuLoop(int t, int T);
+  // Marks batch seq as taken from the host slots (under mu_), freeing its slot once every
+  // batch before it has been taken too.
+  void TookHostBatch(int64_t seq);
   Status Prepare(int64_t seq, HostBatch* batch, NvjpegProbe* probe);
   // Fills *sample from part position k, skipping bad records (from try `first_try` on).
   Status PrepareSample(int64_t epoch, int64_t k, int64_t first_try, bool cpu_decode, NvjpegProbe* probe,
@@ -62,15 +85,18 @@ class NvjpegLoader : public GpuLoader {
   int64_t per_part_ = 0, batches_per_epoch_ = 0, max_bad_ = 0;
   std::unique_ptr<NvjpegBatchDecoder> decoder_;
   cudaStream_t consumer_ = nullptr;  // the device's stream, where the batches are used
-  cudaEvent_t released_[kSlots] = {};
+  const int slots_;
+  cudaEvent_t released_[kMaxSlots] = {};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<HostSlot> host_slots_;   // GUARDED_BY(mu_); batch seq in seq % size
   int64_t next_claim_ = 0;             // GUARDED_BY(mu_): next batch for a prep thread
-  int64_t next_host_take_ = 0;         // GUARDED_BY(mu_): next batch for the GPU thread
-  int64_t queued_[kSlots] = {-1, -1};  // GUARDED_BY(mu_): batch queued in each slot
-  HostBatch meta_[kSlots];             // GUARDED_BY(mu_): its labels, epoch, index, pad
+  int64_t next_host_take_ = 0;         // GUARDED_BY(mu_): the first batch no GPU thread has taken
+  std::set<int64_t> taken_ahead_;      // GUARDED_BY(mu_): batches taken after it
+  int64_t queued_[kMaxSlots] = {-1, -1, -1, -1};  // GUARDED_BY(mu_): batch queued in each slot
+  HostBatch meta_[kMaxSlots];          // GUARDED_BY(mu_): its labels, epoch, index, pad
+  int64_t consumer_wait_us_ = 0, prep_wait_us_ = 0, buffer_wait_us_ = 0;  // GUARDED_BY(mu_)
   int64_t next_deliver_ = 0;           // GUARDED_BY(mu_)
   bool stop_ = false;                  // GUARDED_BY(mu_)
   Status error_;                       // GUARDED_BY(mu_)
@@ -100,10 +126,14 @@ Status NvjpegLoader::Start(const PartSizes& sizes) {
   max_bad_ = sizes.max_bad;
   const Device device{Device::Kind::kCuda, config_.device};
   consumer_ = cuda::Context(device).stream;  // also makes config_.device this thread's device
-  for (cudaEvent_t& e : released_) TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (int i = 0; i < slots_; ++i) TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&released_[i], cudaEventDisableTiming));
   TALLY_RETURN_IF_ERROR(NvjpegBatchDecoder::Create(config_, &decoder_));
   for (int t = 0; t < c.threads; ++t) threads_.emplace_back([this] { PrepLoop(); });
-  threads_.emplace_back([this] { GpuLoop(); });
+  // One GPU thread a buffer decoded ahead: nvjpegDecodeBatched waits for its own work, which
+  // on a GPU busy with training takes several times as long as on an idle one, so one thread
+  // would decode at that latency; each thread's decodes run on its slots' streams.
+  const int gpu_threads = slots_ - 1;
+  for (int t = 0; t < gpu_threads; ++t) threads_.emplace_back([this, t, gpu_threads] { GpuLoop(t, gpu_threads); });
   return Status::Ok();
 }
 
@@ -113,9 +143,15 @@ GpuLoaderStats NvjpegLoader::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     s.loader.samples = next_deliver_ * config_.loader.batch_size;
     s.loader.bad_records = bad_.distinct();
+    s.consumer_wait_s = consumer_wait_us_ * 1e-6;
+    s.prep_wait_s = prep_wait_us_ * 1e-6;
+    s.buffer_wait_s = buffer_wait_us_ * 1e-6;
   }
   s.gpu_decoded = decoder_->gpu_decoded();
   s.cpu_decoded = decoder_->cpu_decoded();
+  s.decode_s = decoder_->decode_seconds();
+  s.nvjpeg_s = decoder_->nvjpeg_seconds();
+  s.cuda_allocations = decoder_->cuda_allocations();
   return s;
 }
 
@@ -129,15 +165,18 @@ void NvjpegLoader::Fail(const Status& s) {
 
 Status NvjpegLoader::NextBatch(Batch* batch) {
   std::unique_lock<std::mutex> lock(mu_);
-  const int slot = static_cast<int>(next_deliver_ % kSlots);
-  cv_.wait(lock, [&] { return queued_[slot] == next_deliver_ || !error_.ok(); });
+  const int slot = static_cast<int>(next_deliver_ % slots_);
+  {
+    WaitTimer timer(&consumer_wait_us_);
+    cv_.wait(lock, [&] { return queued_[slot] == next_deliver_ || !error_.ok(); });
+  }
   if (queued_[slot] != next_deliver_) return error_;
   *batch = std::move(meta_[slot].meta);
   batch->images = decoder_->Output(slot);
   // The consumer's work on this batch runs after its kernels; its work on the previous batch
   // (queued before this call) must end before the GPU thread overwrites that slot.
   TALLY_CUDA_CHECK(cudaStreamWaitEvent(consumer_, decoder_->ReadyEvent(slot), 0));
-  if (next_deliver_ > 0) TALLY_CUDA_CHECK(cudaEventRecord(released_[1 - slot], consumer_));
+  if (next_deliver_ > 0) TALLY_CUDA_CHECK(cudaEventRecord(released_[(slot + slots_ - 1) % slots_], consumer_));
   ++next_deliver_;
   lock.unlock();
   cv_.notify_all();
@@ -163,29 +202,50 @@ void NvjpegLoader::PrepLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       HostSlot& slot = host_slots_[seq % host_slots_.size()];
       slot.batch = std::move(batch);
+      slot.seq = seq;
       slot.ready = true;
     }
     cv_.notify_all();
   }
 }
 
-void NvjpegLoader::GpuLoop() {
+void NvjpegLoader::TookHostBatch(int64_t seq) {
+  if (seq != next_host_take_) {
+    taken_ahead_.insert(seq);
+    return;
+  }
+  ++next_host_take_;
+  while (!taken_ahead_.empty() && *taken_ahead_.begin() == next_host_take_) {
+    taken_ahead_.erase(taken_ahead_.begin());
+    ++next_host_take_;
+  }
+}
+
+void NvjpegLoader::GpuLoop(int t, int T) {
   TALLY_CUDA_CHECK(cudaSetDevice(config_.device));
   NvjpegProbe probe(*decoder_);
-  for (int64_t seq = 0;; ++seq) {
+  for (int64_t seq = t;; seq += T) {
     HostBatch batch;
-    const int slot = static_cast<int>(seq % kSlots);
+    const int slot = static_cast<int>(seq % slots_);
     {
       std::unique_lock<std::mutex> lock(mu_);
       HostSlot& hs = host_slots_[seq % host_slots_.size()];
-      // Batch seq reuses the slot of batch seq - 2, whose release is recorded on the
-      // consumer's stream by NextBatch(seq - 1): until that call, the event still marks an
-      // older batch, and waiting on it would overwrite seq - 2 while it is being used.
-      cv_.wait(lock, [&] { return stop_ || !error_.ok() || (hs.ready && (seq < kSlots || next_deliver_ >= seq)); });
-      if (stop_ || !error_.ok()) return;
+      // Batch seq reuses the slot of batch seq - N, whose release is recorded on the
+      // consumer's stream by NextBatch(seq - N + 1): until that call, the event still marks an
+      // older batch, and waiting on it would overwrite seq - N while it is being used.
+      auto stopped = [&] { return stop_ || !error_.ok(); };
+      {
+        WaitTimer timer(&prep_wait_us_);
+        cv_.wait(lock, [&] { return stopped() || (hs.ready && hs.seq == seq); });
+      }
+      {
+        WaitTimer timer(&buffer_wait_us_);
+        cv_.wait(lock, [&] { return stopped() || seq < slots_ || next_deliver_ >= seq - slots_ + 2; });
+      }
+      if (stopped()) return;
       batch = std::move(hs.batch);
       hs.ready = false;
-      ++next_host_take_;
+      TookHostBatch(seq);
     }
     cv_.notify_all();
     // A sample nvJPEG fails on is decoded on the CPU; one neither can read is replaced.
@@ -197,7 +257,7 @@ void NvjpegLoader::GpuLoop() {
       batch.meta.labels.data<int32_t>()[j] = sample.label;
       return Status::Ok();
     };
-    Status s = decoder_->Decode(slot, seq >= kSlots ? released_[slot] : nullptr, &batch, replace);
+    Status s = decoder_->Decode(slot, seq >= slots_ ? released_[slot] : nullptr, &batch, replace);
     if (!s.ok()) return Fail(s);
     {
       std::lock_guard<std::mutex> lock(mu_);
