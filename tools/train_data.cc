@@ -19,6 +19,9 @@ DEFINE_int32(data_nthreads, 4, "decoding threads per loader");
 DEFINE_int32(gpu_decode, 1,
              "with one GPU per process and --data-train: 1 decodes and augments the training JPEGs on "
              "the GPU (nvJPEG) where this build has it, else on the CPU; 0: on the CPU");
+DEFINE_string(gpu_decoder, "hardware",
+              "--gpu-decode 1: hardware (nvJPEG's JPEG engines where the GPU has them, e.g. A100/H100) or "
+              "cuda (nvJPEG on the GPU's cores, beside the training step)");
 DEFINE_int32(gpu_decode_buffers, 3,
              "--gpu-decode 1: output buffers on the GPU, 2 to 4 (the batch in use and those decoded ahead)");
 DEFINE_string(rgb_mean, "123.68,116.779,103.939", "mean subtracted from R,G,B");
@@ -221,6 +224,9 @@ Status UseGpuDecode(const TrainerConfig& cfg, bool* use) {
     return Status::InvalidArgument("--gpu-decode-buffers " + std::to_string(FLAGS_gpu_decode_buffers) +
                                    ": 2, 3 or 4");
   }
+  if (FLAGS_gpu_decoder != "hardware" && FLAGS_gpu_decoder != "cuda") {
+    return Status::InvalidArgument("--gpu-decoder " + FLAGS_gpu_decoder + ": hardware or cuda");
+  }
   if (FLAGS_gpu_decode == 0 || cfg.gpus.empty()) return Status::Ok();
   const bool asked = !gflags::GetCommandLineFlagInfoOrDie("gpu_decode").is_default;
   std::string why;
@@ -263,6 +269,7 @@ Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const Da
     gc.dtype = cfg.dtype;
     gc.channels = StemInputChannels(cfg);
     gc.buffers = FLAGS_gpu_decode_buffers;
+    gc.hardware_decoder = FLAGS_gpu_decoder == "hardware";
     std::unique_ptr<GpuLoader> loader;
     Status s = GpuLoader::Create(gc, &loader);
     if (!s.ok()) return Status::InvalidArgument("--data-train (decoded on the GPU, --gpu-decode 1): " + s.message());

@@ -95,6 +95,7 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--load-epoch 1 --model-prefix /tmp/no/such/run/m", "/tmp/no/such/run/m-0001.params"},
       {"--model-prefix /proc/no/m", "--model-prefix"},
       {"--data-train /no/such.rec --gpu-decode-buffers 7", "--gpu-decode-buffers 7: 2, 3 or 4"},
+      {"--data-train /no/such.rec --gpu-decoder fast", "--gpu-decoder fast: hardware or cuda"},
   };
   for (const Case& c : cases) {
     CliRun r = Tally("train " + c.args);
