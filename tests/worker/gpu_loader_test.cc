@@ -176,15 +176,16 @@ void CompareWithCpu(DType dtype, int channels, int buffers) {
 // A batch's decode must not wait for unrelated work on the device, such as the training step
 // on the device's stream: a decoder that waited for the whole device would run after each
 // step instead of beside it. The unrelated work here is a 2 s host function on a stream of
-// its own; four batches are asked for meanwhile. Held for the cuda decoder only: nvJPEG's
-// hardware decoder was measured to wait for the whole device inside nvjpegDecodeBatched
-// (2.0 s here, on an H200), which no caller can change (docs/gpu.md).
-TEST(GpuLoader, TheCudaDecoderDecodesBesideOtherWorkOnTheDevice) {
+// its own; four batches are asked for meanwhile. With the hardware decoder this fails today
+// (2.0 s on an H200, all of it inside nvjpegDecodeBatched) although nvJPEG's hardware decoder
+// alone, driven from one thread, does not wait (docs/gpu-results.md): something in how the
+// loader drives it does, and this test is the check for the fix.
+void DecodeBesideOtherWork(bool hardware_decoder) {
   TALLY_REQUIRE_GPU();
   if (!GpuDecodeBuilt()) GTEST_SKIP() << "skipped: this build has no nvJPEG";
 #ifdef TALLY_HAVE_NVJPEG
   GpuLoaderConfig cfg = ConfigFor(WritePack(20));
-  cfg.hardware_decoder = false;
+  cfg.hardware_decoder = hardware_decoder;
   std::unique_ptr<GpuLoader> gpu;
   Status s = GpuLoader::Create(cfg, &gpu);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -206,6 +207,9 @@ TEST(GpuLoader, TheCudaDecoderDecodesBesideOtherWorkOnTheDevice) {
   EXPECT_LT(seconds, 1.0) << "the GPU loader waited for work on another stream";
 #endif
 }
+
+TEST(GpuLoader, DecodesBesideOtherWorkOnTheDevice) { DecodeBesideOtherWork(/*hardware_decoder=*/true); }
+TEST(GpuLoader, TheCudaDecoderDecodesBesideOtherWorkOnTheDevice) { DecodeBesideOtherWork(/*hardware_decoder=*/false); }
 
 TEST(GpuLoader, MatchesCpuLoaderF32TwoBuffers) { CompareWithCpu(DType::kF32, 3, 2); }
 TEST(GpuLoader, MatchesCpuLoaderF16FourChannels) { CompareWithCpu(DType::kF16, 4, 3); }
