@@ -8,6 +8,7 @@
 #include <glog/logging.h>
 
 #include "tools/command.h"
+#include "tools/fault_env.h"
 
 namespace {
 
@@ -53,6 +54,14 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name) == 0) {
       std::string name = std::string("tally ") + c.name;
+      // The end-to-end tests' fault settings: read here alone, so that no library reads them.
+      tally::FaultHooks hooks;
+      tally::Status s = tally::FaultHooksFromEnv(&hooks);
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
+        return 2;
+      }
+      tally::SetFaultHooks(hooks);
       argv[1] = name.data();
       return c.run(argc - 1, argv + 1);
     }

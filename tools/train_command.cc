@@ -1,11 +1,12 @@
-// `tally train`: MXNet image-classification's flags and log lines, over the Trainer.
+// `tally train`: MXNet image-classification's flags and log lines, over the Trainer. This
+// file turns flags into a TrainerConfig and FitOptions and wires the profiler, checkpoints
+// and the progress bar to Fit (worker/fit.h), which holds the epoch and batch loop.
 // Data: a RecordIO pack (--data-train, tools/train_data.h) or synthetic, learnable images.
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <map>
 #include <cstdio>
 #include <string>
@@ -15,7 +16,6 @@
 
 #include "net/cluster.h"
 #include "ops/ops.h"
-#include "ops/profile/trace.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/command.h"
@@ -24,6 +24,7 @@
 #include "tools/train_checkpoints.h"
 #include "tools/train_data.h"
 #include "worker/checkpoint.h"
+#include "worker/fit.h"
 #include "worker/lr_schedule.h"
 #include "worker/trainer.h"
 
@@ -148,32 +149,6 @@ Status FinishLrSchedule(int num_workers, int64_t batches_per_epoch, LrScheduleCo
   return ValidateLrSchedule(*lr);
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// MXNet's metric text: "\taccuracy=0.500000[\ttop_k_accuracy_5=...]\tcross-entropy=...".
-std::string Metrics(const StepStats& s, int top_k) {
-  char buf[160];
-  double n = s.samples > 0 ? static_cast<double>(s.samples) : 1.0;
-  int len = std::snprintf(buf, sizeof buf, "accuracy=%f", s.correct / n);
-  if (top_k > 1) len += std::snprintf(buf + len, sizeof buf - len, "\ttop_k_accuracy_%d=%f", top_k, s.topk_correct / n);
-  std::snprintf(buf + len, sizeof buf - len, "\tcross-entropy=%f", s.loss_sum / n);
-  return buf;
-}
-
-std::string Prefixed(const char* prefix, const StepStats& s, int top_k) {
-  std::string m = Metrics(s, top_k), out;
-  size_t start = 0;
-  while (start <= m.size()) {
-    size_t tab = m.find('\t', start);
-    out += (out.empty() ? "" : "\t") + std::string(prefix) + m.substr(start, tab - start);
-    if (tab == std::string::npos) break;
-    start = tab + 1;
-  }
-  return out;
-}
-
 // Who this process is, for the profiler's files.
 profile::NodeMeta MakeNodeMeta(const std::string& role, int rank, const std::string& host) {
   profile::NodeMeta m;
@@ -290,23 +265,112 @@ void OnSigterm(void (*handler)(int)) {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-// What the run is; a resumed run must be the same model (and, inside an epoch, read the
-// same batches).
-// The one line a worker prints for a step skipped for a non-finite gradient.
-std::string SkipLine(KVStoreType type, int epoch, int64_t batch, int64_t step, const KVStore::SkippedStep& skip) {
-  std::string who;
-  for (int r : skip.workers) who += (who.empty() ? " from worker " : ", ") + std::to_string(r);
-  const std::string what = "the gradient of key " + std::to_string(skip.key) + " was not finite" + who;
-  char head[96];
-  std::snprintf(head, sizeof head, "Epoch[%d] Batch [%lld]: step %lld ", epoch, static_cast<long long>(batch),
-                static_cast<long long>(step));
-  if (type == KVStoreType::kDistAsync) return head + ("not applied: " + what);
-  return head + ("skipped, no weight changed: " + what);
-}
-
 int Fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "tally train: %s%s\n", what.c_str(), s.ToString().c_str());
   return what.empty() ? 2 : 1;
+}
+
+// The worker's profiler (one that records nothing without --run-dir), on the job's clock.
+Status StartWorkerProfiler(Cluster* cluster, int rank, std::unique_ptr<NodeProfiler>* prof) {
+  ProfilerOptions options;
+  TALLY_RETURN_IF_ERROR(ProfilerOptionsFromFlags(&options));
+  TALLY_RETURN_IF_ERROR(
+      NodeProfiler::Start(options, MakeNodeMeta("worker", rank, cluster ? cluster->me().host() : "localhost"), prof));
+  if (cluster != nullptr) {
+    (*prof)->SetClock([cluster](int64_t* offset, int64_t* rtt) { return cluster->ClockOffset(offset, rtt); });
+  }
+  if (!options.run_dir.empty() && rank == 0) {
+    std::printf("tally train: profiler files in %s (see: tally report %s)\n", options.run_dir.c_str(),
+                options.run_dir.c_str());
+  }
+  return Status::Ok();
+}
+
+void PrintBanner() {
+  const std::string devices = FLAGS_gpus.empty() ? std::to_string(FLAGS_cpu_devices) + " cpu device(s)"
+                                                  : "gpu(s) " + FLAGS_gpus + " in " + FLAGS_dtype;
+  std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %s, kvstore %s, %d threads\n",
+              FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
+              FLAGS_batch_size, devices.c_str(), FLAGS_kv_store.c_str(), NumThreads());
+  std::fflush(stdout);
+}
+
+FitOptions MakeFitOptions(const TrainerConfig& cfg, const LrScheduleConfig& lr, const Checkpoint& resume, int rank) {
+  FitOptions o;
+  o.num_epochs = FLAGS_num_epochs;
+  o.begin_epoch = resume.epoch;
+  o.begin_batch = resume.batch;
+  o.begin_step = resume.step;
+  o.disp_batches = FLAGS_disp_batches;
+  o.save_period = FLAGS_save_period;
+  o.lr = lr;
+  o.initial_lr = cfg.optimizer.lr;
+  o.top_k = FLAGS_top_k;
+  o.rank = rank;
+  o.kv_store = cfg.kv_store;
+  o.stop = &g_terminate;
+  return o;
+}
+
+// The Speedometer's line, the profiler's records and the progress bar; checkpoints when
+// this worker saves them.
+FitCallbacks WireCallbacks(NodeProfiler* prof, ProgressBar* bar, Trainer* trainer, int num_workers, bool saves) {
+  FitCallbacks cb;
+  cb.step_begins = [prof](int64_t step) { prof->BeginStep(step); };
+  cb.step_ends = [prof](const profile::StepRecord& record) { prof->AddStep(record); };
+  cb.speedometer = [prof](const SpeedometerWindow& window) {
+    // With --profile the line ends with the window's time split (MXNet's parsers read the
+    // fields before it).
+    const std::string split = prof->tracing() ? "\t" + prof->TakeSplit() : "";
+    std::printf("%s\n", SpeedometerLine(window, FLAGS_top_k, split).c_str());
+    std::fflush(stdout);
+  };
+  if (saves) {
+    cb.checkpoint = [trainer, num_workers](int64_t epoch, int64_t batch, int64_t step) {
+      return SaveAt(trainer, num_workers, epoch, batch, step);
+    };
+  }
+  cb.progress = [bar](int epoch, int64_t done, int64_t total, double samples_per_sec, double eta_seconds) {
+    bar->Update(epoch, done, total, samples_per_sec, eta_seconds);
+  };
+  cb.before_print = [bar] { bar->Clear(); };
+  return cb;
+}
+
+// Trains the run's epochs and ends the run: with the job (dist modes) and the profiler's
+// files; on an agreed stop, with 128 + SIGTERM.
+int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resume, Cluster* cluster,
+           Trainer* trainer, NodeProfiler* prof) {
+  const int num_workers = cluster ? cluster->num_workers() : 1;
+  const int rank = cluster ? cluster->me().rank() : 0;
+  // Every worker draws its own training images; all validate on the same ones.
+  std::unique_ptr<BatchSource> train_data, val_data;
+  Status s = MakeTrainSource(cfg, rank, num_workers, DataPosition{resume.epoch, resume.batch}, &train_data);
+  if (s.ok()) s = MakeValSource(cfg, &val_data);
+  if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr);
+  if (!s.ok()) return Fail("", s);
+  ProgressBar bar(FLAGS_progress);
+  const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
+  const FitOptions options = MakeFitOptions(cfg, lr, resume, rank);
+  const FitCallbacks callbacks = WireCallbacks(prof, &bar, trainer, num_workers, saves);
+  FitResult result;
+  s = Fit(trainer, train_data.get(), val_data.get(), options, callbacks, &result);
+  if (!s.ok()) return Fail(result.failed_at, s);
+  if (result.stopped) {
+    if (FLAGS_model_prefix.empty() && rank == 0) {
+      std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
+    }
+    if (cluster) cluster->Finish(/*timeout_ms=*/60000);
+    prof->Finish().ok();
+    return kTerminatedExit;
+  }
+  if (cluster) {
+    s = cluster->Finish(/*timeout_ms=*/60000);
+    if (!s.ok()) return Fail("worker " + std::to_string(rank) + ": ", s);
+  }
+  s = prof->Finish();
+  if (!s.ok()) return Fail("profiler: ", s);
+  return 0;
 }
 
 }  // namespace
@@ -343,161 +407,11 @@ int TrainCommand(int argc, char** argv) {
     SetNumThreads(FLAGS_num_threads > 0 ? FLAGS_num_threads : ThreadsPerWorker(cluster.get()));
     s = Trainer::Create(cfg, &trainer, resumed ? &resume : nullptr);
   }
-  if (!s.ok()) return Fail("", s);
-  ProfilerOptions prof_options;
   std::unique_ptr<NodeProfiler> prof;  // after `cluster`: destroyed first
-  s = ProfilerOptionsFromFlags(&prof_options);
-  if (s.ok()) {
-    s = NodeProfiler::Start(prof_options, MakeNodeMeta("worker", rank, cluster ? cluster->me().host() : "localhost"),
-                            &prof);
-  }
+  if (s.ok()) s = StartWorkerProfiler(cluster.get(), rank, &prof);
   if (!s.ok()) return Fail("", s);
-  if (cluster) {
-    Cluster* c = cluster.get();
-    prof->SetClock([c](int64_t* offset, int64_t* rtt) { return c->ClockOffset(offset, rtt); });
-  }
-  if (!prof_options.run_dir.empty() && rank == 0) {
-    std::printf("tally train: profiler files in %s (see: tally report %s)\n", prof_options.run_dir.c_str(),
-                prof_options.run_dir.c_str());
-  }
-  const std::string devices = FLAGS_gpus.empty() ? std::to_string(FLAGS_cpu_devices) + " cpu device(s)"
-                                                  : "gpu(s) " + FLAGS_gpus + " in " + FLAGS_dtype;
-  std::printf("tally train: %s-%d, %d classes, image %s, batch %d on %s, kvstore %s, %d threads\n",
-              FLAGS_network.c_str(), FLAGS_num_layers, FLAGS_num_classes, FLAGS_image_shape.c_str(),
-              FLAGS_batch_size, devices.c_str(), FLAGS_kv_store.c_str(), NumThreads());
-  std::fflush(stdout);
-
-  // Every worker draws its own training images; all validate on the same ones.
-  const DataPosition start{resume.epoch, resume.batch};
-  std::unique_ptr<BatchSource> train_data, val_data;
-  s = MakeTrainSource(cfg, rank, num_workers, start, &train_data);
-  if (s.ok()) s = MakeValSource(cfg, &val_data);
-  if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr_schedule);
-  if (!s.ok()) return Fail("", s);
-  const int64_t batches = train_data->batches_per_epoch();
-  const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
-  ProgressBar bar(FLAGS_progress);
-  Tensor images, labels;
-  // Changes only: in dist modes every change is a message to the servers.
-  float applied_lr = cfg.optimizer.lr;
-  int64_t step = resume.step;
-  const int64_t run_batches = (FLAGS_num_epochs - start.epoch) * batches - start.batch;
-  int64_t run_done = 0;
-  const double run_start = Now();
-  for (int epoch = static_cast<int>(start.epoch); epoch < FLAGS_num_epochs; ++epoch) {
-    StepStats epoch_stats, window;
-    const int64_t first = epoch == start.epoch ? start.batch : 0;
-    std::printf("Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches + first, lr_schedule));
-    double epoch_start = Now(), tic = epoch_start;
-    for (int64_t b = first; b < batches; ++b) {
-      if (g_terminate) trainer->RequestStop();
-      const float lr = static_cast<float>(LearningRate(epoch * batches + b, lr_schedule));
-      if (lr != applied_lr) {
-        trainer->SetLearningRate(lr);
-        applied_lr = lr;
-      }
-      prof->BeginStep(step);
-      const int64_t step_start = profile::NowUs();
-      s = train_data->Next(&images, &labels);
-      const int64_t data_end = profile::NowUs();
-      profile::Tracer::Get().Complete("data", "data", step_start, data_end - step_start);
-      StepStats step_stats;
-      if (s.ok()) s = trainer->Step(images, labels, &step_stats);
-      if (!s.ok()) {
-        bar.Clear();
-        return Fail("worker " + std::to_string(rank) + ", epoch " + std::to_string(epoch) + " batch " +
-                        std::to_string(b) + ": ",
-                    s);
-      }
-      if (trainer->last_skip() != nullptr) {
-        bar.Clear();
-        std::printf("%s\n", SkipLine(cfg.kv_store, epoch, b + 1, step, *trainer->last_skip()).c_str());
-        std::fflush(stdout);
-      }
-      profile::StepRecord record = trainer->last_step();
-      record.step = step;
-      record.epoch = epoch;
-      record.batch = b;
-      record.start_us = step_start;
-      record.dur_us = profile::NowUs() - step_start;
-      record.phase(profile::Phase::kData) = data_end - step_start;
-      record.samples = step_stats.samples;
-      record.has_metrics = !trainer->stats_on_device();
-      record.loss = step_stats.loss_sum / std::max<int64_t>(1, step_stats.samples);
-      record.accuracy = static_cast<double>(step_stats.correct) / std::max<int64_t>(1, step_stats.samples);
-      prof->AddStep(record);
-      ++step;
-      ++run_done;
-      epoch_stats.Add(step_stats);
-      window.Add(step_stats);
-      const bool display = (b + 1) % FLAGS_disp_batches == 0;
-      if (display || b + 1 == batches) {
-        // GPU steps keep their loss and accuracy on the device: one wait brings the window's.
-        StepStats on_device;
-        trainer->ReadStats(&on_device);
-        epoch_stats.Add(on_device);
-        window.Add(on_device);
-      }
-      const double now = Now();
-      if (display) {
-        bar.Clear();
-        // With --profile the line ends with the window's time split (MXNet's parsers read
-        // the fields before it).
-        std::string split = prof->tracing() ? "\t" + prof->TakeSplit() : "";
-        if (window.skipped_steps > 0) split = "\tskipped-steps=" + std::to_string(window.skipped_steps) + split;
-        std::printf("Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t%s%s\n", epoch,
-                    static_cast<long>(b + 1 - FLAGS_disp_batches), static_cast<long>(b + 1),
-                    window.samples / (now - tic), Metrics(window, FLAGS_top_k).c_str(), split.c_str());
-        std::fflush(stdout);
-        window = StepStats();
-        tic = now;
-      }
-      const double per_batch = (now - run_start) / static_cast<double>(run_done);
-      bar.Update(epoch, b + 1, batches, static_cast<double>(epoch_stats.samples) / (now - epoch_start),
-                 per_batch * static_cast<double>(run_batches - run_done));
-      if (trainer->StopAgreed()) {
-        bar.Clear();
-        const bool epoch_done = b + 1 == batches;
-        std::printf("Epoch[%d] Batch [%ld]: stopping, the job was asked to (SIGTERM)\n", epoch,
-                    static_cast<long>(b + 1));
-        std::fflush(stdout);
-        if (saves) {
-          s = SaveAt(trainer.get(), num_workers, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : b + 1, step);
-          if (!s.ok()) return Fail("checkpoint on SIGTERM: ", s);
-        } else if (rank == 0) {
-          std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
-        }
-        if (cluster) cluster->Finish(/*timeout_ms=*/60000);
-        prof->Finish().ok();
-        return kTerminatedExit;
-      }
-    }
-    bar.Clear();
-    std::printf("Epoch[%d] %s\n", epoch, Prefixed("Train-", epoch_stats, FLAGS_top_k).c_str());
-    std::printf("Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start);
-    std::fflush(stdout);
-    if (saves && ((epoch + 1) % FLAGS_save_period == 0 || epoch + 1 == FLAGS_num_epochs)) {
-      s = SaveAt(trainer.get(), num_workers, epoch + 1, 0, step);
-      if (!s.ok()) return Fail("checkpoint after epoch " + std::to_string(epoch) + ": ", s);
-    }
-    if (val_data) {
-      StepStats val;
-      for (int64_t b = 0; b < val_data->batches_per_epoch() && s.ok(); ++b) {
-        s = val_data->Next(&images, &labels);
-        if (s.ok()) s = trainer->Evaluate(images, labels, &val);
-      }
-      if (!s.ok()) return Fail("validation after epoch " + std::to_string(epoch) + ": ", s);
-      std::printf("Epoch[%d] %s\n", epoch, Prefixed("Validation-", val, FLAGS_top_k).c_str());
-    }
-    std::fflush(stdout);
-  }
-  if (cluster) {
-    s = cluster->Finish(/*timeout_ms=*/60000);
-    if (!s.ok()) return Fail("worker " + std::to_string(rank) + ": ", s);
-  }
-  s = prof->Finish();
-  if (!s.ok()) return Fail("profiler: ", s);
-  return 0;
+  PrintBanner();
+  return RunFit(cfg, lr_schedule, resume, cluster.get(), trainer.get(), prof.get());
 }
 
 }  // namespace tally

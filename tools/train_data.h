@@ -4,19 +4,10 @@
 
 #include <memory>
 
-#include "ops/tensor.h"
+#include "worker/batch_source.h"
 #include "worker/trainer.h"
 
 namespace tally {
-
-class BatchSource {
- public:
-  virtual ~BatchSource() = default;
-  // images [B, H, W, C] f32, labels [B] int32. The last batch of an epoch may hold fewer
-  // rows for validation data (the rest of a padded batch is left out).
-  virtual Status Next(Tensor* images, Tensor* labels) = 0;
-  virtual int64_t batches_per_epoch() const = 0;
-};
 
 // Where a run starts reading: the batch of an epoch (a resumed run: the checkpoint's).
 struct DataPosition {

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <random>
 
+#include "ops/fault_hooks.h"
+
 namespace tally {
 namespace {
 
@@ -45,11 +47,10 @@ Status Rename(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
-// The crash tests kill the writer after stage n of the commit (a test setting, documented
-// in docs/checkpoint.md); it is never set otherwise.
+// The crash tests kill the writer after stage n of the commit (FaultHooks, documented in
+// docs/checkpoint.md); it is never set otherwise.
 void CrashPoint(int stage) {
-  const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT");
-  if (v != nullptr && std::atoi(v) == stage) ::raise(SIGKILL);
+  if (FaultHooksInEffect().checkpoint_kill_at == stage) ::raise(SIGKILL);
 }
 
 std::string NewId() {

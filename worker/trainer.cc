@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ops/device.h"
+#include "ops/fault_hooks.h"
 #include "ops/ops.h"
 #include "ops/profile/trace.h"
 
@@ -33,34 +34,6 @@ std::map<std::string, const Tensor*> ByName(const std::vector<NamedTensor>& tens
   std::map<std::string, const Tensor*> out;
   for (const NamedTensor& n : tensors) out[n.name] = &n.tensor;
   return out;
-}
-
-// TALLY_TEST_NAN=<rank>:<step>[:all] (trainer.h): *step is -1 when it is unset or names
-// another worker.
-Status ParseTestNan(int rank, int64_t* step, bool* all) {
-  *step = -1;
-  *all = false;
-  const char* v = std::getenv("TALLY_TEST_NAN");
-  if (v == nullptr || *v == '\0') return Status::Ok();
-  const std::string text = v;
-  char* end = nullptr;
-  const long r = std::strtol(text.c_str(), &end, 10);
-  long long s = -1;
-  bool ok = end != text.c_str() && *end == ':';
-  if (ok) {
-    const char* p = end + 1;
-    s = std::strtoll(p, &end, 10);
-    ok = end != p && s >= 0 && r >= 0;
-  }
-  if (ok && *end == ':') {
-    *all = std::string(end + 1) == "all";
-    ok = *all;
-  } else if (ok) {
-    ok = *end == '\0';
-  }
-  if (!ok) return Status::InvalidArgument("TALLY_TEST_NAN='" + text + "': expected <worker rank>:<step>[:all]");
-  if (r == rank) *step = s;
-  return Status::Ok();
 }
 
 // The store's fp32 master weights, or why it keeps none (kvstore.h, MasterWeightStore).
@@ -108,7 +81,11 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   }
   TALLY_RETURN_IF_ERROR(t->StartStore(resume));
   if (resume != nullptr) TALLY_RETURN_IF_ERROR(t->RestoreStore(*resume));
-  TALLY_RETURN_IF_ERROR(ParseTestNan(t->kv_->rank(), &t->nan_step_, &t->nan_all_));
+  const FaultHooks& hooks = FaultHooksInEffect();
+  if (hooks.nan_step >= 0 && hooks.nan_worker == t->kv_->rank()) {
+    t->nan_step_ = hooks.nan_step;
+    t->nan_all_ = hooks.nan_all;
+  }
   if (!config.gpus.empty() && !t->distributed() && config.step_on_device) {
     TALLY_RETURN_IF_ERROR(t->KeepStepOnDevice());
   }
@@ -442,7 +419,7 @@ Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepSta
   last_step_ = profile::StepRecord();
   const int64_t t0 = profile::NowUs();
   // The first step runs as queued, which builds what ops build once (convolution plans,
-  // workspaces); the graph records the second. Phase timings and TALLY_TEST_NAN need the
+  // workspaces); the graph records the second. Phase timings and the NaN fault hook need the
   // step's host code to run every time, so they keep it out of a graph. So do several GPUs:
   // NCCL warns that graphs of several devices launched from one thread may deadlock.
   if (graph_ == nullptr && config_.cuda_graph && eager_device_steps_ >= 1 && nan_step_ < 0 &&

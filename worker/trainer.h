@@ -22,10 +22,8 @@
 // in MXNet. A step whose gradients are not finite (NaN, Inf) changes no weight (the
 // kvstore skips it: KVStore::TakeSkippedStep); last_skip() says so. Driven by one thread.
 //
-// Test setting: TALLY_TEST_NAN=<worker rank>:<step>[:all] makes that worker (rank 0 with
-// the single-process kvstores) put a NaN into its gradient at that step of the job: into
-// one element of the first gradient it pushes, or, with `all`, into every element of every
-// gradient. Nothing else reads it.
+// Tests make a worker's gradient NaN at a step of the job through FaultHooks (nan_worker,
+// nan_step, nan_all; ops/fault_hooks.h), which Create reads.
 #pragma once
 
 #include <map>
@@ -167,7 +165,7 @@ class Trainer {
   void QueueStep(float grad_scale);
   // Copies the checkpoint's parameters into every replica.
   Status LoadParameters(const Checkpoint& c);
-  // TALLY_TEST_NAN: puts the NaN into this step's gradients when they are the ones asked for.
+  // FaultHooks::nan_step: puts the NaN into this step's gradients when they are the ones asked for.
   void InjectNan(const std::vector<Tensor>& grads);
 
   TrainerConfig config_;
@@ -196,7 +194,7 @@ class Trainer {
   int64_t step_ = 0;            // the job's step of the next Step (a resumed run continues its count)
   bool skipped_ = false;        // the last Step was skipped; last_skip_ says why
   KVStore::SkippedStep last_skip_;
-  // TALLY_TEST_NAN: the step to poison (-1: none), every value or one, and whether the one
+  // FaultHooks::nan_*: the step to poison (-1: none), every value or one, and whether the one
   // has been written this step.
   int64_t nan_step_ = -1;
   bool nan_all_ = false;

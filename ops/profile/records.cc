@@ -3,23 +3,16 @@
 #include <time.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include <nlohmann/json.hpp>
+
+#include "ops/fault_hooks.h"
 
 namespace tally {
 namespace profile {
 namespace {
 
 using nlohmann::json;
-
-int64_t ClockSkewUs() {
-  static const int64_t skew = [] {
-    const char* s = std::getenv("TALLY_TEST_CLOCK_SKEW_US");
-    return s == nullptr ? int64_t{0} : std::strtoll(s, nullptr, 10);
-  }();
-  return skew;
-}
 
 // JSON has no NaN or Infinity: non-finite numbers travel as the strings "nan", "inf", "-inf".
 json Number(double v) {
@@ -68,7 +61,7 @@ Status Get(const json& j, const char* key, T* v, bool required = false) {
 int64_t NowUs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000 + ClockSkewUs();
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000 + FaultHooksInEffect().clock_skew_us;
 }
 
 const char* PhaseName(Phase p) {

@@ -21,7 +21,7 @@
 namespace tally {
 namespace profile {
 
-// The trace clock: CLOCK_MONOTONIC in microseconds (plus TALLY_TEST_CLOCK_SKEW_US, which
+// The trace clock: CLOCK_MONOTONIC in microseconds (plus FaultHooks::clock_skew_us, which
 // tests set to give one process a clock that disagrees with the others').
 int64_t NowUs();
 

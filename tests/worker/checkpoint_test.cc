@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ops/fault_hooks.h"
+
 namespace tally {
 namespace {
 
@@ -99,12 +101,14 @@ TEST(Checkpoint, StatesOfAnotherCheckpointAreRefused) {
   EXPECT_NE(s.message().find("does not belong"), std::string::npos) << s;
 }
 
-// A child process saves and is killed with SIGKILL after stage `stage` of the commit (the
-// test setting TALLY_TEST_CHECKPOINT_KILL_AT); returns whether it died that way.
+// A child process saves and is killed with SIGKILL after stage `stage` of the commit
+// (FaultHooks::checkpoint_kill_at); returns whether it died that way.
 bool SaveKilledAt(const std::string& prefix, const Checkpoint& c, int stage) {
   pid_t pid = fork();
   if (pid == 0) {
-    setenv("TALLY_TEST_CHECKPOINT_KILL_AT", std::to_string(stage).c_str(), 1);
+    FaultHooks hooks;
+    hooks.checkpoint_kill_at = stage;
+    SetFaultHooks(hooks);
     Status s = SaveCheckpoint(prefix, c);
     _exit(s.ok() ? 0 : 3);
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/device.h"
+#include "ops/fault_hooks.h"
 #include "tests/local_job.h"
 #include "tests/ops/cuda_compare.h"
 #include "worker/synthetic_data.h"
@@ -226,17 +227,20 @@ TEST(CudaTrainerTest, DistDeviceSyncReducesAWorkersGpusBeforePushing) {
   ExpectDistJobTrainsLikeOneProcess(KVStoreType::kDistDeviceSync, {0, 1}, DType::kF16);
 }
 
-// A NaN gradient (TALLY_TEST_NAN) is an overflow: the step changes no weight, is counted as
+// A NaN gradient (FaultHooks::nan_step) is an overflow: the step changes no weight, is counted as
 // skipped, and the scale halves; with the step's figures kept on the device (the default)
 // and without (the step waits for the finite check and reports which key overflowed).
 void ExpectOverflowSkipsTheStep(bool step_on_device) {
-  setenv("TALLY_TEST_NAN", "0:2", 1);
+  FaultHooks hooks;
+  hooks.nan_worker = 0;
+  hooks.nan_step = 2;
+  SetFaultHooks(hooks);
   TrainerConfig cfg = SmallConfig();
   cfg.gpus = {0};
   cfg.dtype = DType::kF16;
   cfg.step_on_device = step_on_device;
   auto t = Make(cfg);
-  unsetenv("TALLY_TEST_NAN");
+  SetFaultHooks(FaultHooks());
   ASSERT_EQ(t->stats_on_device(), step_on_device);
   SyntheticData data(cfg.model.image_shape, 4, 5);
   Tensor x, y;

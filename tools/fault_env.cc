@@ -1,0 +1,46 @@
+#include "tools/fault_env.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace tally {
+namespace {
+
+// TALLY_TEST_NAN=<rank>:<step>[:all].
+Status ParseTestNan(FaultHooks* hooks) {
+  const char* v = std::getenv("TALLY_TEST_NAN");
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  const std::string text = v;
+  char* end = nullptr;
+  const long r = std::strtol(text.c_str(), &end, 10);
+  long long s = -1;
+  bool all = false;
+  bool ok = end != text.c_str() && *end == ':';
+  if (ok) {
+    const char* p = end + 1;
+    s = std::strtoll(p, &end, 10);
+    ok = end != p && s >= 0 && r >= 0;
+  }
+  if (ok && *end == ':') {
+    all = std::string(end + 1) == "all";
+    ok = all;
+  } else if (ok) {
+    ok = *end == '\0';
+  }
+  if (!ok) return Status::InvalidArgument("TALLY_TEST_NAN='" + text + "': expected <worker rank>:<step>[:all]");
+  hooks->nan_worker = static_cast<int>(r);
+  hooks->nan_step = s;
+  hooks->nan_all = all;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status FaultHooksFromEnv(FaultHooks* hooks) {
+  *hooks = FaultHooks();
+  if (const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT")) hooks->checkpoint_kill_at = std::atoi(v);
+  if (const char* v = std::getenv("TALLY_TEST_CLOCK_SKEW_US")) hooks->clock_skew_us = std::strtoll(v, nullptr, 10);
+  return ParseTestNan(hooks);
+}
+
+}  // namespace tally

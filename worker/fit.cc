@@ -1,0 +1,242 @@
+#include "worker/fit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "ops/profile/trace.h"
+
+namespace tally {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// MXNet's metric text: "accuracy=0.500000[\ttop_k_accuracy_5=...]\tcross-entropy=...".
+std::string Metrics(const StepStats& s, int top_k) {
+  char buf[160];
+  double n = s.samples > 0 ? static_cast<double>(s.samples) : 1.0;
+  int len = std::snprintf(buf, sizeof buf, "accuracy=%f", s.correct / n);
+  if (top_k > 1) len += std::snprintf(buf + len, sizeof buf - len, "\ttop_k_accuracy_%d=%f", top_k, s.topk_correct / n);
+  std::snprintf(buf + len, sizeof buf - len, "\tcross-entropy=%f", s.loss_sum / n);
+  return buf;
+}
+
+// The one line a worker prints for a step skipped for a non-finite gradient.
+std::string SkipLine(KVStoreType type, int epoch, int64_t batch, int64_t step, const KVStore::SkippedStep& skip) {
+  std::string who;
+  for (int r : skip.workers) who += (who.empty() ? " from worker " : ", ") + std::to_string(r);
+  const std::string what = "the gradient of key " + std::to_string(skip.key) + " was not finite" + who;
+  char head[96];
+  std::snprintf(head, sizeof head, "Epoch[%d] Batch [%lld]: step %lld ", epoch, static_cast<long long>(batch),
+                static_cast<long long>(step));
+  if (type == KVStoreType::kDistAsync) return head + ("not applied: " + what);
+  return head + ("skipped, no weight changed: " + what);
+}
+
+// One Fit call's state: where the run is, and the figures of the epoch and the window.
+class FitLoop {
+ public:
+  FitLoop(Trainer* trainer, BatchSource* train, BatchSource* val, const FitOptions& options,
+          const FitCallbacks& callbacks, FitResult* result)
+      : trainer_(trainer), train_(train), val_(val), o_(options), cb_(callbacks), result_(result),
+        batches_(train->batches_per_epoch()), applied_lr_(options.initial_lr), step_(options.begin_step) {
+    run_batches_ = (o_.num_epochs - o_.begin_epoch) * batches_ - o_.begin_batch;
+  }
+
+  Status Run() {
+    run_start_ = Now();
+    for (int epoch = static_cast<int>(o_.begin_epoch); epoch < o_.num_epochs; ++epoch) {
+      TALLY_RETURN_IF_ERROR(RunEpoch(epoch));
+      if (result_->stopped) break;
+    }
+    result_->steps = step_;
+    return Status::Ok();
+  }
+
+ private:
+  Status Fail(const std::string& what, const Status& s) {
+    BeforePrint();
+    result_->failed_at = what;
+    return s;
+  }
+
+  void BeforePrint() {
+    if (cb_.before_print) cb_.before_print();
+  }
+
+  Status RunEpoch(int epoch) {
+    epoch_stats_ = window_ = StepStats();
+    const int64_t first = epoch == o_.begin_epoch ? o_.begin_batch : 0;
+    std::fprintf(o_.log, "Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches_ + first, o_.lr));
+    epoch_start_ = tic_ = Now();
+    for (int64_t b = first; b < batches_; ++b) {
+      TALLY_RETURN_IF_ERROR(RunBatch(epoch, b));
+      if (trainer_->StopAgreed()) return Stop(epoch, b);
+    }
+    BeforePrint();
+    std::fprintf(o_.log, "Epoch[%d] %s\n", epoch, PrefixedMetrics("Train-", epoch_stats_, o_.top_k).c_str());
+    std::fprintf(o_.log, "Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start_);
+    std::fflush(o_.log);
+    if (cb_.checkpoint && ((epoch + 1) % o_.save_period == 0 || epoch + 1 == o_.num_epochs)) {
+      Status s = cb_.checkpoint(epoch + 1, 0, step_);
+      if (!s.ok()) return Fail("checkpoint after epoch " + std::to_string(epoch) + ": ", s);
+    }
+    if (val_ != nullptr) TALLY_RETURN_IF_ERROR(Validate(epoch));
+    std::fflush(o_.log);
+    return Status::Ok();
+  }
+
+  Status RunBatch(int epoch, int64_t b) {
+    if (o_.stop != nullptr && o_.stop->load()) trainer_->RequestStop();
+    const float lr = static_cast<float>(LearningRate(epoch * batches_ + b, o_.lr));
+    if (lr != applied_lr_) {
+      trainer_->SetLearningRate(lr);
+      applied_lr_ = lr;
+    }
+    if (cb_.step_begins) cb_.step_begins(step_);
+    const int64_t step_start = profile::NowUs();
+    Status s = train_->Next(&images_, &labels_);
+    const int64_t data_end = profile::NowUs();
+    profile::Tracer::Get().Complete("data", "data", step_start, data_end - step_start);
+    StepStats step_stats;
+    if (s.ok()) s = trainer_->Step(images_, labels_, &step_stats);
+    if (!s.ok()) {
+      return Fail("worker " + std::to_string(o_.rank) + ", epoch " + std::to_string(epoch) + " batch " +
+                      std::to_string(b) + ": ",
+                  s);
+    }
+    if (trainer_->last_skip() != nullptr) {
+      BeforePrint();
+      std::fprintf(o_.log, "%s\n", SkipLine(o_.kv_store, epoch, b + 1, step_, *trainer_->last_skip()).c_str());
+      std::fflush(o_.log);
+    }
+    if (cb_.step_ends) cb_.step_ends(Record(epoch, b, step_start, data_end, step_stats));
+    ++step_;
+    ++run_done_;
+    epoch_stats_.Add(step_stats);
+    window_.Add(step_stats);
+    EndBatch(epoch, b);
+    return Status::Ok();
+  }
+
+  profile::StepRecord Record(int epoch, int64_t b, int64_t step_start, int64_t data_end, const StepStats& stats) {
+    profile::StepRecord record = trainer_->last_step();
+    record.step = step_;
+    record.epoch = epoch;
+    record.batch = b;
+    record.start_us = step_start;
+    record.dur_us = profile::NowUs() - step_start;
+    record.phase(profile::Phase::kData) = data_end - step_start;
+    record.samples = stats.samples;
+    record.has_metrics = !trainer_->stats_on_device();
+    record.loss = stats.loss_sum / std::max<int64_t>(1, stats.samples);
+    record.accuracy = static_cast<double>(stats.correct) / std::max<int64_t>(1, stats.samples);
+    return record;
+  }
+
+  // The Speedometer and the progress display, after batch b's step.
+  void EndBatch(int epoch, int64_t b) {
+    const bool display = (b + 1) % o_.disp_batches == 0;
+    if (display || b + 1 == batches_) {
+      // GPU steps keep their loss and accuracy on the device: one wait brings the window's.
+      StepStats on_device;
+      trainer_->ReadStats(&on_device);
+      epoch_stats_.Add(on_device);
+      window_.Add(on_device);
+    }
+    const double now = Now();
+    if (display) {
+      BeforePrint();
+      if (cb_.speedometer) {
+        SpeedometerWindow w;
+        w.epoch = epoch;
+        w.first_batch = b + 1 - o_.disp_batches;
+        w.last_batch = b + 1;
+        w.seconds = now - tic_;
+        w.stats = window_;
+        cb_.speedometer(w);
+      }
+      window_ = StepStats();
+      tic_ = now;
+    }
+    if (cb_.progress) {
+      const double per_batch = (now - run_start_) / static_cast<double>(run_done_);
+      cb_.progress(epoch, b + 1, batches_, static_cast<double>(epoch_stats_.samples) / (now - epoch_start_),
+                   per_batch * static_cast<double>(run_batches_ - run_done_));
+    }
+  }
+
+  // The job agreed to stop after batch b: the checkpoint there (the next epoch's start when
+  // b ended the epoch), and the run ends.
+  Status Stop(int epoch, int64_t b) {
+    BeforePrint();
+    const bool epoch_done = b + 1 == batches_;
+    std::fprintf(o_.log, "Epoch[%d] Batch [%ld]: stopping, the job was asked to (SIGTERM)\n", epoch,
+                 static_cast<long>(b + 1));
+    std::fflush(o_.log);
+    result_->stopped = true;
+    result_->steps = step_;
+    if (!cb_.checkpoint) return Status::Ok();
+    Status s = cb_.checkpoint(epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : b + 1, step_);
+    return s.ok() ? s : Fail("checkpoint on SIGTERM: ", s);
+  }
+
+  Status Validate(int epoch) {
+    StepStats val;
+    Status s;
+    for (int64_t b = 0; b < val_->batches_per_epoch() && s.ok(); ++b) {
+      s = val_->Next(&images_, &labels_);
+      if (s.ok()) s = trainer_->Evaluate(images_, labels_, &val);
+    }
+    if (!s.ok()) return Fail("validation after epoch " + std::to_string(epoch) + ": ", s);
+    std::fprintf(o_.log, "Epoch[%d] %s\n", epoch, PrefixedMetrics("Validation-", val, o_.top_k).c_str());
+    return Status::Ok();
+  }
+
+  Trainer* const trainer_;
+  BatchSource* const train_;
+  BatchSource* const val_;
+  const FitOptions& o_;
+  const FitCallbacks& cb_;
+  FitResult* const result_;
+  const int64_t batches_;
+  float applied_lr_;
+  int64_t step_;
+  int64_t run_batches_ = 0, run_done_ = 0;
+  double run_start_ = 0, epoch_start_ = 0, tic_ = 0;
+  StepStats epoch_stats_, window_;
+  Tensor images_, labels_;
+};
+
+}  // namespace
+
+Status Fit(Trainer* trainer, BatchSource* train, BatchSource* val, const FitOptions& options,
+           const FitCallbacks& callbacks, FitResult* result) {
+  *result = FitResult();
+  return FitLoop(trainer, train, val, options, callbacks, result).Run();
+}
+
+std::string SpeedometerLine(const SpeedometerWindow& w, int top_k, const std::string& extra) {
+  std::string tail = extra;
+  if (w.stats.skipped_steps > 0) tail = "\tskipped-steps=" + std::to_string(w.stats.skipped_steps) + tail;
+  char head[128];
+  std::snprintf(head, sizeof head, "Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t", w.epoch,
+                static_cast<long>(w.first_batch), static_cast<long>(w.last_batch), w.stats.samples / w.seconds);
+  return head + Metrics(w.stats, top_k) + tail;
+}
+
+std::string PrefixedMetrics(const char* prefix, const StepStats& s, int top_k) {
+  std::string m = Metrics(s, top_k), out;
+  size_t start = 0;
+  while (start <= m.size()) {
+    size_t tab = m.find('\t', start);
+    out += (out.empty() ? "" : "\t") + std::string(prefix) + m.substr(start, tab - start);
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  return out;
+}
+
+}  // namespace tally
