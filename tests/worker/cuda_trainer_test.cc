@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "data/synthetic_data.h"
 #include "ops/device.h"
 #include "tests/local_job.h"
 #include "tests/ops/cuda_compare.h"
-#include "worker/synthetic_data.h"
 #include "worker/trainer.h"
 
 namespace tally {
