@@ -122,7 +122,7 @@ TEST(TrainCli, GpuCommandsWithoutAGpuSayWhy) {
 
 // A pack made by the project's own tools: class-coloured JPEGs, listed and packed at 32 px.
 TEST(TrainCli, TrainsAndValidatesFromARecordIOPack) {
-  ScopedTempDir tmp("train_cli_test");
+  tally::ScopedTempDir tmp("train_cli_test");
   const std::string dir = tmp.path();
   auto run = [&](const std::string& args) { return Tally(args, dir); };
   ASSERT_EQ(run("make-data synthetic-jpeg --out imgs --classes 3 --per-class 12 --seed 2").exit_code, 0);
