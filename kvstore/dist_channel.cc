@@ -5,7 +5,7 @@
 
 #include <glog/logging.h>
 
-#include "ops/profile/trace.h"
+#include "profile/trace.h"
 
 namespace tally {
 

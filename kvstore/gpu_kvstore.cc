@@ -9,7 +9,7 @@
 #include "kvstore/factories.h"
 #include "ops/device.h"
 #include "ops/ops.h"
-#include "ops/profile/records.h"
+#include "profile/records.h"
 
 namespace tally {
 namespace {

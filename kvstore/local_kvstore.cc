@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "kvstore/reduce.h"
-#include "ops/profile/records.h"
+#include "profile/records.h"
 
 namespace tally {
 

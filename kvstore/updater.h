@@ -1,7 +1,7 @@
 // Updater: applies an optimizer to the weights of many keys and owns their state
 // (momentum, and fp32 master weights for fp16/bf16 weights when multi_precision is on).
-// Used by the kvstore types wherever updates run: in the store (local), on each device
-// (device) and, later, on the servers. Not thread-safe: one Updater per updating thread.
+// Used wherever updates run: in the store (local), on each device (device) and on the
+// servers (server/kv_server.cc). Not thread-safe: one Updater per updating thread.
 #pragma once
 
 #include <map>

@@ -3,7 +3,7 @@
 // thread that beats to the scheduler and watches that the scheduler still beats back.
 #include "net/cluster.h"
 
-#include "ops/profile/trace.h"
+#include "profile/trace.h"
 
 #include <unistd.h>
 

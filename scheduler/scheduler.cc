@@ -1,6 +1,6 @@
 #include "scheduler/scheduler.h"
 
-#include "ops/profile/trace.h"
+#include "profile/trace.h"
 
 #include <unistd.h>
 

@@ -9,7 +9,7 @@
 #include <glog/logging.h>
 
 #include "kvstore/reduce.h"
-#include "ops/profile/trace.h"
+#include "profile/trace.h"
 #include "server/kv_server_slice.h"
 #include "server/server.h"
 

@@ -1,5 +1,6 @@
 // The parameter server: the node that holds an fp32 master copy of its share of every key,
-// sums the workers' gradient pushes and runs the optimizer on them (DESIGN.md).
+// sums the workers' gradient pushes and runs the optimizer on them (README.md, "Where
+// things live"; the messages: docs/wire.md).
 //
 //   ClusterConfig cfg;                                    // role = SERVER
 //   TALLY_RETURN_IF_ERROR(ClusterConfigFromEnv(&cfg));
@@ -59,7 +60,7 @@
 #include "kvstore/updater.h"
 #include "net/cluster.h"
 #include "net/transport.h"
-#include "ops/profile/records.h"
+#include "profile/records.h"
 
 namespace tally {
 

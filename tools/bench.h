@@ -1,6 +1,7 @@
 // The harness of `tally bench <case>`: each case measures Tally and, in the same run, its
 // peer or the physical limit, and reports through Report (a readable table, or with
-// --json one JSON object per line and measurement, as DESIGN.md describes).
+// --json one JSON object per line and measurement: BenchRow's fields; README.md, "Tests and
+// benchmarks").
 #pragma once
 
 #include <string>

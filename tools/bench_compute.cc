@@ -11,12 +11,12 @@
 
 #include <gflags/gflags.h>
 
+#include "data/synthetic_data.h"
 #include "ops/device.h"
 #include "ops/ops.h"
-#include "ops/profile/records.h"
+#include "profile/records.h"
 #include "tools/bench.h"
 #include "tools/command.h"
-#include "worker/synthetic_data.h"
 #include "worker/trainer.h"
 
 DEFINE_bool(json, false, "print one JSON object per line and measurement");

@@ -3,7 +3,7 @@
 // doing the same work on the same JPEG files in the same run (tools/bench/pil_io_peer.py).
 // Both figures are divided by the thread count: the goal is throughput per core.
 //
-// --gpu: the GPU input path instead (worker/gpu_loader.h: nvJPEG decode + augmentation on
+// --gpu: the GPU input path instead (data/gpu_loader.h: nvJPEG decode + augmentation on
 // cuda:0, NHWC fp16 with 4 channels as training takes it), in img/s, against the CPU loader
 // with every core of this machine on the same pack in the same run (ratio = gpu / cpu).
 //
@@ -25,12 +25,12 @@
 
 #include <gflags/gflags.h>
 
+#include "data/gpu_loader.h"
+#include "data/loader.h"
+#include "ops/device.h"
 #include "ops/random.h"
 #include "tools/bench.h"
 #include "tools/command.h"
-#include "ops/device.h"
-#include "worker/gpu_loader.h"
-#include "worker/loader.h"
 
 DECLARE_bool(json);
 DECLARE_bool(gpu);  // defined with bench compute's flags; here: measure the GPU input path

@@ -6,8 +6,8 @@
 
 #include <string>
 
+#include "data/image_codec.h"
 #include "ops/status.h"
-#include "worker/image_codec.h"
 
 namespace tally {
 

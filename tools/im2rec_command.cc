@@ -11,10 +11,10 @@
 
 #include <gflags/gflags.h>
 
+#include "data/recordio.h"
 #include "tools/command.h"
 #include "tools/data_tools.h"
 #include "tools/im2rec.h"
-#include "worker/recordio.h"
 
 DEFINE_bool(list, false, "list mode: write PREFIX.lst (or PREFIX_train/_val/_test.lst) from the images under ROOT");
 DEFINE_bool(recursive, false, "list mode: each folder under ROOT is a class, labelled in sorted order");

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/augment.h"
 #include "tools/im2rec.h"
-#include "worker/augment.h"
 
 namespace tally {
 

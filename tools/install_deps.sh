@@ -16,7 +16,7 @@ packages=(
   libeigen3-dev libgoogle-glog-dev libgflags-dev libgtest-dev
   # oneDNN's CMake package asks for OpenCL headers even for CPU use.
   libturbojpeg0-dev libdnnl-dev ocl-icd-opencl-dev
-  # PNG decoding and encoding in the data pipeline (worker/image_codec.cc).
+  # PNG decoding and encoding in the data pipeline (data/image_codec.cc).
   libpng-dev
   # The profiler's run files (JSON) and `tally report`; its test renders the report in
   # headless Chromium.
@@ -57,7 +57,7 @@ else
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# nvJPEG for the GPU input path (worker/gpu_loader.h). CUDA 13's toolkit no longer ships it;
+# nvJPEG for the GPU input path (data/gpu_loader.h). CUDA 13's toolkit no longer ships it;
 # NVIDIA publishes it as the PyPI wheel nvidia-nvjpeg. Debian's pip refuses to install into
 # the system Python, so the wheel is downloaded (pinned version, no dependencies) and
 # unpacked into a fixed prefix that CMake searches. Only where a CUDA toolkit is.

@@ -14,10 +14,10 @@
 
 #include <gflags/gflags.h>
 
+#include "data/image_codec.h"
+#include "data/recordio.h"
 #include "tools/command.h"
 #include "tools/data_tools.h"
-#include "worker/image_codec.h"
-#include "worker/recordio.h"
 
 DEFINE_string(out, "", "make-data: the output folder (created if missing); export: the output file");
 DEFINE_string(fashion_mnist_dir, "/usr/share/datasets/fashion-mnist",

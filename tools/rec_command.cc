@@ -10,10 +10,10 @@
 
 #include <gflags/gflags.h>
 
+#include "data/image_codec.h"
+#include "data/recordio.h"
 #include "tools/command.h"
 #include "tools/data_tools.h"
-#include "worker/image_codec.h"
-#include "worker/recordio.h"
 
 DEFINE_bool(verify, false, "rec: check every record's framing and decode every image");
 DEFINE_string(idx, "", "rec: the .idx file; default FILE.idx when it exists");

@@ -16,10 +16,11 @@
 
 #include "net/cluster.h"
 #include "ops/ops.h"
+#include "profile/node_profiler.h"
+#include "profile/trace.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/command.h"
-#include "tools/node_profiler.h"
 #include "tools/progress.h"
 #include "tools/train_checkpoints.h"
 #include "tools/train_data.h"

@@ -7,9 +7,9 @@
 
 #include <gflags/gflags.h>
 
-#include "worker/gpu_loader.h"
-#include "worker/loader.h"
-#include "worker/synthetic_data.h"
+#include "data/gpu_loader.h"
+#include "data/loader.h"
+#include "data/synthetic_data.h"
 
 DEFINE_string(data_train, "", "training RecordIO pack (.rec); empty: synthetic data");
 DEFINE_string(data_train_idx, "", "its index (.idx); default: the .rec's name with .idx");
@@ -190,7 +190,7 @@ Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::st
   return Status::Ok();
 }
 
-// Training batches decoded and augmented on the GPU (worker/gpu_loader.h): images already
+// Training batches decoded and augmented on the GPU (data/gpu_loader.h): images already
 // on the trainer's GPU in its dtype and input channels, which Trainer::Step copies on the
 // device; labels on the host.
 class GpuRecordSource : public BatchSource {

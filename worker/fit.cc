@@ -4,7 +4,7 @@
 #include <chrono>
 #include <string>
 
-#include "ops/profile/trace.h"
+#include "profile/trace.h"
 
 namespace tally {
 namespace {

@@ -28,7 +28,7 @@
 #include <string>
 
 #include "kvstore/kvstore.h"
-#include "ops/profile/records.h"
+#include "profile/records.h"
 #include "ops/status.h"
 #include "worker/batch_source.h"
 #include "worker/lr_schedule.h"

@@ -10,7 +10,7 @@
 #include "ops/device.h"
 #include "ops/fault_hooks.h"
 #include "ops/ops.h"
-#include "ops/profile/trace.h"
+#include "profile/trace.h"
 
 namespace tally {
 namespace {
@@ -259,7 +259,7 @@ void Trainer::PrepareSlice(int d, const Tensor& images, const Tensor& labels, Te
     *x = Tensor::Empty(want, config_.dtype, device);
   }
   if (images.device() == device) {
-    // Decoded on this GPU (worker/gpu_loader.h) in the model's dtype and channels: copied on
+    // Decoded on this GPU (data/gpu_loader.h) in the model's dtype and channels: copied on
     // the device's stream into the buffer a captured step reads.
     CHECK(images.dtype() == config_.dtype && images.dim(3) == want[3])
         << "a device batch " << images.ToString() << " for a model taking " << DTypeName(config_.dtype) << " with "

@@ -34,7 +34,7 @@
 #include "models/network.h"
 #include "net/cluster.h"
 #include "ops/graph.h"
-#include "ops/profile/records.h"
+#include "profile/records.h"
 #include "worker/checkpoint.h"
 #include "worker/loss_scaler.h"
 
@@ -74,7 +74,7 @@ struct TrainerConfig {
 
 // The channels the network's first convolution takes: on GPUs in fp16/bf16, RGB gets a zero
 // fourth (tensor cores take those convolutions in channels of 4 or more); else the image's.
-// A batch made on the GPU (worker/gpu_loader.h) must come with this many.
+// A batch made on the GPU (data/gpu_loader.h) must come with this many.
 int StemInputChannels(const TrainerConfig& config);
 
 struct StepStats {
@@ -150,7 +150,7 @@ class Trainer {
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
   // Replica d's share of a batch on its device, in the model's dtype and input channels
   // (the CPU replicas take the host slices as they are). Images may already be on that GPU
-  // in that dtype and those channels (worker/gpu_loader.h): they are copied on the device.
+  // in that dtype and those channels (data/gpu_loader.h): they are copied on the device.
   void PrepareSlice(int d, const Tensor& images, const Tensor& labels, Tensor* x, Tensor* y) const;
   // Uploads host images to *x (shape want) through page-locked memory, converting and padding.
   void StageUpload(const Tensor& images, const Shape& want, Device device, Tensor* x) const;

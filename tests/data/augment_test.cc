@@ -1,4 +1,4 @@
-#include "worker/augment.h"
+#include "data/augment.h"
 
 #include <cmath>
 #include <cstring>

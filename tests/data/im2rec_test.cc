@@ -9,8 +9,9 @@
 
 #include <gtest/gtest.h>
 
-#include "worker/image_codec.h"
-#include "worker/recordio.h"
+#include "data/image_codec.h"
+#include "data/recordio.h"
+#include "tests/temp_dir.h"
 
 namespace tally {
 namespace {
@@ -23,12 +24,6 @@ struct CommandResult {
 
 class Im2recTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/im2rec_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   CommandResult Tally(const std::string& args) {
     const std::string log = dir_ + "/log.txt";
@@ -63,7 +58,8 @@ class Im2recTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  ScopedTempDir tmp_{"im2rec_test"};
+  const std::string dir_ = tmp_.path();
 };
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)

@@ -1,4 +1,4 @@
-#include "worker/image_codec.h"
+#include "data/image_codec.h"
 
 #include <cmath>
 #include <cstring>

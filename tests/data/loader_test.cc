@@ -1,4 +1,4 @@
-#include "worker/loader.h"
+#include "data/loader.h"
 
 #include <unistd.h>
 
@@ -10,15 +10,18 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/temp_dir.h"
+
 namespace tally {
 namespace {
 
 enum class Damage { kNone, kTruncated, kGarbage, kAbsurdSize };
 
-// Writes `n` image records whose label is the record's index; `damage` spoils some.
-std::string WritePack(const std::string& name, int n, const std::map<int, Damage>& damage = {}) {
-  const std::string dir = ::testing::TempDir();
-  const std::string rec = dir + name + ".rec";
+// Writes `n` image records whose label is the record's index into dir/name.{rec,idx};
+// `damage` spoils some. Returns dir/name.
+std::string WritePack(const ScopedTempDir& dir, const std::string& name, int n,
+                      const std::map<int, Damage>& damage = {}) {
+  const std::string rec = dir.Path(name + ".rec");
   std::unique_ptr<RecordWriter> w;
   EXPECT_TRUE(RecordWriter::Open(rec, &w).ok());
   for (int i = 0; i < n; ++i) {
@@ -48,8 +51,8 @@ std::string WritePack(const std::string& name, int n, const std::map<int, Damage
     h.id = i;
     EXPECT_TRUE(w->Write(PackImageRecord(h, jpeg), i).ok());
   }
-  EXPECT_TRUE(w->Close(dir + name + ".idx").ok());
-  return dir + name;
+  EXPECT_TRUE(w->Close(dir.Path(name + ".idx")).ok());
+  return dir.Path(name);
 }
 
 LoaderConfig SmallConfig(const std::string& pack) {
@@ -93,7 +96,8 @@ Seen ReadEpochs(const LoaderConfig& c, int epochs) {
 }
 
 TEST(Loader, EveryPartGetsTheSameNumberOfBatches) {
-  const std::string pack = WritePack("uneven", 103);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "uneven", 103);
   for (bool round : {true, false}) {
     std::set<int64_t> counts;
     for (int part = 0; part < 3; ++part) {
@@ -115,7 +119,8 @@ TEST(Loader, EveryPartGetsTheSameNumberOfBatches) {
 }
 
 TEST(Loader, EveryRecordOncePerEpochAcrossParts) {
-  const std::string pack = WritePack("cover", 103);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "cover", 103);
   for (int epoch_count : {2}) {
     std::vector<std::multiset<int>> per_epoch(epoch_count);
     for (int part = 0; part < 3; ++part) {
@@ -139,7 +144,8 @@ TEST(Loader, EveryRecordOncePerEpochAcrossParts) {
 }
 
 TEST(Loader, ShuffleIsPerEpochAndDeterministicWhateverTheThreads) {
-  const std::string pack = WritePack("shuffle", 64);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "shuffle", 64);
   LoaderConfig c = SmallConfig(pack);
   c.threads = 1;
   Seen a = ReadEpochs(c, 2);
@@ -160,7 +166,8 @@ TEST(Loader, ShuffleIsPerEpochAndDeterministicWhateverTheThreads) {
 
 TEST(Loader, CorruptRecordsAreSkippedAndCounted) {
   const std::map<int, Damage> damage = {{3, Damage::kTruncated}, {17, Damage::kGarbage}, {40, Damage::kAbsurdSize}};
-  const std::string pack = WritePack("corrupt", 64, damage);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "corrupt", 64, damage);
   LoaderConfig c = SmallConfig(pack);
   c.max_bad_fraction = 0.1;
   c.output = OutputType::kF32;
@@ -183,7 +190,8 @@ TEST(Loader, CorruptRecordsAreSkippedAndCounted) {
 TEST(Loader, TooManyBadRecordsStopsWithAClearError) {
   std::map<int, Damage> damage;
   for (int i = 0; i < 64; i += 4) damage[i] = Damage::kGarbage;  // a quarter of the pack
-  const std::string pack = WritePack("mostly_bad", 64, damage);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "mostly_bad", 64, damage);
   LoaderConfig c = SmallConfig(pack);
   c.max_bad_fraction = 0.05;
   std::unique_ptr<Loader> loader;
@@ -201,7 +209,8 @@ TEST(Loader, TooManyBadRecordsStopsWithAClearError) {
 }
 
 TEST(Loader, BadConfigurationAndMissingFilesAreStatuses) {
-  const std::string pack = WritePack("config", 10);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "config", 10);
   LoaderConfig c = SmallConfig(pack);
   std::unique_ptr<Loader> loader;
   c.part_index = 1;
@@ -216,7 +225,8 @@ TEST(Loader, BadConfigurationAndMissingFilesAreStatuses) {
 }
 
 TEST(Loader, StopsPromptlyWithAFullQueue) {
-  const std::string pack = WritePack("stop", 40);
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "stop", 40);
   LoaderConfig c = SmallConfig(pack);
   c.output = OutputType::kF16;
   std::unique_ptr<Loader> loader;

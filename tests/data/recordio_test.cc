@@ -1,4 +1,4 @@
-#include "worker/recordio.h"
+#include "data/recordio.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/temp_dir.h"
 namespace tally {
 namespace {
 
@@ -33,13 +34,6 @@ const std::string kMagicBytes = Bytes({0x0a, 0x23, 0xd7, 0xce});
 
 class RecordIoTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/recordio_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
-
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
   void WriteFile(const std::string& name, const std::string& bytes) const {
@@ -88,7 +82,8 @@ class RecordIoTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
+  ScopedTempDir tmp_{"recordio_test"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST(RecordIoFormat, TestVectorFromTheIssue) {

@@ -18,7 +18,10 @@ import time
 import unittest
 
 import fault_job
-from fault_job import FINAL, FaultCase, read_tensors
+from fault_job import FINAL, FaultCase
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testutil import read_tensors  # noqa: E402 (tests/testutil.py)
 
 PAGE = 4096
 

@@ -6,19 +6,20 @@ Every process of a job carries FAULT_JOB_TAG=<unique id> in its environment, so 
 finds a role's pid (to kill or stop it) and, when it ends, kills whatever of the job is
 still alive: a failed test never leaves processes behind.
 """
-import json
 import os
 import re
 import secrets
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
 import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testutil import free_port, read_tensors  # noqa: E402 (tests/testutil.py)
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -46,22 +47,6 @@ BATCH_LINE = re.compile(r"Epoch\[(\d+)\] Batch \[\d+-(\d+)\]")
 
 def role_name(role, rank):
     return "scheduler" if role == "scheduler" else "%s %d" % (role, rank)
-
-
-def read_tensors(path):
-    """{name: raw bytes} and the metadata of a safetensors file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}, meta
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tagged_pids(tag, role=None, rank=None):

@@ -20,7 +20,8 @@ import tempfile
 import time
 import unittest
 
-from fault_job import free_port, read_tensors  # beside this file
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testutil import free_port, read_tensors  # noqa: E402 (tests/testutil.py)
 
 TALLY = None
 NAN_STEP = 4

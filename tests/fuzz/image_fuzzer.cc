@@ -18,8 +18,8 @@
 
 #include <glog/logging.h>
 
+#include "data/image_codec.h"
 #include "tests/fuzz/fuzz_input.h"
-#include "worker/image_codec.h"
 
 namespace tally {
 namespace fuzz {

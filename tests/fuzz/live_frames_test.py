@@ -16,7 +16,6 @@ undisturbed run's bit for bit (training is deterministic: docs/checkpoint.md).
 
 Usage: /usr/bin/python3 live_frames_test.py TALLY_BINARY [unittest args]
 """
-import json
 import os
 import random
 import secrets
@@ -33,6 +32,10 @@ import unittest
 import zmq
 import zmq.utils.monitor
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testutil import free_port, read_tensors  # noqa: E402 (tests/testutil.py)
+
+
 TALLY = None
 FRAMES = 100_000
 ZMQ_SHARE = 0.4  # of FRAMES, sent through ZeroMQ sockets; the rest as raw TCP
@@ -42,22 +45,6 @@ MODEL = ["--num-layers", "8", "--image-shape", "3,16,16", "--num-classes", "4", 
          "--num-examples", "8000", "--num-epochs", str(EPOCHS), "--disp-batches", "10",
          "--num-val-examples", "32", "--seed", "5", "--optimizer", "nag"]
 ROLES = [("scheduler", 0)] + [("server", r) for r in range(SERVERS)] + [("worker", r) for r in range(WORKERS)]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_tensors(path):
-    """{name: raw bytes} and the metadata of a safetensors file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}, meta
 
 
 def listening_ports(pid):

@@ -16,9 +16,9 @@
 
 #include <glog/logging.h>
 
+#include "data/image_codec.h"
+#include "data/recordio.h"
 #include "tests/fuzz/layouts.h"
-#include "worker/image_codec.h"
-#include "worker/recordio.h"
 
 namespace tally {
 namespace fuzz {

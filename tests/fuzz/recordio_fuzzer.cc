@@ -21,10 +21,10 @@
 
 #include <glog/logging.h>
 
+#include "data/recordio.h"
+#include "data/recordio_internal.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/layouts.h"
-#include "worker/recordio.h"
-#include "worker/recordio_internal.h"
 
 namespace tally {
 namespace fuzz {

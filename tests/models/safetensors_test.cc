@@ -9,11 +9,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/temp_dir.h"
+
 namespace tally {
 namespace {
 
+// Every file of the test program lies in one directory, removed when the program exits.
 std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/safetensors_test_" + name;
+  static ScopedTempDir dir("safetensors_test");
+  return dir.Path(name);
 }
 
 void WriteBytes(const std::string& path, const std::string& bytes) {
@@ -140,7 +144,7 @@ TEST(SafetensorsTest, ErrorsNameTheFileAndTheProblem) {
   for (const Case& c : cases) {
     Status s = ReadBytes(c.name, c.bytes);
     EXPECT_FALSE(s.ok()) << c.name;
-    EXPECT_NE(s.message().find("safetensors_test_" + c.name), std::string::npos) << s;
+    EXPECT_NE(s.message().find(TempPath(c.name)), std::string::npos) << s;
     EXPECT_NE(s.message().find(c.expect), std::string::npos) << c.name << ": " << s;
   }
   SafetensorsFile f;

@@ -1,6 +1,6 @@
 // The system monitor: /proc parsing and rates against a fake proc root with figures worked
 // out by hand, the real /proc, NVML's absence, and the sampling thread.
-#include "ops/profile/monitor.h"
+#include "profile/monitor.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/temp_dir.h"
+
 namespace tally {
 namespace profile {
 namespace {
@@ -25,12 +27,9 @@ namespace fs = std::filesystem;
 class FakeProc {
  public:
   FakeProc() {
-    char tmpl[] = "/tmp/tally-monitor-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
     fs::create_directories(root_ + "/net");
     fs::create_directories(root_ + "/self");
   }
-  ~FakeProc() { fs::remove_all(root_); }
   const std::string& root() const { return root_; }
   void Write(const std::string& name, const std::string& text) const { std::ofstream(root_ + "/" + name) << text; }
 
@@ -88,7 +87,8 @@ class FakeProc {
   }
 
  private:
-  std::string root_;
+  ScopedTempDir dir_{"monitor_test"};
+  const std::string root_ = dir_.path();
 };
 
 MonitorOptions FakeOptions(const FakeProc& proc) {

@@ -1,7 +1,7 @@
 // The rules on synthetic step records and monitor samples: each fires on data made to
 // trigger it and stays quiet on a healthy run; thresholds, warmup, fire-once-then-rearm,
 // and the rules that compare nodes.
-#include "ops/profile/rules.h"
+#include "profile/rules.h"
 
 #include <cmath>
 #include <functional>

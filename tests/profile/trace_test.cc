@@ -10,27 +10,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "ops/profile/run_dir.h"
-#include "ops/profile/trace.h"
+#include "profile/run_dir.h"
+#include "profile/trace.h"
+#include "tests/temp_dir.h"
 
 namespace tally {
 namespace profile {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tally-profile-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 TEST(RecordsTest, StepRecordRoundTripsWithNonFiniteValues) {
   StepRecord r;
@@ -85,7 +73,7 @@ TEST(RecordsTest, FindingLineSaysWhoWhatAndWhatToChange) {
 }
 
 TEST(RunDirTest, WrittenFilesReadBackInNodeOrder) {
-  TempDir dir;
+  ScopedTempDir dir("trace_test");
   const std::string run = dir.path() + "/a/b";
   std::vector<std::unique_ptr<RunWriter>> writers;
   for (auto [role, rank] : std::vector<std::pair<std::string, int>>{{"worker", 1}, {"scheduler", 0}, {"server", 0}, {"worker", 0}}) {
@@ -126,7 +114,7 @@ TEST(RunDirTest, WrittenFilesReadBackInNodeOrder) {
 }
 
 TEST(RunDirTest, ErrorsNameTheDirectoryAndTheLine) {
-  TempDir dir;
+  ScopedTempDir dir("trace_test");
   std::vector<NodeRun> nodes;
   Status s = ReadRunDir(dir.path() + "/missing", &nodes);
   EXPECT_NE(s.message().find("missing"), std::string::npos);
@@ -144,7 +132,7 @@ TEST(RunDirTest, ErrorsNameTheDirectoryAndTheLine) {
 }
 
 TEST(TracerTest, EventsOfEveryThreadLandInOneValidChromeTrace) {
-  TempDir dir;
+  ScopedTempDir dir("trace_test");
   const std::string path = dir.path() + "/t.trace.json";
   Tracer& tracer = Tracer::Get();
   EXPECT_FALSE(tracer.enabled());

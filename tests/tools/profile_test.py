@@ -11,12 +11,15 @@ import glob
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testutil import free_port  # noqa: E402 (tests/testutil.py)
+
 
 TALLY = None
 FINDING = re.compile(r"^tally: (\S+)(?: step (\d+))?: (\w+): (.*)$", re.M)
@@ -159,12 +162,6 @@ class HealthyRunTest(Case):
         self.assertEqual(code, 2, err)
         self.assertIn("--profile-rules", err)
         self.assertIn("no_such_rule", err)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DistJobTest(Case):

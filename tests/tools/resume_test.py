@@ -5,39 +5,24 @@ and optimizer state of a run that was never stopped. Single process, and a dist_
 
 Usage: python3 resume_test.py TALLY_BINARY [unittest args, such as a test class]
 """
-import json
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testutil import free_port, read_tensors  # noqa: E402 (tests/testutil.py)
+
+
 TALLY = None
 SIGTERM_EXIT = 128 + signal.SIGTERM
 MODEL = ["--num-layers", "8", "--image-shape", "3,16,16", "--num-classes", "4", "--batch-size", "16",
          "--num-examples", "2400", "--num-epochs", "2", "--disp-batches", "10", "--num-val-examples", "32",
          "--seed", "5", "--lr-scheduler", "cosine", "--optimizer", "nag"]
-
-
-def read_tensors(path):
-    """{name: raw bytes} and the metadata of a safetensors file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}, meta
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(path, text, proc, timeout=60):

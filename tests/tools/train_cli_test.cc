@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/device.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -122,9 +123,8 @@ TEST(TrainCli, GpuCommandsWithoutAGpuSayWhy) {
 
 // A pack made by the project's own tools: class-coloured JPEGs, listed and packed at 32 px.
 TEST(TrainCli, TrainsAndValidatesFromARecordIOPack) {
-  char dir_template[] = "/tmp/train_cli_XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string dir = dir_template;
+  tally::ScopedTempDir tmp("train_cli_test");
+  const std::string dir = tmp.path();
   auto run = [&](const std::string& args) { return Tally(args, dir); };
   ASSERT_EQ(run("make-data synthetic-jpeg --out imgs --classes 3 --per-class 12 --seed 2").exit_code, 0);
   ASSERT_EQ(run("im2rec data imgs --list --recursive").exit_code, 0);
@@ -142,7 +142,6 @@ TEST(TrainCli, TrainsAndValidatesFromARecordIOPack) {
   r = run("train --data-train nowhere.rec --image-shape 3,32,32");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--data-train"), std::string::npos) << r.output;
-  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(TrainCli, UnknownCommandIsRefused) {

@@ -14,15 +14,10 @@
 #include <gtest/gtest.h>
 
 #include "ops/fault_hooks.h"
+#include "tests/temp_dir.h"
 
 namespace tally {
 namespace {
-
-std::string TempDir() {
-  char dir[] = "/tmp/checkpoint_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  return dir;
-}
 
 // A small checkpoint whose values all derive from `tag`, so a mix of two is detectable.
 Checkpoint Make(int64_t epoch, int64_t batch, float tag) {
@@ -54,7 +49,8 @@ float TagOf(const Checkpoint& c) {
 }
 
 TEST(Checkpoint, RoundTripsTensorsPositionAndInfo) {
-  const std::string prefix = TempDir() + "/m";
+  ScopedTempDir dir("checkpoint_test");
+  const std::string prefix = dir.Path("m");
   ASSERT_TRUE(SaveCheckpoint(prefix, Make(3, 7, 5.0f)).ok());
   EXPECT_EQ(CheckpointPath(prefix, 3, ".params"), prefix + "-0003.params");
   struct stat st;
@@ -72,7 +68,8 @@ TEST(Checkpoint, RoundTripsTensorsPositionAndInfo) {
 }
 
 TEST(Checkpoint, LatestSkipsWhatDoesNotLoad) {
-  const std::string prefix = TempDir() + "/run";
+  ScopedTempDir dir("checkpoint_test");
+  const std::string prefix = dir.Path("run");
   int64_t n = -1;
   EXPECT_EQ(LatestCheckpoint(prefix, &n).code(), Status::Code::kNotFound);
   ASSERT_TRUE(SaveCheckpoint(prefix, Make(1, 0, 1.0f)).ok());
@@ -91,7 +88,8 @@ TEST(Checkpoint, LatestSkipsWhatDoesNotLoad) {
 }
 
 TEST(Checkpoint, StatesOfAnotherCheckpointAreRefused) {
-  const std::string a = TempDir() + "/a", b = TempDir() + "/b";
+  ScopedTempDir dir("checkpoint_test");
+  const std::string a = dir.Path("a"), b = dir.Path("b");
   ASSERT_TRUE(SaveCheckpoint(a, Make(1, 0, 1.0f)).ok());
   ASSERT_TRUE(SaveCheckpoint(b, Make(1, 0, 2.0f)).ok());
   ASSERT_EQ(std::rename((b + "-0001.states").c_str(), (a + "-0001.states").c_str()), 0);
@@ -120,7 +118,8 @@ bool SaveKilledAt(const std::string& prefix, const Checkpoint& c, int stage) {
 TEST(Checkpoint, AWriterKilledAtAnyStageLeavesTheLatestLoadable) {
   for (int stage = 1; stage <= 4; ++stage) {
     // Replacing checkpoint 2 (a SIGTERM save inside epoch 2 after epoch 1's end).
-    const std::string prefix = TempDir() + "/m";
+    ScopedTempDir dir("checkpoint_test");
+    const std::string prefix = dir.Path("m");
     ASSERT_TRUE(SaveCheckpoint(prefix, Make(1, 0, 1.0f)).ok());
     ASSERT_TRUE(SaveCheckpoint(prefix, Make(2, 0, 2.0f)).ok());
     ASSERT_TRUE(SaveKilledAt(prefix, Make(2, 5, 3.0f), stage)) << "stage " << stage;

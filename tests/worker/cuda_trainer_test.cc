@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "data/synthetic_data.h"
 #include "ops/device.h"
 #include "ops/fault_hooks.h"
 #include "tests/local_job.h"
 #include "tests/ops/cuda_compare.h"
-#include "worker/synthetic_data.h"
 #include "worker/trainer.h"
 
 namespace tally {

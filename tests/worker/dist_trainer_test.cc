@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "data/synthetic_data.h"
 #include "tests/local_job.h"
-#include "worker/synthetic_data.h"
 #include "worker/trainer.h"
 
 namespace tally {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "worker/synthetic_data.h"
+#include "data/synthetic_data.h"
 
 namespace tally {
 namespace {

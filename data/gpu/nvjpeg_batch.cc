@@ -1,0 +1,319 @@
+#include "data/gpu/nvjpeg_batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <glog/logging.h>
+
+namespace tally {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t Aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+int64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// nvJPEG's verdicts on the data rather than on the library or the device.
+bool IsDataError(nvjpegStatus_t s) {
+  return s == NVJPEG_STATUS_BAD_JPEG || s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED ||
+         s == NVJPEG_STATUS_INCOMPLETE_BITSTREAM;
+}
+
+}  // namespace
+
+const char* NvjpegStatusName(nvjpegStatus_t s) {
+  switch (s) {
+    case NVJPEG_STATUS_SUCCESS: return "NVJPEG_STATUS_SUCCESS";
+    case NVJPEG_STATUS_NOT_INITIALIZED: return "NVJPEG_STATUS_NOT_INITIALIZED";
+    case NVJPEG_STATUS_INVALID_PARAMETER: return "NVJPEG_STATUS_INVALID_PARAMETER";
+    case NVJPEG_STATUS_BAD_JPEG: return "NVJPEG_STATUS_BAD_JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "NVJPEG_STATUS_JPEG_NOT_SUPPORTED";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "NVJPEG_STATUS_ALLOCATOR_FAILURE";
+    case NVJPEG_STATUS_EXECUTION_FAILED: return "NVJPEG_STATUS_EXECUTION_FAILED";
+    case NVJPEG_STATUS_ARCH_MISMATCH: return "NVJPEG_STATUS_ARCH_MISMATCH";
+    case NVJPEG_STATUS_INTERNAL_ERROR: return "NVJPEG_STATUS_INTERNAL_ERROR";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM: return "NVJPEG_STATUS_INCOMPLETE_BITSTREAM";
+    default: return "NVJPEG_STATUS_(unknown)";
+  }
+}
+
+void FailNvjpeg(nvjpegStatus_t s, const char* expr, const char* file, int line) {
+  cuda::FailCall("nvJPEG", NvjpegStatusName(s), "nvJPEG call failed", expr, file, line);
+}
+
+NvjpegProbe::NvjpegProbe(const NvjpegBatchDecoder& decoder) : decoder_(decoder) {
+  TALLY_NVJPEG_CHECK(nvjpegJpegStreamCreate(decoder_.handle(), &stream_));
+}
+
+NvjpegProbe::~NvjpegProbe() { TALLY_NVJPEG_CHECK(nvjpegJpegStreamDestroy(stream_)); }
+
+bool NvjpegProbe::GpuCanDecode(const uint8_t* data, size_t size) {
+  if (nvjpegJpegStreamParseHeader(decoder_.handle(), data, size, stream_) != NVJPEG_STATUS_SUCCESS) return false;
+  unsigned int components = 0;
+  if (nvjpegJpegStreamGetComponentsNum(stream_, &components) != NVJPEG_STATUS_SUCCESS || components != 3) return false;
+  if (!decoder_.hardware()) return true;
+  int not_supported = 1;  // nvJPEG's convention: 0 means the hardware decoder takes it
+  return nvjpegDecodeBatchedSupported(decoder_.handle(), stream_, &not_supported) == NVJPEG_STATUS_SUCCESS &&
+         not_supported == 0;
+}
+
+Status LoadHostSample(const RecordReader& reader, const Augmenter& augmenter, uint64_t seed, int64_t epoch,
+                      int64_t record, bool cpu_decode, NvjpegProbe* probe, HostSample* sample) {
+  auto where = [&] {
+    return reader.path() + ": record " + std::to_string(record) + " at byte offset " +
+           std::to_string(reader.index()[record].offset) + ": ";
+  };
+  TALLY_RETURN_IF_ERROR(reader.ReadIndexed(static_cast<size_t>(record), &sample->payload));
+  ImageRecordHeader header;
+  std::string_view bytes;
+  Status s = UnpackImageRecord(sample->payload, &header, &bytes);
+  if (!s.ok()) return Status::InvalidArgument(where() + s.message());
+  sample->record = record;
+  sample->label = static_cast<int32_t>(header.AllLabels()[0]);
+  sample->jpeg = reinterpret_cast<const uint8_t*>(bytes.data());
+  sample->jpeg_size = bytes.size();
+  ImageInfo info;
+  s = ReadImageInfo(sample->jpeg, sample->jpeg_size, &info);
+  if (!s.ok()) return Status::InvalidArgument(where() + s.message());
+  sample->width = info.width;
+  sample->height = info.height;
+  Rng rng(AugmentSeed(seed, epoch, record));
+  sample->plan = augmenter.Plan(info.width, info.height, &rng);
+  sample->on_gpu = !cpu_decode && info.format == ImageFormat::kJpeg && probe->GpuCanDecode(sample->jpeg, sample->jpeg_size);
+  if (sample->on_gpu) return Status::Ok();
+  s = DecodeImage(sample->jpeg, sample->jpeg_size, DecodeOptions(), &sample->pixels);
+  if (!s.ok()) return Status::InvalidArgument(where() + s.message());
+  if (sample->pixels.width != info.width || sample->pixels.height != info.height) {
+    return Status::InvalidArgument(where() + "decoded size differs from the header's");
+  }
+  return Status::Ok();
+}
+
+NvjpegBatchDecoder::NvjpegBatchDecoder(const GpuLoaderConfig& config)
+    : config_(config), args_(GpuAugmentArgsFor(config.loader.augment, config.dtype, config.channels)) {}
+
+Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr<NvjpegBatchDecoder>* out) {
+  std::unique_ptr<NvjpegBatchDecoder> d(new NvjpegBatchDecoder(config));
+  TALLY_CUDA_CHECK(cudaSetDevice(config.device));
+  d->slots_.resize(config.buffers);
+  nvjpegStatus_t s = NVJPEG_STATUS_NOT_INITIALIZED;
+  if (config.hardware_decoder) {
+    d->hardware_ = d->CreateHandles(NVJPEG_BACKEND_HARDWARE, &s);
+    if (!d->hardware_) {
+      LOG(INFO) << "GPU loader: no nvJPEG hardware decoder on cuda:" << config.device << " ("
+                << NvjpegStatusName(s) << "); using the GPU-assisted decoder";
+    }
+  }
+  if (!d->hardware_ && !d->CreateHandles(NVJPEG_BACKEND_GPU_HYBRID, &s)) {
+    return Status::Unavailable(std::string("GPU loader: nvjpegCreateExV2(NVJPEG_BACKEND_GPU_HYBRID) failed: ") +
+                               NvjpegStatusName(s));
+  }
+  // The decode stream runs at the device's highest priority: its kernels are few and short
+  // and the next step waits for them, while the training step's kernels fill the GPU.
+  int least = 0, greatest = 0;
+  TALLY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  const LoaderConfig& c = config.loader;
+  const int bs = c.batch_size;
+  for (Slot& slot : d->slots_) {
+    // A stream a slot: decodes of different slots on different threads run side by side.
+    TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&slot.stream, cudaStreamNonBlocking, greatest));
+    slot.output = Tensor::Empty({bs, c.augment.data_h, c.augment.data_w, config.channels}, config.dtype,
+                                Device{Device::Kind::kCuda, config.device});
+    TALLY_NVJPEG_CHECK(nvjpegJpegStateCreate(slot.handle, &slot.state));
+    TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&slot.ready, cudaEventDisableTiming));
+    TALLY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&slot.params_host), bs * sizeof(GpuAugmentSample),
+                                   cudaHostAllocDefault));
+    TALLY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slot.params_dev), bs * sizeof(GpuAugmentSample)));
+    TALLY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slot.grey), bs * sizeof(float)));
+  }
+  *out = std::move(d);
+  return Status::Ok();
+}
+
+// A handle a slot: decodes on one handle from several threads were measured to run one after
+// the other, at no more batches a second than one thread's.
+bool NvjpegBatchDecoder::CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* status) {
+  // nvJPEG's allocator callbacks, drawing on the pools: 0 is success.
+  auto allocate = [](void* pool, void** ptr, size_t size, cudaStream_t stream) {
+    *ptr = static_cast<BlockPool*>(pool)->Allocate(size, stream);
+    return *ptr == nullptr ? 1 : 0;
+  };
+  auto release = [](void* pool, void* ptr, size_t, cudaStream_t stream) {
+    static_cast<BlockPool*>(pool)->Release(ptr, stream);
+    return 0;
+  };
+  nvjpegDevAllocatorV2_t device{allocate, release, &device_pool_};
+  nvjpegPinnedAllocatorV2_t pinned{allocate, release, &pinned_pool_};
+  for (Slot& slot : slots_) {
+    *status = nvjpegCreateExV2(backend, &device, &pinned, 0, &slot.handle);
+    if (*status == NVJPEG_STATUS_SUCCESS) continue;
+    slot.handle = nullptr;
+    for (Slot& made : slots_) {
+      if (made.handle != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(made.handle));
+      made.handle = nullptr;
+    }
+    return false;
+  }
+  return true;
+}
+
+void NvjpegBatchDecoder::Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes) {
+  if (want <= *bytes) return;
+  // Handed back on the slot's stream, after the work queued there that used it.
+  pool.Release(*p, stream);
+  *bytes = want + want / 4;  // headroom: image sizes vary from batch to batch
+  *p = static_cast<uint8_t*>(pool.Allocate(*bytes, stream));
+  if (*p == nullptr) LOG(FATAL) << "GPU loader: out of " << (&pool == &device_pool_ ? "device" : "pinned")
+                                << " memory for a batch's images (" << *bytes << " bytes)";
+}
+
+NvjpegBatchDecoder::~NvjpegBatchDecoder() {
+  for (Slot& s : slots_) {
+    if (s.stream != nullptr) TALLY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  }
+  for (Slot& s : slots_) {
+    if (s.state != nullptr) TALLY_NVJPEG_CHECK(nvjpegJpegStateDestroy(s.state));
+    if (s.ready != nullptr) TALLY_CUDA_CHECK(cudaEventDestroy(s.ready));
+    if (s.params_host != nullptr) TALLY_CUDA_CHECK(cudaFreeHost(s.params_host));
+    if (s.params_dev != nullptr) TALLY_CUDA_CHECK(cudaFree(s.params_dev));
+    if (s.grey != nullptr) TALLY_CUDA_CHECK(cudaFree(s.grey));
+  }
+  for (Slot& s : slots_) {
+    if (s.stream != nullptr) TALLY_CUDA_CHECK(cudaStreamDestroy(s.stream));
+    if (s.handle != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(s.handle));
+  }
+}
+
+Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batch, const Replace& replace) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Slot& s = slots_[slot];
+  // The slot's previous batch must be done with its buffers (usually long since).
+  if (s.used) TALLY_CUDA_CHECK(cudaEventSynchronize(s.ready));
+  s.used = true;
+  s.in_flight.clear();
+  const int n = static_cast<int>(batch->samples.size());
+  // Every image gets room in the device buffer, whichever decoder fills it.
+  size_t total = 0;
+  for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
+  Grow(device_pool_, s.stream, total, &s.images, &s.images_bytes);
+  TALLY_RETURN_IF_ERROR(DecodeOnGpu(s, batch, replace));
+  UploadCpuImages(s, batch);
+  size_t offset = 0;
+  for (int j = 0; j < n; ++j) {
+    const HostSample& h = batch->samples[j];
+    s.params_host[j] = GpuSampleFor(h.plan, h.width, h.height, s.images + offset);
+    offset += Aligned(size_t{3} * h.width * h.height);
+  }
+  TALLY_CUDA_CHECK(cudaMemcpyAsync(s.params_dev, s.params_host, n * sizeof(GpuAugmentSample), cudaMemcpyHostToDevice,
+                                   s.stream));
+  // Only the output is shared with the consumer: wait for it to be done with it just here.
+  if (release != nullptr) TALLY_CUDA_CHECK(cudaStreamWaitEvent(s.stream, release, 0));
+  LaunchGpuAugment(s.params_dev, n, s.grey, args_, s.output.raw_data(), s.stream);
+  TALLY_CUDA_CHECK(cudaEventRecord(s.ready, s.stream));
+  s.in_flight = std::move(batch->samples);
+  decode_us_ += MicrosSince(t0);
+  return Status::Ok();
+}
+
+Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace) {
+  std::vector<const unsigned char*> data;
+  std::vector<size_t> lengths;
+  std::vector<nvjpegImage_t> dest;
+  std::vector<int> which;
+  size_t offset = 0;
+  for (int j = 0; j < static_cast<int>(batch->samples.size()); ++j) {
+    const HostSample& h = batch->samples[j];
+    const size_t bytes = size_t{3} * h.width * h.height;
+    if (h.on_gpu) {
+      nvjpegImage_t image = {};
+      image.channel[0] = s.images + offset;
+      image.pitch[0] = static_cast<unsigned int>(3 * h.width);
+      data.push_back(h.jpeg);
+      lengths.push_back(h.jpeg_size);
+      dest.push_back(image);
+      which.push_back(j);
+    }
+    offset += Aligned(bytes);
+  }
+  if (which.empty()) return Status::Ok();
+  const int m = static_cast<int>(which.size());
+  if (hardware_) {
+    int w = 0, h = 0;
+    for (int j : which) {
+      w = std::max(w, batch->samples[j].width);
+      h = std::max(h, batch->samples[j].height);
+    }
+    if (w > s.prealloc_w || h > s.prealloc_h) Preallocate(s, w, h);
+  }
+  TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, NVJPEG_OUTPUT_RGBI));
+  const auto t0 = std::chrono::steady_clock::now();
+  const nvjpegStatus_t st = nvjpegDecodeBatched(s.handle, s.state, data.data(), lengths.data(), dest.data(), s.stream);
+  nvjpeg_us_ += MicrosSince(t0);
+  if (st == NVJPEG_STATUS_SUCCESS) {
+    gpu_decoded_ += m;
+    return Status::Ok();
+  }
+  if (!IsDataError(st)) FailNvjpeg(st, "nvjpegDecodeBatched(handle, state, ...)", __FILE__, __LINE__);
+  // nvJPEG does not say which image it failed on: the CPU decodes the whole group.
+  LOG(WARNING) << "GPU loader: nvjpegDecodeBatched failed (" << NvjpegStatusName(st) << ") on a batch of " << m
+               << " images; decoding them on the CPU";
+  for (int j : which) {
+    HostSample& h = batch->samples[j];
+    h.on_gpu = false;
+    Status d = DecodeImage(h.jpeg, h.jpeg_size, DecodeOptions(), &h.pixels);
+    if (!d.ok() || h.pixels.width != h.width || h.pixels.height != h.height) {
+      TALLY_RETURN_IF_ERROR(replace(j, d.ok() ? Status::InvalidArgument("decoded size differs from the header") : d));
+    }
+  }
+  // Every image now comes from the CPU and replacements may be larger: lay the buffer out
+  // again, once whatever the failed call queued has drained.
+  TALLY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  size_t total = 0;
+  for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
+  Grow(device_pool_, s.stream, total, &s.images, &s.images_bytes);
+  return Status::Ok();
+}
+
+// The hardware decoder sizes its buffers to the images it meets and reallocates for a larger
+// one. The pools keep that from waiting for the device (block_pool.h); preallocating for a
+// quarter more than the largest image so far (4:4:4, the most room per pixel) also keeps the
+// reallocations, and the pool's growth, out of the steady state. A refusal costs only that:
+// the decoder allocates as it goes.
+void NvjpegBatchDecoder::Preallocate(Slot& s, int width, int height) {
+  const int w = std::max(s.prealloc_w, width + width / 4), h = std::max(s.prealloc_h, height + height / 4);
+  const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(s.handle, s.state, config_.loader.batch_size, w, h,
+                                                           NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI);
+  if (st != NVJPEG_STATUS_SUCCESS) {
+    LOG_FIRST_N(WARNING, 1) << "GPU loader: nvjpegDecodeBatchedPreAllocate(" << w << "x" << h << ") failed ("
+                            << NvjpegStatusName(st) << "); the decoder allocates as it goes";
+  }
+  s.prealloc_w = w;
+  s.prealloc_h = h;
+}
+
+void NvjpegBatchDecoder::UploadCpuImages(Slot& s, HostBatch* batch) {
+  size_t staged = 0;
+  for (const HostSample& h : batch->samples) {
+    if (!h.on_gpu) staged += Aligned(h.pixels.pixels.size());
+  }
+  if (staged == 0) return;
+  Grow(pinned_pool_, s.stream, staged, &s.staging, &s.staging_bytes);
+  size_t offset = 0, at = 0;
+  for (const HostSample& h : batch->samples) {
+    const size_t room = Aligned(size_t{3} * h.width * h.height);
+    if (!h.on_gpu) {
+      std::memcpy(s.staging + at, h.pixels.pixels.data(), h.pixels.pixels.size());
+      TALLY_CUDA_CHECK(cudaMemcpyAsync(s.images + offset, s.staging + at, h.pixels.pixels.size(),
+                                       cudaMemcpyHostToDevice, s.stream));
+      at += Aligned(h.pixels.pixels.size());
+      ++cpu_decoded_;
+    }
+    offset += room;
+  }
+}
+
+}  // namespace tally

@@ -1,0 +1,507 @@
+"""Tests of tools/launch.py: real jobs of fake_role.py under each launcher.
+
+Every job's processes carry FAKE_JOB_TAG=<unique id> in their environment, so a test
+can list, by reading /proc, every process of its job still alive after the launcher has
+returned; there must be none. ssh runs against an sshd this file starts on a free port
+of 127.0.0.1, mpi against Debian's OpenMPI; slurm is checked by its command lines.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+LAUNCH = os.path.join(ROOT, "tools", "launch.py")
+FAKE = os.path.join(HERE, "fake_role.py")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from launcher import job  # noqa: E402
+from local_sshd import LocalSshd  # noqa: E402
+
+ROLE_LINE = re.compile(r"^\[(scheduler|server \d+|worker \d+)\] role=(\w+) rank=(\d+) "
+                       r"root=(\S+) workers=(\d+) servers=(\d+) host=(\S+) cwd=(\S+)$")
+
+
+def tagged_pids(tag):
+    """Live processes on this machine whose environment holds FAKE_JOB_TAG=tag."""
+    needle = f"FAKE_JOB_TAG={tag}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ and state != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "?"
+
+
+class LaunchCase(unittest.TestCase):
+    """Starts launch.py on fake_role.py and checks that it leaves nothing behind."""
+
+    launcher_args = []
+
+    def setUp(self):
+        self.tag = uuid.uuid4().hex
+        self.addCleanup(self.kill_leftovers)
+
+    def kill_leftovers(self):
+        for pid in tagged_pids(self.tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def start(self, args, plan="", env=None, command=None, cwd=None):
+        environ = dict(os.environ, FAKE_JOB_TAG=self.tag, FAKE_ROLE_PLAN=plan)
+        environ.update(env or {})
+        argv = ([sys.executable, LAUNCH] + self.launcher_args + args
+                + ["--env", "FAKE_JOB_TAG", "--env", "FAKE_ROLE_PLAN"]
+                + (command or [sys.executable, FAKE]))
+        return subprocess.Popen(argv, env=environ, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def launch(self, args, plan="", timeout=25, **kwargs):
+        began = time.monotonic()
+        launcher = self.start(args, plan, **kwargs)
+        try:
+            out, err = launcher.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            out, err = launcher.communicate()
+            self.fail(f"launch.py still running after {timeout} s\n{out}\n{err}")
+        return launcher.returncode, out, err, time.monotonic() - began
+
+    def assertNothingLeft(self):
+        # The launcher has returned: any process of the job still alive is an orphan.
+        deadline = time.monotonic() + 1.0
+        while tagged_pids(self.tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [f"{pid}: {cmdline(pid)}" for pid in tagged_pids(self.tag)]
+        self.assertEqual(left, [], "processes of the job outlived the launcher")
+
+    def roles(self, out):
+        """{"worker 1": (role, rank, root, workers, servers, host, cwd)} from the output."""
+        found = {}
+        for line in out.splitlines():
+            match = ROLE_LINE.match(line)
+            if match:
+                found[match.group(1)] = match.groups()[1:]
+        return found
+
+    def interrupt_when_started(self, args, plan, signum, expected_roles, command=None):
+        """Starts a job, waits until every role has printed, sends signum to launch.py."""
+        launcher = self.start(args, plan, command=command)
+        lines, started = [], threading.Event()
+
+        def read():
+            for line in launcher.stdout:
+                lines.append(line)
+                if len(self.roles("".join(lines))) == expected_roles:
+                    started.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        self.assertTrue(started.wait(20), "the job did not start:\n" + "".join(lines))
+        time.sleep(0.3)  # let the grandchildren start too
+        began = time.monotonic()
+        launcher.send_signal(signum)
+        err = launcher.stderr.read()
+        launcher.wait(20)
+        reader.join(5)
+        launcher.stdout.close()
+        launcher.stderr.close()
+        return launcher.returncode, err, time.monotonic() - began
+
+    def check_failing_worker(self, host, launcher_kills=True):
+        rc, out, err, _ = self.launch(["-n", "3", "-s", "2", "--grace", "1"],
+                                      "worker1=exit3:1,server1=ignoreterm,*=grandchild")
+        self.assertEqual(rc, 3, err)
+        self.assertIn(f"launch.py: worker 1 on {host} exited with status 3; stopping the job",
+                      err)
+        if launcher_kills:
+            self.assertRegex(err, r"still running after 1 s, killing: .*server 1 on ")
+        self.assertNothingLeft()
+
+
+class LocalLauncherTest(LaunchCase):
+
+    def test_every_role_gets_its_environment_and_the_job_exits_0(self):
+        rc, out, err, _ = self.launch(["-n", "3", "-s", "2"], "worker=exit0,*=exit0:1")
+        self.assertEqual(rc, 0, err)
+        roles = self.roles(out)
+        self.assertEqual(sorted(roles), ["scheduler", "server 0", "server 1",
+                                         "worker 0", "worker 1", "worker 2"])
+        ports = set()
+        for name, (role, rank, root, workers, servers, host, cwd) in roles.items():
+            self.assertEqual(name, role if role == "scheduler" else f"{role} {rank}")
+            self.assertEqual((workers, servers, host), ("3", "2", "127.0.0.1"))
+            self.assertTrue(root.startswith("127.0.0.1:"))
+            ports.add(root)
+        self.assertEqual(len(ports), 1)
+        self.assertIn("[worker 2] worker 2 on stderr", err)
+        for line in out.splitlines():
+            self.assertRegex(line, r"^\[(scheduler|server \d|worker \d)\] ")
+        self.assertNothingLeft()
+
+    def test_a_failing_worker_stops_the_job_naming_it(self):
+        self.check_failing_worker("localhost")
+
+    def test_a_signal_stops_everything(self):
+        for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            with self.subTest(signal=signum.name):
+                rc, err, seconds = self.interrupt_when_started(
+                    ["-n", "2", "-s", "1"], "*=grandchild", signum, 4)
+                self.assertEqual(rc, status, err)
+                self.assertIn(f"received {signum.name}; stopping the job", err)
+                self.assertLess(seconds, 4)
+                self.assertNothingLeft()
+
+    def test_servers_outliving_the_workers_are_stopped(self):
+        rc, _, err, seconds = self.launch(["-n", "2", "-s", "1", "--shutdown-timeout", "1"],
+                                          "worker=exit0,*=sleep")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the workers finished but scheduler on localhost, server 0 on localhost "
+                      "did not exit within 1 s", err)
+        self.assertLess(seconds, 8)
+        self.assertNothingLeft()
+
+    def test_env_options(self):
+        rc, out, err, _ = self.launch(
+            ["-n", "1", "-s", "1", "--env", "FOO:bar:baz", "--env", "FORWARDED"],
+            env={"FORWARDED": "from launcher", "FAKE_PRINT_VARS": "FOO,FORWARDED"})
+        self.assertEqual(rc, 0, err)
+        for name in ("scheduler", "server 0", "worker 0"):
+            self.assertIn(f"[{name}] var FOO=bar:baz", out)
+            self.assertIn(f"[{name}] var FORWARDED=from launcher", out)
+        for option, message in (("DMLC_ROLE:x", "DMLC_ROLE is set by the launcher"),
+                                ("NOT_SET_ANYWHERE", "not set in the launching environment"),
+                                ("1BAD:x", "expected NAME:VALUE or NAME")):
+            with self.subTest(option=option):
+                rc, _, err, _ = self.launch(["-n", "1", "--env", option])
+                self.assertEqual(rc, 2)
+                self.assertIn(message, err)
+
+    def test_bad_command_lines_are_refused(self):
+        for args, message in ((["-n", "1", "--bogus"], "unrecognized arguments: --bogus"),
+                              (["-n", "0"], "-n must be at least 1"),
+                              (["-n", "1", "-s", "0"], "-s must be at least 1"),
+                              (["-n", "1", "-H", "/dev/null"], "-H is for --launcher"),
+                              (["-n", "1", "--ssh-port", "22"], "--ssh-port is for"),
+                              (["-n", "1", "--launcher", "pbs"], "invalid choice")):
+            with self.subTest(args=args):
+                rc, _, err, _ = self.launch(args)
+                self.assertEqual(rc, 2)
+                self.assertIn(message, err)
+        rc, _, err, _ = self.launch(["-n", "1"], command=["/nonexistent/tally"])
+        self.assertEqual(rc, 127)
+        self.assertIn("cannot start scheduler on localhost", err)
+        self.assertNothingLeft()
+
+
+class RestartTest(LaunchCase):
+    """--max-restarts: the whole job starts again after a failure, up to K times."""
+
+    RESUMABLE = ["--model-prefix", "run/m", "--resume", "auto"]
+
+    def setUp(self):
+        super().setUp()
+        state = tempfile.TemporaryDirectory()
+        self.addCleanup(state.cleanup)
+        self.env = {"FAKE_STATE_DIR": state.name}
+
+    def launch_resumable(self, args, plan, timeout=25):
+        return self.launch(args, plan, timeout=timeout, env=self.env,
+                           command=[sys.executable, FAKE] + self.RESUMABLE)
+
+    def starts(self, out):
+        """[(name, scheduler address)] of every role line, in order."""
+        return [(m.group(1), m.group(4)) for m in map(ROLE_LINE.match, out.splitlines()) if m]
+
+    def test_a_failed_process_restarts_the_whole_job_on_a_new_port(self):
+        rc, out, err, _ = self.launch_resumable(["-n", "2", "-s", "1", "--max-restarts", "2"],
+                                                "worker1=once:exit3:1,*=once:sleep")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: worker 1 on localhost exited with status 3; stopping the job", err)
+        self.assertIn("launch.py: restart 1 of 2 after worker 1 on localhost exited with status 3: "
+                      "starting every process again", err)
+        self.assertIn("launch.py: the job completed on attempt 2 of 3", err)
+        self.assertNotIn("restart 2 of 2", err)
+        starts = self.starts(out)
+        names = sorted(name for name, _ in starts)
+        self.assertEqual(names, sorted(["scheduler", "server 0", "worker 0", "worker 1"] * 2), out)
+        ports = [root for name, root in starts if name == "scheduler"]
+        self.assertNotEqual(ports[0], ports[1], "the restart reused the scheduler's port")
+        self.assertEqual({root for _, root in starts}, set(ports))
+        self.assertNothingLeft()
+
+    def test_a_given_port_is_kept(self):
+        port = job.free_port()
+        rc, out, err, _ = self.launch_resumable(
+            ["-n", "1", "-s", "1", "--max-restarts", "1", "--port", str(port)],
+            "server0=once:exit4:1,*=once:sleep")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("restart 1 of 1 after server 0 on localhost exited with status 4", err)
+        self.assertEqual({root for _, root in self.starts(out)}, {f"127.0.0.1:{port}"})
+        self.assertNothingLeft()
+
+    def test_gives_up_after_k_restarts_with_the_last_status(self):
+        rc, out, err, _ = self.launch_resumable(
+            ["-n", "2", "-s", "1", "--max-restarts", "2", "--grace", "1"],
+            "worker1=exit3:0.5,*=sleep")
+        self.assertEqual(rc, 3, err)
+        for attempt in (1, 2):
+            self.assertIn(f"restart {attempt} of 2 after worker 1 on localhost exited with status 3",
+                          err)
+        self.assertIn("launch.py: no restarts left (2 used); the last failure: worker 1 on "
+                      "localhost exited with status 3", err)
+        self.assertEqual([name for name, _ in self.starts(out)].count("worker 1"), 3, out)
+        self.assertNothingLeft()
+
+    def test_without_max_restarts_a_failure_ends_the_job(self):
+        rc, out, err, _ = self.launch_resumable(["-n", "1", "-s", "1"], "worker0=once:exit3:0.5")
+        self.assertEqual(rc, 3, err)
+        self.assertNotIn("restart", err)
+        self.assertNothingLeft()
+
+    def test_a_signal_to_the_launcher_is_not_restarted(self):
+        rc, err, seconds = self.interrupt_when_started(
+            ["-n", "1", "-s", "1", "--max-restarts", "3"], "*=sleep", signal.SIGINT, 3,
+            command=[sys.executable, FAKE] + self.RESUMABLE)
+        self.assertEqual(rc, 130, err)
+        self.assertNotIn("restart", err)
+        self.assertLess(seconds, 4)
+        self.assertNothingLeft()
+
+    def test_a_stopped_process_is_continued_so_that_sigterm_ends_it(self):
+        rc, _, err, seconds = self.launch_resumable(["-n", "2", "-s", "1", "--grace", "20"],
+                                                    "worker1=stop,worker0=exit3:1,*=sleep")
+        self.assertEqual(rc, 3, err)
+        self.assertNotIn("still running after", err)
+        self.assertLess(seconds, 10, "the stopped worker waited for SIGKILL")
+        self.assertNothingLeft()
+
+    def test_the_command_must_continue_from_its_checkpoints(self):
+        message = "--max-restarts restarts the job from its latest checkpoint; the command needs "
+        for extra, missing in (([], "--model-prefix PREFIX and --resume auto"),
+                               (["--model-prefix", "m"], "--resume auto"),
+                               (["--resume=auto"], "--model-prefix PREFIX"),
+                               (["--model-prefix", "m", "--resume", "no"], "--resume auto")):
+            with self.subTest(extra=extra):
+                rc, _, err, _ = self.launch(["-n", "1", "--max-restarts", "1"],
+                                            command=[sys.executable, FAKE] + extra)
+                self.assertEqual(rc, 2, err)
+                self.assertIn(message + missing, err)
+        rc, _, err, _ = self.launch(["-n", "1", "--max-restarts", "-1"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--max-restarts must be at least 0", err)
+        for command in (["--model_prefix=m", "-resume", "auto"], ["-model-prefix", "m", "--resume=auto"]):
+            with self.subTest(command=command):
+                job.check_restartable(["tally", "train"] + command)
+
+
+class SshLauncherTest(LaunchCase):
+    """The ssh launcher against an sshd on 127.0.0.1; "localhost" is a second host."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sshd = LocalSshd()
+        why = cls.sshd.start()
+        if why:
+            print(f"\nSKIPPED SshLauncherTest: {why}", file=sys.stderr)
+            raise unittest.SkipTest(why)
+        cls.hostfile = os.path.join(cls.sshd.dir.name, "hosts")
+        with open(cls.hostfile, "w") as f:
+            f.write("127.0.0.1\nlocalhost:2\n")
+        cls.launcher_args = ["--launcher", "ssh", "-H", cls.hostfile, "--ssh-port",
+                             str(cls.sshd.port), "--ssh-opts", cls.sshd.ssh_opts]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sshd.stop()
+
+    def test_sync_dst_dir_and_a_job_that_exits_0(self):
+        with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as dst:
+            shutil.copy(FAKE, src)
+            rc, out, err, _ = self.launch(
+                ["-n", "3", "-s", "2", "--sync-dst-dir", dst], "worker=exit0,*=exit0:1.5",
+                command=[sys.executable, "fake_role.py"], cwd=src)
+            self.assertEqual(rc, 0, err)
+            roles = self.roles(out)
+            self.assertEqual(len(roles), 6, out)
+            hosts = {name: fields[5] for name, fields in roles.items()}
+            self.assertEqual(hosts, {"scheduler": "127.0.0.1", "server 0": "127.0.0.1",
+                                     "server 1": "localhost", "worker 0": "127.0.0.1",
+                                     "worker 1": "localhost", "worker 2": "localhost"})
+            for fields in roles.values():
+                self.assertEqual(fields[2:5], ("127.0.0.1:" + fields[2].split(":")[1], "3", "2"))
+                self.assertEqual(fields[6], dst)
+            self.assertIn("[worker 2] worker 2 on stderr", err)
+            self.assertNotIn("TALLY_REMOTE_PGID", out + err)
+        self.assertNothingLeft()
+
+    def test_a_failing_worker_stops_the_remote_processes(self):
+        self.check_failing_worker("localhost")
+
+    def test_sigint_stops_the_remote_processes(self):
+        rc, err, _ = self.interrupt_when_started(["-n", "2", "-s", "1"], "*=grandchild",
+                                                 signal.SIGINT, 4)
+        self.assertEqual(rc, 130, err)
+        self.assertNothingLeft()
+
+
+@unittest.skipUnless(shutil.which("mpirun"), "mpirun is not installed (Debian package openmpi-bin)")
+class MpiLauncherTest(LaunchCase):
+    """The mpi launcher with OpenMPI's mpirun on this machine."""
+
+    launcher_args = ["--launcher", "mpi"]
+
+    def test_a_job_that_exits_0(self):
+        rc, out, err, _ = self.launch(["-n", "2", "-s", "1"], "worker=exit0,*=exit0:1")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(self.roles(out)),
+                         ["scheduler", "server 0", "worker 0", "worker 1"])
+        self.assertNothingLeft()
+
+    def test_a_failing_worker_stops_the_job(self):
+        # mpirun passes the SIGTERM on and escalates to SIGKILL by itself, at times before
+        # the launcher's grace period ends: who kills the server that ignores SIGTERM varies,
+        # that nothing of the job is left does not.
+        self.check_failing_worker("localhost", launcher_kills=False)
+
+
+class HostfileCase(unittest.TestCase):
+
+    def write(self, text):
+        handle = tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False)
+        self.addCleanup(os.unlink, handle.name)
+        with handle:
+            handle.write(text)
+        return handle.name
+
+
+class HostfileTest(HostfileCase):
+
+    def test_parse(self):
+        path = self.write("# cluster\n\nnode1:2\n  node2   # the slow one\nnode3:1\n")
+        self.assertEqual(job.parse_hostfile(path), [("node1", 2), ("node2", 1), ("node3", 1)])
+        for text in ("a:0\n", "a:x\n", "a b\n", ":2\n", "# only comments\n"):
+            with self.subTest(text=text):
+                with self.assertRaises(job.UsageError):
+                    job.parse_hostfile(self.write(text))
+
+    def test_placement_spreads_roles_across_hosts(self):
+        hosts = [("a", 2), ("b", 1), ("c", 2)]
+        self.assertEqual(job.rotation(hosts), ["a", "b", "c", "a", "c"])
+        procs = job.plan_job(6, 3, hosts, "a", 9000, {"X": "1"})
+        placed = [(p.name, p.host, p.env["DMLC_NODE_HOST"], p.env["TALLY_RANK"]) for p in procs]
+        self.assertEqual(placed, [
+            ("scheduler", "a", "a", "0"),
+            ("server 0", "a", "a", "0"), ("server 1", "b", "b", "1"),
+            ("server 2", "c", "c", "2"),
+            ("worker 0", "a", "a", "0"), ("worker 1", "b", "b", "1"),
+            ("worker 2", "c", "c", "2"), ("worker 3", "a", "a", "3"),
+            ("worker 4", "c", "c", "4"), ("worker 5", "a", "a", "5")])
+        for p in procs:
+            self.assertEqual((p.env["DMLC_PS_ROOT_URI"], p.env["DMLC_PS_ROOT_PORT"],
+                              p.env["DMLC_NUM_WORKER"], p.env["DMLC_NUM_SERVER"],
+                              p.env["DMLC_ROLE"], p.env["X"]), ("a", "9000", "6", "3", p.role, "1"))
+
+
+
+class DryRunTest(HostfileCase):
+    """The command lines of the ssh, slurm and mpi launchers, as --dry-run prints them."""
+
+    def dry_run(self, launcher, hostfile_text, *args):
+        argv = [sys.executable, LAUNCH, "--launcher", launcher, "--dry-run", "--port", "9091",
+                "-H", self.write(hostfile_text)] + list(args) + ["train", "--kv-store", "dist_sync"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return [shlex.split(line) for line in result.stdout.splitlines()]
+
+    def test_ssh_command_lines(self):
+        lines = self.dry_run("ssh", "h1\nh2\n", "-n", "2", "-s", "1", "--ssh-port", "2222",
+                             "--env", "OMP_NUM_THREADS:4")
+        self.assertEqual(len(lines), 4)
+        for argv, host, role in zip(lines, ["h1", "h1", "h1", "h2"],
+                                    ["scheduler", "server", "worker", "worker"]):
+            self.assertEqual(argv[:9], ["ssh", "-o", "BatchMode=yes", "-o",
+                                        "StrictHostKeyChecking=no", "-p", "2222", host, argv[8]])
+            remote = argv[8]
+            # The secret comes through ssh's stdin, never on a command line.
+            self.assertTrue(remote.startswith("IFS= read -r TALLY_JOB_SECRET && export TALLY_JOB_SECRET && "),
+                            remote)
+            self.assertNotIn("TALLY_JOB_SECRET=", remote)
+            self.assertIn(f"cd {shlex.quote(os.getcwd())} && exec env DMLC_ROLE={role} ", remote)
+            self.assertIn("DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=9091 ", remote)
+            self.assertIn(f"DMLC_NODE_HOST={host} ", remote)
+            self.assertIn("OMP_NUM_THREADS=4 train --kv-store dist_sync", remote)
+
+    def test_slurm_command_lines(self):
+        lines = self.dry_run("slurm", "n1\nn2:2\n", "-n", "3", "-s", "2", "--env", "LIST:a,b")
+        self.assertEqual(len(lines), 6)
+        expected = [("scheduler", 0, "n1"), ("server", 0, "n1"), ("server", 1, "n2"),
+                    ("worker", 0, "n1"), ("worker", 1, "n2"), ("worker", 2, "n2")]
+        for argv, (role, rank, host) in zip(lines, expected):
+            # A value with a comma travels in srun's environment, named in --export.
+            # So does the job's secret (shown masked by --dry-run).
+            self.assertEqual(argv[:6], ["LIST=a,b", "TALLY_JOB_SECRET=<secret>", "srun", "--nodes=1",
+                                        "--ntasks=1", f"--nodelist={host}"])
+            self.assertEqual(argv[7], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
+                                      f"DMLC_PS_ROOT_PORT=9091,DMLC_NUM_WORKER=3,"
+                                      f"DMLC_NUM_SERVER=2,DMLC_NODE_HOST={host},"
+                                      f"TALLY_RANK={rank},OMP_WAIT_POLICY=passive,LIST,TALLY_JOB_SECRET")
+            self.assertEqual(argv[8:], ["train", "--kv-store", "dist_sync"])
+
+    def test_mpi_command_lines(self):
+        lines = self.dry_run("mpi", "m1\nm2\n", "-n", "2", "-s", "2")
+        # The secret is in mpirun's environment, forwarded by name.
+        self.assertEqual([argv[:6] for argv in lines],
+                         [["TALLY_JOB_SECRET=<secret>", "mpirun", "-n", "1", "--host", h]
+                          for h in ("m1", "m1", "m2", "m1", "m2")])
+        for argv, rank in zip(lines, ["0", "0", "1", "0", "1"]):
+            self.assertEqual(argv[argv.index("TALLY_JOB_SECRET") - 1], "-x")
+            self.assertIn(f"TALLY_RANK={rank}", argv[argv.index("TALLY_RANK=" + rank) - 1:])
+            self.assertEqual(argv[argv.index("TALLY_RANK=" + rank) - 1], "-x")
+            self.assertEqual(argv[-3:], ["train", "--kv-store", "dist_sync"])
+
+    def test_plain_has_no_secret(self):
+        lines = self.dry_run("mpi", "m1\n", "-n", "1", "-s", "1", "--plain")
+        for argv in lines:
+            self.assertEqual(argv[0], "mpirun")
+            self.assertNotIn("TALLY_JOB_SECRET", argv)
+            self.assertEqual(argv[argv.index("TALLY_PLAIN=1") - 1], "-x")
+
+    def test_secret_cannot_be_overridden(self):
+        argv = [sys.executable, LAUNCH, "--dry-run", "-n", "1", "--env", "TALLY_JOB_SECRET:00",
+                "train"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("TALLY_JOB_SECRET is set by the launcher", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
