@@ -76,7 +76,7 @@ class FitLoop {
       if (trainer_->StopAgreed()) return Stop(epoch, b);
     }
     BeforePrint();
-    std::fprintf(o_.log, "Epoch[%d] %s\n", epoch, PrefixedMetrics("Train-", epoch_stats_, o_.top_k).c_str());
+    std::fputs(EpochMetricLines(epoch, "Train-", epoch_stats_, o_.top_k).c_str(), o_.log);
     std::fprintf(o_.log, "Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start_);
     std::fflush(o_.log);
     if (cb_.checkpoint && ((epoch + 1) % o_.save_period == 0 || epoch + 1 == o_.num_epochs)) {
@@ -191,7 +191,7 @@ class FitLoop {
       if (s.ok()) s = trainer_->Evaluate(images_, labels_, &val);
     }
     if (!s.ok()) return Fail("validation after epoch " + std::to_string(epoch) + ": ", s);
-    std::fprintf(o_.log, "Epoch[%d] %s\n", epoch, PrefixedMetrics("Validation-", val, o_.top_k).c_str());
+    std::fputs(EpochMetricLines(epoch, "Validation-", val, o_.top_k).c_str(), o_.log);
     return Status::Ok();
   }
 
@@ -227,12 +227,13 @@ std::string SpeedometerLine(const SpeedometerWindow& w, int top_k, const std::st
   return head + Metrics(w.stats, top_k) + tail;
 }
 
-std::string PrefixedMetrics(const char* prefix, const StepStats& s, int top_k) {
-  std::string m = Metrics(s, top_k), out;
+std::string EpochMetricLines(int epoch, const char* prefix, const StepStats& s, int top_k) {
+  const std::string m = Metrics(s, top_k), head = "Epoch[" + std::to_string(epoch) + "] " + prefix;
+  std::string out;
   size_t start = 0;
   while (start <= m.size()) {
-    size_t tab = m.find('\t', start);
-    out += (out.empty() ? "" : "\t") + std::string(prefix) + m.substr(start, tab - start);
+    const size_t tab = m.find('\t', start);
+    out += head + m.substr(start, tab - start) + "\n";
     if (tab == std::string::npos) break;
     start = tab + 1;
   }

@@ -102,7 +102,10 @@ Status Fit(Trainer* trainer, BatchSource* train, BatchSource* val, const FitOpti
 // gives "\t" and the profiler's time split, which MXNet's log parsers do not read). No newline.
 std::string SpeedometerLine(const SpeedometerWindow& window, int top_k, const std::string& extra);
 
-// MXNet's metric text, each name prefixed: "Train-accuracy=0.500000\tTrain-cross-entropy=...".
-std::string PrefixedMetrics(const char* prefix, const StepStats& stats, int top_k);
+// The epoch's metrics as MXNet's BaseModule.fit logs them, one line each, each ending in a
+// newline: "Epoch[E] Train-accuracy=0.500000\nEpoch[E] Train-cross-entropy=...\n". One line
+// per metric is what MXNet's log parsers read (tools/parse_log.py's regexes take the last
+// "=" of a line).
+std::string EpochMetricLines(int epoch, const char* prefix, const StepStats& stats, int top_k);
 
 }  // namespace tally

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -166,7 +168,7 @@ TEST(Fit, CallsTheSpeedometerCheckpointsAndProfilerAtTheirCadence) {
   EXPECT_EQ(Count(log, "] Train-accuracy="), 3) << log;
   EXPECT_EQ(Count(log, "] Time cost="), 3) << log;
   EXPECT_EQ(Count(log, "] Validation-accuracy="), 3) << log;
-  EXPECT_EQ(Count(log, "\tTrain-cross-entropy="), 3) << log;
+  EXPECT_EQ(Count(log, "] Train-cross-entropy="), 3) << log;
   EXPECT_LT(log.find("Epoch[0] Train-"), log.find("Epoch[0] Validation-"));
   EXPECT_LT(log.find("Epoch[0] Validation-"), log.find("Epoch[1] lr="));
 }
@@ -315,7 +317,38 @@ TEST(Fit, SpeedometerLineIsMXNets) {
   EXPECT_EQ(SpeedometerLine(w, 5, "\tdata 1%"),
             "Epoch[2] Batch [20-40]\tSpeed: 32.00 samples/sec\taccuracy=0.250000\ttop_k_accuracy_5=0.500000"
             "\tcross-entropy=0.500000\tskipped-steps=1\tdata 1%");
-  EXPECT_EQ(PrefixedMetrics("Train-", w.stats, 0), "Train-accuracy=0.250000\tTrain-cross-entropy=0.500000");
+  w.stats.skipped_steps = 0;
+  EXPECT_EQ(EpochMetricLines(2, "Train-", w.stats, 0),
+            "Epoch[2] Train-accuracy=0.250000\nEpoch[2] Train-cross-entropy=0.500000\n");
+}
+
+// MXNet's tools/parse_log.py reads each metric with `.*Epoch\[(\d+)\] Train-NAME.*=([.\d]+)`
+// line by line: the greedy `.*=` takes a line's last value, so each metric needs its own line.
+TEST(FitLines, MxnetsParseLogReadsEachEpochMetric) {
+  StepStats stats;
+  stats.samples = 64;
+  stats.correct = 16;
+  stats.topk_correct = 48;
+  stats.loss_sum = 32.0;
+  const std::string log = EpochMetricLines(3, "Train-", stats, 5) + "Epoch[3] Time cost=1.500\n" +
+                          EpochMetricLines(3, "Validation-", stats, 5);
+  const std::pair<std::string, std::string> expect[] = {
+      {"Train-accuracy", "0.250000"}, {"Train-top_k_accuracy_5", "0.750000"},
+      {"Train-cross-entropy", "0.500000"}, {"Validation-accuracy", "0.250000"},
+      {"Validation-cross-entropy", "0.500000"}};
+  for (const auto& [name, value] : expect) {
+    const std::regex re(".*Epoch\\[(\\d+)\\] " + name + ".*=([.\\d]+)");
+    int found = 0;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (!std::regex_match(line, m, re)) continue;
+      ++found;
+      EXPECT_EQ(m[1].str(), "3") << line;
+      EXPECT_EQ(m[2].str(), value) << line;
+    }
+    EXPECT_EQ(found, 1) << name << " in\n" << log;
+  }
 }
 
 }  // namespace
