@@ -181,7 +181,7 @@ void MeasurePeer(const ComputeCase& c, DType dtype, int steps, int warmup, Bench
 
 int BenchCompute(int argc, char** argv) {
   ParseFlags("tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20] "
-             "[--gpu [--bench-dtype=float16]]", &argc, &argv);
+             "[--gpu [--bench-dtype=float16]]", &argc, &argv, {__FILE__});
   SetNumThreads(FLAGS_threads);
   DType dtype = DType::kF32;
   if (FLAGS_gpu) {

@@ -255,7 +255,7 @@ int BenchIo(int argc, char** argv) {
   char** v = ptrs.data();
   ParseFlags("tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec] [--io_batch=32] "
              "[--gpu [--gpu_batch=256] [--gpu_prep_threads=8] [--gpu_batches=40]]",
-             &n, &v);
+             &n, &v, {__FILE__});
 
   std::vector<int> thread_counts;
   std::stringstream ss(FLAGS_io_threads);

@@ -54,7 +54,7 @@ std::vector<Halves> ParseHalves(const std::string& log) {
 }  // namespace
 
 int BenchProfile(int argc, char** argv) {
-  ParseFlags("tally bench profile [--workers 2 --servers 1 --runs 3 --json]", &argc, &argv);
+  ParseFlags("tally bench profile [--workers 2 --servers 1 --runs 3 --json]", &argc, &argv, {__FILE__});
   // Two workers unless --workers says otherwise (its default, 1, is bench ps's).
   const int workers = gflags::GetCommandLineFlagInfoOrDie("workers").is_default ? 2 : std::max(1, FLAGS_workers);
   const int servers = std::max(1, FLAGS_servers);

@@ -281,7 +281,7 @@ std::vector<BenchRow> PsRows(const std::vector<std::string>& modes, const std::m
 }  // namespace
 
 int BenchPs(int argc, char** argv) {
-  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|curve|plain]", &argc, &argv);
+  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|curve|plain]", &argc, &argv, {__FILE__});
   if (FLAGS_workers < 1 || FLAGS_servers < 1 || FLAGS_iters < 1) {
     std::fprintf(stderr, "tally bench ps: --workers, --servers and --iters must be positive\n");
     return 2;

@@ -19,9 +19,13 @@ int ExportCommand(int argc, char** argv);
 int ReportCommand(int argc, char** argv);
 
 // gflags wants underscores; MXNet's users type dashes (--num-layers). Rewrites every
-// "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; gflags exits
-// with a message naming any unknown flag.
-void ParseFlags(const std::string& usage, int* argc, char*** argv);
+// "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; an unknown
+// flag is refused naming it. `--help` (or -h) prints `usage` and the flags defined in
+// `flag_files` (the command's own sources: __FILE__, or paths ending so), one line each, and
+// exits 0; `--helpfull` lists every flag, the logging library's included.
+//
+//   ParseFlags("tally rec FILE.rec [--verify]", &argc, &argv, {__FILE__});
+void ParseFlags(const std::string& usage, int* argc, char*** argv, const std::vector<std::string>& flag_files);
 
 // Parses MXNet's --image-shape "C,H,W"; the error names the flag.
 Status ParseImageShape(const std::string& text, Shape* chw);

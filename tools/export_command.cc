@@ -161,7 +161,7 @@ int ExportCommand(int argc, char** argv) {
       "  (torchvision's, or tools/torch_cifar_resnet.py's) loads with load_state_dict(strict=True):\n"
       "  convolution weights as [K, C, R, S], plus each BatchNorm's num_batches_tracked\n"
       "  (= the checkpoint's step). See docs/export.md.",
-      &argc, &argv);
+      &argc, &argv, {__FILE__});
   std::string params = FLAGS_params, out = FLAGS_out;
   size_t next = 0;
   if (params.empty() && next < args.size()) params = args[next++];

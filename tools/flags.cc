@@ -3,6 +3,8 @@
 #include <cstring>
 #include <deque>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <gflags/gflags.h>
 
@@ -24,7 +26,49 @@ static bool BoolWord(const char* v) {
                           !std::strcmp(v, "false"));
 }
 
-void ParseFlags(const std::string& usage, int* argc, char*** argv) {
+// Whether `path` (a flag's source file, as the compiler named it) is one of `files`: the
+// same path, or one ending in "/" + the file.
+static bool FromFiles(const std::string& path, const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
+    if (path == f) return true;
+    if (path.size() > f.size() && path.compare(path.size() - f.size(), f.size(), f) == 0 &&
+        path[path.size() - f.size() - 1] == '/') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// `tally CMD --help`: the usage and the command's own flags, as they are typed (dashes).
+static void PrintHelp(const std::string& usage, const std::vector<std::string>& files) {
+  std::printf("%s\n\nflags:\n", usage.c_str());
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);
+  for (const gflags::CommandLineFlagInfo& f : all) {
+    if (!FromFiles(f.filename, files)) continue;
+    std::string name = f.name;
+    for (char& c : name) c = c == '_' ? '-' : c;
+    std::string value = f.default_value;
+    if (f.type == "string") {
+      value = "\"" + value + "\"";
+    } else if (f.type == "double") {  // gflags keeps every digit: 0.10000000000000001
+      char shortest[32];
+      std::snprintf(shortest, sizeof shortest, "%g", std::strtod(value.c_str(), nullptr));
+      value = shortest;
+    }
+    std::printf("  --%s=%s  %s\n", name.c_str(), value.c_str(), f.description.c_str());
+  }
+  std::printf("(--helpfull lists every flag, the logging library's included)\n");
+}
+
+void ParseFlags(const std::string& usage, int* argc, char*** argv, const std::vector<std::string>& flag_files) {
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = (*argv)[i];
+    if (a == "--help" || a == "-help" || a == "-h" || a == "--helpshort") {
+      PrintHelp(usage, flag_files);
+      std::exit(0);
+    }
+  }
   // gflags takes a boolean's value only after '=': "--cuda-graph 0" is joined into
   // "--cuda_graph=0" (the joined texts live as long as the process, as argv does).
   static std::deque<std::string> joined;

@@ -271,7 +271,7 @@ int Im2recCommand(int argc, char** argv) {
       "tally im2rec PREFIX ROOT [flags]\n"
       "  --list: write PREFIX.lst listing the images under ROOT (--recursive: one class per folder)\n"
       "  otherwise: pack every PREFIX*.lst into .rec + .idx, reading images from ROOT",
-      &argc, &argv);
+      &argc, &argv, {__FILE__});
   if (args.size() != 2) {
     UsageError(kCmd, "expected PREFIX ROOT, got " + std::to_string(args.size()) + " arguments (see --help)");
   }

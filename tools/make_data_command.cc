@@ -235,7 +235,7 @@ int MakeDataCommand(int argc, char** argv) {
   ParseFlags(
       "tally make-data fashion-mnist --out DIR [--limit N]\n"
       "tally make-data synthetic-jpeg --out DIR [--classes 10] [--per-class 20] [--seed 0] [--quality 90]",
-      &argc, &argv);
+      &argc, &argv, {__FILE__});
   if (args.size() != 1 || (args[0] != "fashion-mnist" && args[0] != "synthetic-jpeg")) {
     UsageError(kCmd, "expected one data set: fashion-mnist or synthetic-jpeg (see --help)");
   }

@@ -191,7 +191,7 @@ int RecCommand(int argc, char** argv) {
       "tally rec FILE.rec [--idx FILE.idx] [--show-records N] [--verify [--num-thread N]]\n"
       "  prints the record count and each record's header (flag, labels, id, image bytes);\n"
       "  --verify checks every record's framing and decodes every image, listing bad records",
-      &argc, &argv);
+      &argc, &argv, {__FILE__});
   if (args.size() != 1) UsageError(kCmd, "expected one FILE.rec, got " + std::to_string(args.size()) + " arguments");
   if (FLAGS_num_thread < 1 || FLAGS_num_thread > 256) UsageError(kCmd, "--num-thread must be 1..256");
   const std::string& rec = args[0];

@@ -377,7 +377,7 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
-  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv);
+  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "profile/node_profiler.cc"});
   const char* role = std::getenv("DMLC_ROLE");
   if (role != nullptr && std::string(role) != "worker") {
     ClusterConfig c;

@@ -144,6 +144,26 @@ TEST(TrainCli, TrainsAndValidatesFromARecordIOPack) {
   EXPECT_NE(r.output.find("--data-train"), std::string::npos) << r.output;
 }
 
+// `tally CMD --help`: exit 0, the command's own flags one line each as they are typed, none
+// of the logging library's and none of another command's.
+TEST(TrainCli, HelpListsTheCommandsOwnFlags) {
+  CliRun train = Tally("train --help");
+  EXPECT_EQ(train.exit_code, 0) << train.output;
+  for (const char* own : {"\n  --num-layers=20  ", "\n  --lr=0.1  ", "\n  --data-train=\"\"  ", "\n  --run-dir=\"\"  "}) {
+    EXPECT_NE(train.output.find(own), std::string::npos) << own << " missing from\n" << train.output;
+  }
+  CliRun rec = Tally("rec -h");
+  EXPECT_EQ(rec.exit_code, 0) << rec.output;
+  EXPECT_NE(rec.output.find("\n  --verify=false  "), std::string::npos) << rec.output;
+  for (const CliRun* r : {&train, &rec}) {
+    for (const char* other : {"alsologtostderr", "logging.cc", "gflags", "--show-records"}) {
+      if (r == &rec && std::string(other) == "--show-records") continue;  // rec's own
+      EXPECT_EQ(r->output.find(other), std::string::npos) << other << " in\n" << r->output;
+    }
+  }
+  EXPECT_EQ(rec.output.find("--num-layers"), std::string::npos) << rec.output;
+}
+
 TEST(TrainCli, UnknownCommandIsRefused) {
   CliRun r = Tally("trian");
   EXPECT_EQ(r.exit_code, 2);

@@ -80,7 +80,7 @@ int ReportCommand(int argc, char** argv) {
       "tally report --merge RUN_DIR [--out FILE]\n"
       "  writes RUN_DIR/trace.json (or FILE): every process's trace (train --profile) on the\n"
       "  scheduler's clock, for Perfetto or chrome://tracing. See docs/report.md.",
-      &argc, &argv);
+      &argc, &argv, {__FILE__});
   if (args.size() > 1) UsageError(kCmd, "unexpected argument '" + args[1] + "' (one RUN_DIR)");
   const std::string dir = args.empty() ? FLAGS_run_dir : args[0];
   if (dir.empty()) UsageError(kCmd, "expected RUN_DIR, the --run-dir of a `tally train` run (see --help)");
