@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "profile/trace.h"
 
@@ -13,14 +14,20 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// MXNet's metric text: "accuracy=0.500000[\ttop_k_accuracy_5=...]\tcross-entropy=...".
-std::string Metrics(const StepStats& s, int top_k) {
-  char buf[160];
-  double n = s.samples > 0 ? static_cast<double>(s.samples) : 1.0;
-  int len = std::snprintf(buf, sizeof buf, "accuracy=%f", s.correct / n);
-  if (top_k > 1) len += std::snprintf(buf + len, sizeof buf - len, "\ttop_k_accuracy_%d=%f", top_k, s.topk_correct / n);
-  std::snprintf(buf + len, sizeof buf - len, "\tcross-entropy=%f", s.loss_sum / n);
-  return buf;
+// MXNet's metrics, each "name=value": accuracy[, top_k_accuracy_K], cross-entropy.
+std::vector<std::string> MetricTerms(const StepStats& s, int top_k) {
+  const double n = s.samples > 0 ? static_cast<double>(s.samples) : 1.0;
+  char buf[64];
+  std::vector<std::string> terms;
+  std::snprintf(buf, sizeof buf, "accuracy=%f", s.correct / n);
+  terms.push_back(buf);
+  if (top_k > 1) {
+    std::snprintf(buf, sizeof buf, "top_k_accuracy_%d=%f", top_k, s.topk_correct / n);
+    terms.push_back(buf);
+  }
+  std::snprintf(buf, sizeof buf, "cross-entropy=%f", s.loss_sum / n);
+  terms.push_back(buf);
+  return terms;
 }
 
 // The one line a worker prints for a step skipped for a non-finite gradient.
@@ -224,18 +231,16 @@ std::string SpeedometerLine(const SpeedometerWindow& w, int top_k, const std::st
   char head[128];
   std::snprintf(head, sizeof head, "Epoch[%d] Batch [%ld-%ld]\tSpeed: %.2f samples/sec\t", w.epoch,
                 static_cast<long>(w.first_batch), static_cast<long>(w.last_batch), w.stats.samples / w.seconds);
-  return head + Metrics(w.stats, top_k) + tail;
+  std::string line = head;
+  const std::vector<std::string> terms = MetricTerms(w.stats, top_k);
+  for (size_t i = 0; i < terms.size(); ++i) line += (i > 0 ? "\t" : "") + terms[i];
+  return line + tail;
 }
 
 std::string EpochMetricLines(int epoch, const char* prefix, const StepStats& s, int top_k) {
-  const std::string m = Metrics(s, top_k), head = "Epoch[" + std::to_string(epoch) + "] " + prefix;
   std::string out;
-  size_t start = 0;
-  while (start <= m.size()) {
-    const size_t tab = m.find('\t', start);
-    out += head + m.substr(start, tab - start) + "\n";
-    if (tab == std::string::npos) break;
-    start = tab + 1;
+  for (const std::string& term : MetricTerms(s, top_k)) {
+    out += "Epoch[" + std::to_string(epoch) + "] " + prefix + term + "\n";
   }
   return out;
 }

@@ -1,7 +1,6 @@
 #include "data/gpu/nvjpeg_batch.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include <glog/logging.h>
@@ -11,10 +10,6 @@ namespace {
 
 constexpr size_t kAlign = 256;
 size_t Aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-int64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // nvJPEG's verdicts on the data rather than on the library or the device.
 bool IsDataError(nvjpegStatus_t s) {
@@ -189,7 +184,7 @@ NvjpegBatchDecoder::~NvjpegBatchDecoder() {
 }
 
 Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batch, const Replace& replace) {
-  const auto t0 = std::chrono::steady_clock::now();
+  ElapsedMicros<std::atomic<int64_t>> timer(&decode_us_);
   Slot& s = slots_[slot];
   // The slot's previous batch must be done with its buffers (usually long since).
   if (s.used) TALLY_CUDA_CHECK(cudaEventSynchronize(s.ready));
@@ -215,7 +210,6 @@ Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batc
   LaunchGpuAugment(s.params_dev, n, s.grey, args_, s.output.raw_data(), s.stream);
   TALLY_CUDA_CHECK(cudaEventRecord(s.ready, s.stream));
   s.in_flight = std::move(batch->samples);
-  decode_us_ += MicrosSince(t0);
   return Status::Ok();
 }
 
@@ -250,9 +244,11 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
     if (w > s.prealloc_w || h > s.prealloc_h) Preallocate(s, w, h);
   }
   TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, NVJPEG_OUTPUT_RGBI));
-  const auto t0 = std::chrono::steady_clock::now();
-  const nvjpegStatus_t st = nvjpegDecodeBatched(s.handle, s.state, data.data(), lengths.data(), dest.data(), s.stream);
-  nvjpeg_us_ += MicrosSince(t0);
+  nvjpegStatus_t st;
+  {
+    ElapsedMicros<std::atomic<int64_t>> timer(&nvjpeg_us_);
+    st = nvjpegDecodeBatched(s.handle, s.state, data.data(), lengths.data(), dest.data(), s.stream);
+  }
   if (st == NVJPEG_STATUS_SUCCESS) {
     gpu_decoded_ += m;
     return Status::Ok();

@@ -17,6 +17,7 @@
 #include <nvjpeg.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,6 +31,23 @@
 #include "ops/cuda/check.h"
 
 namespace tally {
+
+// Adds the time it lives to *total, in microseconds: an int64_t the caller guards, or an
+// std::atomic<int64_t>.
+template <typename Counter>
+class ElapsedMicros {
+ public:
+  explicit ElapsedMicros(Counter* total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~ElapsedMicros() {
+    *total_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  ElapsedMicros(const ElapsedMicros&) = delete;
+  ElapsedMicros& operator=(const ElapsedMicros&) = delete;
+
+ private:
+  Counter* total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 [[noreturn]] void FailNvjpeg(nvjpegStatus_t s, const char* expr, const char* file, int line);
 #define TALLY_NVJPEG_CHECK(expr)                                                     \

@@ -13,7 +13,6 @@
 #include <nvjpeg.h>
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -32,19 +31,6 @@ namespace tally {
 namespace {
 
 constexpr int kMaxSlots = 4;
-
-// Adds the time *this lives to *total (microseconds); the caller holds whatever guards it.
-class WaitTimer {
- public:
-  explicit WaitTimer(int64_t* total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
-  ~WaitTimer() {
-    *total_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  int64_t* total_;
-  std::chrono::steady_clock::time_point t0_;
-};
 
 class NvjpegLoader : public GpuLoader {
  public:
@@ -167,7 +153,7 @@ Status NvjpegLoader::NextBatch(Batch* batch) {
   std::unique_lock<std::mutex> lock(mu_);
   const int slot = static_cast<int>(next_deliver_ % slots_);
   {
-    WaitTimer timer(&consumer_wait_us_);
+    ElapsedMicros<int64_t> timer(&consumer_wait_us_);
     cv_.wait(lock, [&] { return queued_[slot] == next_deliver_ || !error_.ok(); });
   }
   if (queued_[slot] != next_deliver_) return error_;
@@ -235,11 +221,11 @@ void NvjpegLoader::GpuLoop(int t, int T) {
       // older batch, and waiting on it would overwrite seq - N while it is being used.
       auto stopped = [&] { return stop_ || !error_.ok(); };
       {
-        WaitTimer timer(&prep_wait_us_);
+        ElapsedMicros<int64_t> timer(&prep_wait_us_);
         cv_.wait(lock, [&] { return stopped() || (hs.ready && hs.seq == seq); });
       }
       {
-        WaitTimer timer(&buffer_wait_us_);
+        ElapsedMicros<int64_t> timer(&buffer_wait_us_);
         cv_.wait(lock, [&] { return stopped() || seq < slots_ || next_deliver_ >= seq - slots_ + 2; });
       }
       if (stopped()) return;
