@@ -31,6 +31,7 @@ class Cluster::Impl {
     cv_.notify_all();
     if (heartbeat_.joinable()) heartbeat_.join();
     if (receiver_.joinable()) receiver_.join();
+    LOG(INFO) << DescribeCounters(transport_->Counters());
     transport_->Close();
   }
 

@@ -122,7 +122,7 @@ Status NewJobTransport(const ClusterConfig& cfg, std::unique_ptr<Transport>* out
   if (cfg.job_secret.empty()) {
     t = NewZmqTransport();
   } else {
-    CurveAuth auth;
+    JobAuth auth;
     auth.secret = cfg.job_secret;
     auth.self = NodeName(cfg.role, cfg.rank);
     auth.job.num_servers = cfg.num_servers;

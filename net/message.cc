@@ -99,4 +99,21 @@ Status DecodeMessage(std::vector<WireFrame> frames, Message* msg) {
   return Status::Ok();
 }
 
+std::string NodeName(wire::Role role, int rank) {
+  switch (role) {
+    case wire::SCHEDULER: return "scheduler";
+    case wire::SERVER: return "server " + std::to_string(rank);
+    case wire::WORKER: return "worker " + std::to_string(rank);
+    default: return "";
+  }
+}
+
+std::string JobNames::Of(int id) const {
+  const NodeIds ids{num_servers, num_workers};
+  if (id == kSchedulerId) return NodeName(wire::SCHEDULER, 0);
+  if (ids.IsServer(id)) return NodeName(wire::SERVER, ids.ServerRank(id));
+  if (ids.IsWorker(id)) return NodeName(wire::WORKER, ids.WorkerRank(id));
+  return "";
+}
+
 }  // namespace tally

@@ -114,6 +114,13 @@ class ReliableTransport : public Transport {
     return n;
   }
 
+  TransportCounters Counters() override {
+    TransportCounters c = inner_->Counters();
+    c.resent += resent_;
+    c.duplicates += duplicates_;
+    return c;
+  }
+
   void Close() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -122,7 +129,6 @@ class ReliableTransport : public Transport {
     }
     cv_.notify_all();
     resender_.join();
-    if (resent_ > 0) LOG(INFO) << "resent " << resent_ << " unacknowledged messages";
     inner_->Close();
   }
 
@@ -250,10 +256,15 @@ class ReliableTransport : public Transport {
   // The receiving side: Recv runs on one thread at a time.
   std::map<int, In> in_;
   std::deque<Message> ready_;
-  int64_t duplicates_ = 0;
+  std::atomic<int64_t> duplicates_{0};
 };
 
 }  // namespace
+
+std::string DescribeCounters(const TransportCounters& c) {
+  return "delivery: " + std::to_string(c.resent) + " messages resent, " + std::to_string(c.duplicates) +
+         " duplicates dropped, " + std::to_string(c.rejected) + " rejected";
+}
 
 std::unique_ptr<Transport> NewReliableTransport(std::unique_ptr<Transport> inner, int resend_ms) {
   return std::make_unique<ReliableTransport>(std::move(inner), resend_ms);

@@ -68,6 +68,17 @@ struct WireFrame {
 // released at once. Never trusts the bytes: this is what the fuzzer drives.
 Status DecodeMessage(std::vector<WireFrame> frames, Message* msg);
 
+// What a transport has counted since it started: printed at exit, and by tests that
+// require a healthy job to resend nothing.
+struct TransportCounters {
+  int64_t resent = 0;      // messages sent again, not acknowledged in time
+  int64_t duplicates = 0;  // messages received again and dropped
+  int64_t rejected = 0;    // messages dropped as malformed or unauthenticated
+};
+// "delivery: 0 messages resent, 0 duplicates dropped, 0 rejected": the line every node
+// logs at exit.
+std::string DescribeCounters(const TransportCounters& c);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -85,6 +96,8 @@ class Transport {
   // Messages sent but not yet acknowledged by their receivers (the reliable transport's
   // Recv takes the acknowledgements in); 0 for transports that do not track them.
   virtual size_t Unacknowledged() { return 0; }
+  // Resends, duplicates and rejected messages so far, this transport's and those it wraps.
+  virtual TransportCounters Counters() { return {}; }
   // Closes every socket; pending sends are dropped after the linger time.
   virtual void Close() = 0;
 };
@@ -98,20 +111,20 @@ struct JobNames {
 };
 std::string NodeName(wire::Role role, int rank);
 
-// CURVE authentication (docs/security.md): every node's key pair is derived from the job's
-// secret and its name, so every member knows every member's public key and no one else
-// knows any.
-struct CurveAuth {
+// Authentication and encryption (docs/security.md): per-connection AES-256-GCM keys are
+// derived from the job's secret, both nodes' names and both ends' handshake nonces, so only
+// members of the job can join, and every message proves which member sent it.
+struct JobAuth {
   std::string secret;  // the job's secret, raw bytes (32)
   std::string self;    // this node's name
   JobNames job;
 };
 
-// The ZeroMQ transport (TCP). send_timeout_ms bounds how long a Send may wait for room.
-// With auth, every connection is CURVE-encrypted and a ZAP handler admits only the job's
-// keys; a received message whose sender_id does not match the authenticated name is
-// dropped with a log line.
-std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms = 5000, const CurveAuth* auth = nullptr);
+// The ZeroMQ transport (TCP). send_timeout_ms bounds how long a Send may wait for room, or,
+// with auth, for the peer to answer the handshake. With auth, every message is sealed
+// (docs/wire.md, "Secured messages"); one that fails authentication, or whose sender_id
+// is not the node its connection proved, is dropped with a log line.
+std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms = 5000, const JobAuth* auth = nullptr);
 
 // Exactly-once, in-order delivery over a transport that may lose, repeat or reorder
 // messages: numbers each message per receiver, acknowledges what arrives, resends what is

@@ -1,36 +1,36 @@
-// The ZeroMQ transport: one PULL socket receives everything sent to this node; one PUSH
-// socket per peer sends to it. PUSH/PULL keeps each sender's messages in order and needs
-// no identities, since the Meta says who sent a message.
+// The ZeroMQ transport: one ROUTER socket receives everything sent to this node; one
+// DEALER socket per peer sends to it. Each sender's messages arrive in order, and the
+// ROUTER names the connection each came on (its routing id), which the secure handshake
+// needs: the receiver answers a HELLO on the connection it came from.
 //
-// Data frames go out without copying (zmq_msg_init_data): the frame holds a reference to
-// the tensor's storage, dropped by ZeroMQ's free callback once the bytes are sent. Received
-// frames become tensors that own the zmq_msg_t, so nothing is copied on arrival either.
-// ZMQ_MAXMSGSIZE makes ZeroMQ itself refuse a frame larger than kMaxFrameBytes before
+// Plain, data frames go out without copying (zmq_msg_init_data): the frame holds a
+// reference to the tensor's storage, dropped by ZeroMQ's free callback once the bytes are
+// sent. Received frames become tensors that own the zmq_msg_t, so nothing is copied on
+// arrival either. ZMQ_MAXMSGSIZE makes ZeroMQ itself refuse an oversized frame before
 // allocating it.
 //
-// Authentication (docs/security.md): with a CurveAuth, the receiving socket is a CURVE
-// server and every sending socket a CURVE client. Keys are derived from the job's secret
-// and the node's name (HMAC-SHA256), so every member can compute every member's public key.
-// A ZAP handler, a thread on inproc://zeromq.zap.01 of this transport's context, admits a
-// connecting client only if its public key is one of the job's and names it; ZeroMQ stamps
-// that name on every message of the connection (the "User-Id" property), and a message
-// whose sender_id is not the node of that name is dropped.
+// Secure (docs/security.md), every DEALER runs a ClientSession: its first Send to the peer
+// sends a HELLO and waits for the WELCOME, then every message is sealed into new buffers
+// (AES-256-GCM, the records spread over the crypto threads) on the sending thread. The
+// ROUTER's ServerSessions answer HELLOs and open sealed messages in place, on the
+// receiving thread, before anything parses them.
 #include <arpa/inet.h>
-#include <sodium.h>
 #include <zmq.h>
 
 #include <atomic>
-#include <thread>
-
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
+#include "net/secure_session.h"
 #include "net/transport.h"
 
 namespace tally {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::string ZmqError(const std::string& what) {
   return what + ": " + zmq_strerror(zmq_errno());
@@ -38,54 +38,24 @@ std::string ZmqError(const std::string& what) {
 
 void ReleaseStorage(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<Storage>*>(hint); }
 
-// A node's CURVE key pair (binary, 32 bytes each), derived from the job's secret and name.
-struct KeyPair {
-  std::string public_key, secret_key;
-};
-
-KeyPair DeriveKeys(const std::string& job_secret, const std::string& name) {
-  const std::string label = "tally curve key: " + name;
-  unsigned char secret[crypto_auth_hmacsha256_BYTES];
-  crypto_auth_hmacsha256_state st;
-  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(job_secret.data()), job_secret.size());
-  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(label.data()), label.size());
-  crypto_auth_hmacsha256_final(&st, secret);
-  char z85_secret[41], z85_public[41];
-  CHECK(zmq_z85_encode(z85_secret, secret, 32) != nullptr);
-  CHECK_EQ(zmq_curve_public(z85_public, z85_secret), 0) << ZmqError("zmq_curve_public");
-  KeyPair k;
-  k.secret_key.assign(reinterpret_cast<const char*>(secret), 32);
-  k.public_key.resize(32);
-  CHECK(zmq_z85_decode(reinterpret_cast<uint8_t*>(k.public_key.data()), z85_public) != nullptr);
-  sodium_memzero(secret, sizeof secret);
-  sodium_memzero(z85_secret, sizeof z85_secret);
-  return k;
-}
-
-// Receives the frames of one multipart message; false if the socket gave none.
-bool RecvFrames(void* socket, std::vector<std::string>* frames) {
-  frames->clear();
-  int more = 1;
-  while (more) {
-    zmq_msg_t part;
-    zmq_msg_init(&part);
-    if (zmq_msg_recv(&part, socket, 0) < 0) {
-      zmq_msg_close(&part);
-      return false;
-    }
-    frames->emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
-    more = zmq_msg_more(&part);
-    zmq_msg_close(&part);
-  }
-  return true;
+// A DEALER's routing id: random, so a reconnecting process is a new connection to the
+// receiver; ZeroMQ reserves ids that start with a zero byte.
+std::string NewRoutingId() {
+  std::string id(16, '\0');
+  RandomBytes(id.data(), id.size());
+  id[0] = static_cast<char>(id[0] | 1);
+  return id;
 }
 
 class ZmqTransport : public Transport {
  public:
-  ZmqTransport(int send_timeout_ms, const CurveAuth* auth) : send_timeout_ms_(send_timeout_ms) {
+  ZmqTransport(int send_timeout_ms, const JobAuth* auth) : send_timeout_ms_(send_timeout_ms) {
     context_ = zmq_ctx_new();
     CHECK(context_ != nullptr) << ZmqError("zmq_ctx_new");
-    if (auth != nullptr) StartAuth(*auth);
+    if (auth != nullptr) {
+      auth_ = std::make_unique<JobAuth>(*auth);
+      sessions_ = std::make_unique<ServerSessions>(auth_.get());
+    }
   }
   ~ZmqTransport() override {
     Close();
@@ -95,17 +65,11 @@ class ZmqTransport : public Transport {
   Status Bind(const std::string& host, int port, int* bound_port) override {
     std::lock_guard<std::mutex> lock(recv_mu_);
     if (receiver_) return Status::Internal("transport already bound");
-    receiver_ = zmq_socket(context_, ZMQ_PULL);
-    int64_t max_size = static_cast<int64_t>(kMaxFrameBytes);
+    receiver_ = zmq_socket(context_, ZMQ_ROUTER);
+    int64_t max_size = static_cast<int64_t>(auth_ ? kSealedHeaderBytes + SealedBytes(kMaxFrameBytes) : kMaxFrameBytes);
     int linger = 0;
     zmq_setsockopt(receiver_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
     zmq_setsockopt(receiver_, ZMQ_LINGER, &linger, sizeof linger);
-    if (auth_) {
-      const int server = 1;
-      zmq_setsockopt(receiver_, ZMQ_CURVE_SERVER, &server, sizeof server);
-      zmq_setsockopt(receiver_, ZMQ_CURVE_SECRETKEY, keys_.secret_key.data(), 32);
-      zmq_setsockopt(receiver_, ZMQ_ZAP_DOMAIN, "tally", 5);
-    }
     // An address literal binds that interface only; a name (localhost, a host name) binds all.
     in_addr v4;
     in6_addr v6;
@@ -127,22 +91,21 @@ class ZmqTransport : public Transport {
   }
 
   Status Connect(int id, const std::string& host, int port, const std::string& peer_name) override {
-    void* socket = zmq_socket(context_, ZMQ_PUSH);
-    int linger = 1000, timeout = send_timeout_ms_;
-    zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(socket, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
+    std::unique_ptr<ClientSession> session;
     if (auth_) {
       const std::string name = peer_name.empty() ? auth_->job.Of(id) : peer_name;
-      auto it = members_by_name_.find(name);
-      if (it == members_by_name_.end()) {
-        zmq_close(socket);
+      if (name.empty() || !IsMember(name)) {
         return Status::InvalidArgument("connect to node " + std::to_string(id) + ": '" + name +
                                        "' is not a node of this job");
       }
-      zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, it->second.data(), 32);
-      zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys_.public_key.data(), 32);
-      zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys_.secret_key.data(), 32);
+      session = std::make_unique<ClientSession>(auth_.get(), name);
     }
+    void* socket = zmq_socket(context_, ZMQ_DEALER);
+    int linger = 1000, timeout = send_timeout_ms_;
+    const std::string routing_id = NewRoutingId();
+    zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(socket, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt(socket, ZMQ_ROUTING_ID, routing_id.data(), routing_id.size());
     std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
     if (zmq_connect(socket, endpoint.c_str()) != 0) {
       Status s = Status::Unavailable(ZmqError("cannot connect to node " + std::to_string(id) + " at " + endpoint));
@@ -156,6 +119,7 @@ class ZmqTransport : public Transport {
     if (peer->socket) zmq_close(peer->socket);
     peer->socket = socket;
     peer->endpoint = endpoint;
+    peer->session = std::move(session);
     return Status::Ok();
   }
 
@@ -167,57 +131,48 @@ class ZmqTransport : public Transport {
       if (it == peers_.end()) return Status::Internal("send to node " + std::to_string(id) + " before connecting");
       peer = it->second.get();
     }
-    std::string meta = msg.meta.SerializeAsString();
+    const std::string meta = msg.meta.SerializeAsString();
     std::lock_guard<std::mutex> lock(peer->mu);
     if (!peer->socket) return Status::Unavailable("transport closed");
-    zmq_msg_t frame;
-    zmq_msg_init_size(&frame, meta.size());
-    std::memcpy(zmq_msg_data(&frame), meta.data(), meta.size());
-    if (zmq_msg_send(&frame, peer->socket, msg.data.empty() ? 0 : ZMQ_SNDMORE) < 0) {
-      zmq_msg_close(&frame);
-      return Status::Unavailable(ZmqError("send to node " + std::to_string(id) + " (" + peer->endpoint + ")"));
+    if (peer->session) {
+      TALLY_RETURN_IF_ERROR(Handshake(id, peer));
+      return SendSealed(id, peer, meta, msg.data);
     }
-    for (size_t i = 0; i < msg.data.size(); ++i) {
-      const Tensor& t = msg.data[i];
-      if (t.nbytes() == 0) {
-        zmq_msg_init(&frame);
-      } else {
-        auto* hold = new std::shared_ptr<Storage>(t.storage());
-        zmq_msg_init_data(&frame, t.raw_data(), t.nbytes(), ReleaseStorage, hold);
-      }
-      // Later parts of a multipart message never block: ZeroMQ admits the message whole.
-      if (zmq_msg_send(&frame, peer->socket, i + 1 < msg.data.size() ? ZMQ_SNDMORE : 0) < 0) {
-        zmq_msg_close(&frame);
-        return Status::Unavailable(ZmqError("send to node " + std::to_string(id)));
-      }
-    }
-    return Status::Ok();
+    return SendPlain(id, peer, meta, msg.data);
   }
 
   Status Recv(Message* msg, int timeout_ms) override {
     std::lock_guard<std::mutex> lock(recv_mu_);
     if (!receiver_) return Status::Internal("Recv before Bind");
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (true) {
+      if (!backlog_.empty()) {
+        *msg = std::move(backlog_.front());
+        backlog_.pop_front();
+        return Status::Ok();
+      }
       int wait = -1;
       if (timeout_ms >= 0) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         wait = static_cast<int>(std::max<int64_t>(0, left.count()));
       }
       zmq_pollitem_t item = {receiver_, 0, ZMQ_POLLIN, 0};
       int n = zmq_poll(&item, 1, wait);
       if (n < 0 && zmq_errno() != EINTR) return Status::Unavailable(ZmqError("poll"));
       if (n <= 0) {
-        if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline) {
+        if (timeout_ms >= 0 && Clock::now() >= deadline) {
           return Status::Unavailable("no message within " + std::to_string(timeout_ms) + " ms");
         }
         continue;
       }
-      Status s = ReceiveOne(msg);
-      if (s.ok()) s = CheckSender(*msg);
-      if (s.ok()) return s;
-      LOG_EVERY_N(WARNING, 100) << "dropped a message: " << s.message() << " (" << google::COUNTER << " so far)";
+      if (TakeOne(msg)) return Status::Ok();
     }
+  }
+
+  TransportCounters Counters() override {
+    TransportCounters c;
+    c.rejected = rejected_;
+    return c;
   }
 
   void Close() override {
@@ -229,24 +184,154 @@ class ZmqTransport : public Transport {
         peer->socket = nullptr;
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(recv_mu_);
-      if (receiver_) zmq_close(receiver_);
-      receiver_ = nullptr;
-    }
-    zap_stop_ = true;
-    if (zap_thread_.joinable()) zap_thread_.join();
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    if (receiver_) zmq_close(receiver_);
+    receiver_ = nullptr;
   }
 
  private:
   struct Peer {
     std::mutex mu;
-    void* socket = nullptr;  // GUARDED_BY(mu)
+    void* socket = nullptr;                  // GUARDED_BY(mu)
+    std::unique_ptr<ClientSession> session;  // GUARDED_BY(mu); null: plain
     std::string endpoint;
   };
 
-  // Reads one whole multipart message; always consumes every part, valid or not.
-  Status ReceiveOne(Message* msg) {
+  bool IsMember(const std::string& name) const {
+    for (int i = 0; i < auth_->job.size(); ++i) {
+      if (auth_->job.Of(i) == name) return true;
+    }
+    return false;
+  }
+
+  std::string Describe(int id, const Peer& peer) const {
+    return "node " + std::to_string(id) + " (" + peer.session->server() + ", " + peer.endpoint + ")";
+  }
+
+  // Takes the answers the peer sent on this connection without waiting: a REFUSE for a
+  // connection it no longer knows (it restarted) makes the next Send handshake again.
+  void TakeReplies(int id, Peer* peer) {
+    int events = 0;
+    size_t len = sizeof events;
+    while (zmq_getsockopt(peer->socket, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN)) {
+      zmq_msg_t reply;
+      zmq_msg_init(&reply);
+      if (zmq_msg_recv(&reply, peer->socket, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&reply);
+        return;
+      }
+      Status s = peer->session->OnReply(zmq_msg_data(&reply), zmq_msg_size(&reply));
+      zmq_msg_close(&reply);
+      if (!s.ok()) LOG(WARNING) << Describe(id, *peer) << ": " << s.message();
+    }
+  }
+
+  // Receives one message; true if it is one for Recv to return, false if it was a
+  // handshake (answered) or dropped (counted and logged). REQUIRES: recv_mu_ held.
+  bool TakeOne(Message* msg) {
+    bool handshake = false;
+    Status s = ReceiveOne(msg, &handshake);
+    if (s.ok() && handshake) return false;
+    if (s.ok()) s = CheckSender(*msg);
+    if (s.ok()) return true;
+    ++rejected_;
+    LOG_EVERY_N(WARNING, 100) << "dropped a message: " << s.message() << " (" << google::COUNTER << " so far)";
+    return false;
+  }
+
+  // Answers the HELLOs waiting at this node's receiving socket, keeping any other message
+  // for Recv. A thread waiting for a peer's WELCOME calls this while no one is in Recv: the
+  // peer may be waiting for this node's WELCOME just the same, on the thread that would
+  // otherwise call Recv (it sends acknowledgements), and neither would ever answer.
+  void ServeHandshakes() {
+    std::unique_lock<std::mutex> lock(recv_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !receiver_) return;
+    int events = 0;
+    size_t len = sizeof events;
+    while (zmq_getsockopt(receiver_, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN)) {
+      Message m;
+      if (TakeOne(&m)) backlog_.push_back(std::move(m));
+    }
+  }
+
+  // Makes the peer's session ready: a HELLO, then its WELCOME within the send timeout.
+  Status Handshake(int id, Peer* peer) {
+    TakeReplies(id, peer);
+    if (peer->session->ready()) return Status::Ok();
+    const std::string hello = peer->session->Hello();
+    if (zmq_send(peer->socket, hello.data(), hello.size(), 0) < 0) {
+      return Status::Unavailable(ZmqError("send the secure handshake to " + Describe(id, *peer)));
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(send_timeout_ms_);
+    while (!peer->session->ready()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      ServeHandshakes();
+      zmq_pollitem_t item = {peer->socket, 0, ZMQ_POLLIN, 0};
+      if (left <= 0 || zmq_poll(&item, 1, std::min<long>(left, 2)) <= 0) {
+        if (Clock::now() < deadline) continue;  // EINTR
+        return Status::Unavailable(Describe(id, *peer) + " did not answer the secure handshake within " +
+                                   std::to_string(send_timeout_ms_) + " ms (is it up, and does it hold the job's secret?)");
+      }
+      zmq_msg_t reply;
+      zmq_msg_init(&reply);
+      if (zmq_msg_recv(&reply, peer->socket, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&reply);
+        continue;
+      }
+      RefuseReason why;
+      // A kNoSession refusal answers data sent before this HELLO: the WELCOME is still to come.
+      const bool stale = ParseRefuse(zmq_msg_data(&reply), zmq_msg_size(&reply), &why) && why == RefuseReason::kNoSession;
+      Status s = stale ? Status::Ok() : peer->session->OnReply(zmq_msg_data(&reply), zmq_msg_size(&reply));
+      zmq_msg_close(&reply);
+      if (!s.ok()) return Status::Unavailable(Describe(id, *peer) + ": " + s.message());
+    }
+    return Status::Ok();
+  }
+
+  Status SendFrames(int id, Peer* peer, std::vector<zmq_msg_t>* frames) {
+    for (size_t i = 0; i < frames->size(); ++i) {
+      // Later parts of a multipart message never block: ZeroMQ admits the message whole.
+      if (zmq_msg_send(&(*frames)[i], peer->socket, i + 1 < frames->size() ? ZMQ_SNDMORE : 0) < 0) {
+        Status s = Status::Unavailable(ZmqError("send to node " + std::to_string(id) + " (" + peer->endpoint + ")"));
+        for (size_t j = i; j < frames->size(); ++j) zmq_msg_close(&(*frames)[j]);
+        return s;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status SendPlain(int id, Peer* peer, const std::string& meta, const std::vector<Tensor>& data) {
+    std::vector<zmq_msg_t> frames(data.size() + 1);
+    zmq_msg_init_size(&frames[0], meta.size());
+    std::memcpy(zmq_msg_data(&frames[0]), meta.data(), meta.size());
+    for (size_t i = 0; i < data.size(); ++i) {
+      const Tensor& t = data[i];
+      if (t.nbytes() == 0) {
+        zmq_msg_init(&frames[i + 1]);
+      } else {
+        auto* hold = new std::shared_ptr<Storage>(t.storage());
+        zmq_msg_init_data(&frames[i + 1], t.raw_data(), t.nbytes(), ReleaseStorage, hold);
+      }
+    }
+    return SendFrames(id, peer, &frames);
+  }
+
+  Status SendSealed(int id, Peer* peer, const std::string& meta, const std::vector<Tensor>& data) {
+    const std::vector<size_t> sizes = peer->session->SealedSizes(meta, data);
+    std::vector<zmq_msg_t> frames(sizes.size());
+    std::vector<uint8_t*> outs;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      zmq_msg_init_size(&frames[i], sizes[i]);
+      outs.push_back(static_cast<uint8_t*>(zmq_msg_data(&frames[i])));
+    }
+    peer->session->Seal(meta, data, outs);
+    return SendFrames(id, peer, &frames);
+  }
+
+  // Reads one whole multipart message (the routing id, then the message's frames); always
+  // consumes every part, valid or not. *handshake: it was a HELLO, answered here.
+  Status ReceiveOne(Message* msg, bool* handshake) {
+    std::string routing_id;
     std::vector<WireFrame> frames;
     int more = 1;
     while (more) {
@@ -259,16 +344,42 @@ class ZmqTransport : public Transport {
         return Status::Unavailable(ZmqError("receive"));
       }
       more = zmq_msg_more(part);
-      if (frames.empty()) {
-        const char* user = zmq_msg_gets(part, "User-Id");
-        msg->peer = user != nullptr ? user : "";
+      if (routing_id.empty()) {
+        routing_id.assign(static_cast<const char*>(zmq_msg_data(part)), zmq_msg_size(part));
+        zmq_msg_close(part);
+        delete part;
+        continue;
       }
       frames.push_back({zmq_msg_data(part), zmq_msg_size(part), [part] { zmq_msg_close(part); delete part; }});
     }
-    std::string peer = std::move(msg->peer);
+    std::string peer;
+    if (sessions_) {
+      std::string answer;
+      Status s = Unseal(routing_id, &frames, &peer, &answer, handshake);
+      if (!answer.empty()) {
+        zmq_send(receiver_, routing_id.data(), routing_id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+        zmq_send(receiver_, answer.data(), answer.size(), ZMQ_DONTWAIT);
+      }
+      if (!s.ok() || *handshake) {
+        for (WireFrame& f : frames) f.release();
+        return s;
+      }
+    }
     TALLY_RETURN_IF_ERROR(DecodeMessage(std::move(frames), msg));
     msg->peer = std::move(peer);
     return Status::Ok();
+  }
+
+  Status Unseal(const std::string& routing_id, std::vector<WireFrame>* frames, std::string* peer, std::string* answer,
+                bool* handshake) {
+    if (frames->size() == 1 && SecureTypeOf((*frames)[0].data, (*frames)[0].size) == uint8_t(SecureType::kHello)) {
+      *handshake = true;
+      std::string why;
+      *answer = sessions_->OnHandshake(routing_id, (*frames)[0].data, (*frames)[0].size, &why);
+      if (!why.empty()) return Status::InvalidArgument("refused a handshake: " + why);
+      return Status::Ok();
+    }
+    return sessions_->Open(routing_id, frames, peer, answer);
   }
 
   // With authentication, a message that names a sender must come from that node. A
@@ -286,87 +397,22 @@ class ZmqTransport : public Transport {
     return Status::Ok();
   }
 
-  void StartAuth(const CurveAuth& auth) {
-    auth_ = std::make_unique<CurveAuth>(auth);
-    CHECK(zmq_has("curve")) << "this ZeroMQ library has no CURVE support";
-    keys_ = DeriveKeys(auth.secret, auth.self);
-    for (int id = 0; id < auth.job.size(); ++id) {
-      const std::string name = auth.job.Of(id);
-      const std::string pub = DeriveKeys(auth.secret, name).public_key;
-      members_by_name_[name] = pub;
-      members_by_key_[pub] = name;
-    }
-    // Bound before any CURVE socket exists, so no handshake can miss the handler.
-    void* zap = zmq_socket(context_, ZMQ_REP);
-    int linger = 0;
-    zmq_setsockopt(zap, ZMQ_LINGER, &linger, sizeof linger);
-    CHECK_EQ(zmq_bind(zap, "inproc://zeromq.zap.01"), 0) << ZmqError("bind the ZAP handler");
-    zap_thread_ = std::thread([this, zap] { ZapLoop(zap); });
-  }
-
-  // ZAP (ZeroMQ RFC 27): a request is version, request id, domain, address, routing id,
-  // mechanism and credentials (for CURVE, the client's public key); the reply is version,
-  // request id, status code, status text, user id and metadata.
-  void ZapLoop(void* zap) {
-    std::vector<std::string> req;
-    while (!zap_stop_) {
-      zmq_pollitem_t item = {zap, 0, ZMQ_POLLIN, 0};
-      if (zmq_poll(&item, 1, 100) <= 0) continue;
-      if (!RecvFrames(zap, &req)) continue;
-      std::string code = "400", text = "not a member of this job", user;
-      if (req.size() >= 7 && req[0] == "1.0" && req[5] == "CURVE") {
-        auto it = members_by_key_.find(req[6]);
-        if (it != members_by_key_.end()) {
-          code = "200";
-          text = "OK";
-          user = it->second;
-        }
-      }
-      if (code != "200") {
-        LOG_EVERY_N(WARNING, 100) << "refused a connection from " << (req.size() > 3 ? req[3] : std::string("?"))
-                                  << ": its key is not one of this job's (" << google::COUNTER << " refused so far)";
-      }
-      const std::string request_id = req.size() > 1 ? req[1] : std::string();
-      const std::string reply[] = {"1.0", request_id, code, text, user, ""};
-      for (int i = 0; i < 6; ++i) zmq_send(zap, reply[i].data(), reply[i].size(), i < 5 ? ZMQ_SNDMORE : 0);
-    }
-    zmq_close(zap);
-  }
-
   void* context_;
   const int send_timeout_ms_;
-  std::unique_ptr<CurveAuth> auth_;  // null: plain
-  KeyPair keys_;
-  std::map<std::string, std::string> members_by_name_, members_by_key_;  // name <-> public key
-  std::thread zap_thread_;
-  std::atomic<bool> zap_stop_{false};
+  std::unique_ptr<JobAuth> auth_;           // null: plain
+  std::unique_ptr<ServerSessions> sessions_;  // used under recv_mu_
+  std::atomic<int64_t> rejected_{0};
   std::mutex recv_mu_;
-  void* receiver_ = nullptr;  // GUARDED_BY(recv_mu_)
+  void* receiver_ = nullptr;     // GUARDED_BY(recv_mu_)
+  std::deque<Message> backlog_;  // GUARDED_BY(recv_mu_): taken in by ServeHandshakes
   std::mutex peers_mu_;
   std::map<int, std::unique_ptr<Peer>> peers_;  // GUARDED_BY(peers_mu_)
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms, const CurveAuth* auth) {
+std::unique_ptr<Transport> NewZmqTransport(int send_timeout_ms, const JobAuth* auth) {
   return std::make_unique<ZmqTransport>(send_timeout_ms, auth);
-}
-
-std::string NodeName(wire::Role role, int rank) {
-  switch (role) {
-    case wire::SCHEDULER: return "scheduler";
-    case wire::SERVER: return "server " + std::to_string(rank);
-    case wire::WORKER: return "worker " + std::to_string(rank);
-    default: return "";
-  }
-}
-
-std::string JobNames::Of(int id) const {
-  const NodeIds ids{num_servers, num_workers};
-  if (id == kSchedulerId) return NodeName(wire::SCHEDULER, 0);
-  if (ids.IsServer(id)) return NodeName(wire::SERVER, ids.ServerRank(id));
-  if (ids.IsWorker(id)) return NodeName(wire::WORKER, ids.WorkerRank(id));
-  return "";
 }
 
 }  // namespace tally

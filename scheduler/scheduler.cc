@@ -22,7 +22,10 @@ class Scheduler {
  public:
   Scheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport)
       : cfg_(cfg), transport_(std::move(transport)) {}
-  ~Scheduler() { transport_->Close(); }
+  ~Scheduler() {
+    LOG(INFO) << DescribeCounters(transport_->Counters());
+    transport_->Close();
+  }
 
   Status Run() {
     int port = 0;

@@ -2,8 +2,8 @@
 // workers as threads of this process, talking ZeroMQ over loopback TCP), for payloads from
 // 4 KB to 100 MB and for ResNet-50's 161 arrays in fp32 and fp16, against the limits
 // measured in the same run: one plain TCP stream's bandwidth and a plain TCP round trip.
-// By default the job runs twice, plain and then authenticated and encrypted (CURVE, as
-// tools/launch.py starts jobs), and CURVE's figures are also given against plain's.
+// By default the job runs twice, plain and then secure (authenticated and encrypted, as
+// tools/launch.py starts jobs), and each secure figure is also given against plain's.
 //
 // Bandwidth is bytes moved per second: a push or a pull of S bytes moves S, a pushpull 2S
 // (there and back, one after the other), the same bytes one TCP stream would carry.
@@ -36,8 +36,8 @@ DEFINE_int32(servers, 1, "servers of the benchmark job");
 DEFINE_int32(iters, 20, "timed repetitions of each operation (the median is reported)");
 DEFINE_string(sizes, "4K,64K,1M,16M,100M", "payload sizes of the single-array cases");
 DEFINE_string(security, "both",
-              "curve: the job authenticated and encrypted, as tools/launch.py runs it; plain: "
-              "without (TALLY_PLAIN=1); both: each in turn, curve compared with plain");
+              "secure: the job authenticated and encrypted, as tools/launch.py runs it; plain: "
+              "without (TALLY_PLAIN=1); both: each in turn, secure compared with plain");
 
 namespace tally {
 namespace {
@@ -174,11 +174,11 @@ std::string SizeName(int64_t b) {
   return b >= (1 << 20) ? std::to_string(b >> 20) + "MB" : std::to_string(b >> 10) + "KB";
 }
 
-// One job over loopback in `mode` (plain or curve): a scheduler, --servers servers and
+// One job over loopback in `mode` (plain or secure): a scheduler, --servers servers and
 // --workers workers as threads, each worker running `proto`; *out: worker 0's figures.
 Status RunJob(const std::string& mode, const WorkerRun& proto, WorkerRun* out) {
   std::string secret;
-  if (mode == "curve") secret = std::string(32, '\0'), RandomBytes(&secret);
+  if (mode == "secure") secret = std::string(32, '\0'), RandomBytes(&secret);
   const int port = FreeTcpPort();
   Status sched_status;
   std::vector<Status> server_status(FLAGS_servers);
@@ -219,7 +219,7 @@ Status RunJob(const std::string& mode, const WorkerRun& proto, WorkerRun* out) {
 }
 
 // The rows of the report: each mode's figures against the TCP limits measured in the same
-// run; with both modes, CURVE's also against plain's.
+// run; with both modes, secure's also against plain's.
 std::vector<BenchRow> PsRows(const std::vector<std::string>& modes, const std::map<std::string, WorkerRun>& result,
                              int64_t resnet_elements, double tcp_gbps, double tcp_rtt_us) {
   const std::string tcp = "tcp-loopback-1-stream";
@@ -240,7 +240,7 @@ std::vector<BenchRow> PsRows(const std::vector<std::string>& modes, const std::m
   };
   for (const std::string& mode : modes) {
     const WorkerRun& r = result.at(mode);
-    const WorkerRun* plain = modes.size() == 2 && mode == "curve" ? &result.at("plain") : nullptr;
+    const WorkerRun* plain = modes.size() == 2 && mode == "secure" ? &result.at("plain") : nullptr;
     const std::string shape = mode + "-" + std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s";
     auto bandwidth = [&](const std::string& name, double bytes, const std::vector<double>& t,
                          const std::vector<double>* plain_t, const std::string& note) {
@@ -281,7 +281,7 @@ std::vector<BenchRow> PsRows(const std::vector<std::string>& modes, const std::m
 }  // namespace
 
 int BenchPs(int argc, char** argv) {
-  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|curve|plain]", &argc, &argv, {__FILE__});
+  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|secure|plain]", &argc, &argv, {__FILE__});
   if (FLAGS_workers < 1 || FLAGS_servers < 1 || FLAGS_iters < 1) {
     std::fprintf(stderr, "tally bench ps: --workers, --servers and --iters must be positive\n");
     return 2;
@@ -307,10 +307,10 @@ int BenchPs(int argc, char** argv) {
   const double tcp_rtt_us = TcpRoundTripMedianUs(4096, 2000);
 
   std::vector<std::string> modes;
-  if (FLAGS_security == "both") modes = {"plain", "curve"};
-  else if (FLAGS_security == "plain" || FLAGS_security == "curve") modes = {FLAGS_security};
+  if (FLAGS_security == "both") modes = {"plain", "secure"};
+  else if (FLAGS_security == "plain" || FLAGS_security == "secure") modes = {FLAGS_security};
   else {
-    std::fprintf(stderr, "tally bench ps: --security=%s (expected curve, plain or both)\n", FLAGS_security.c_str());
+    std::fprintf(stderr, "tally bench ps: --security=%s (expected secure, plain or both)\n", FLAGS_security.c_str());
     return 2;
   }
   std::map<std::string, WorkerRun> result;

@@ -11,7 +11,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libzmq3-dev cppzmq-dev
+  libzmq3-dev cppzmq-dev libssl-dev
   libprotobuf-dev protobuf-compiler
   libeigen3-dev libgoogle-glog-dev libgflags-dev libgtest-dev
   # oneDNN's CMake package asks for OpenCL headers even for CPU use.

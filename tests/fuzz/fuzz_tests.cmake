@@ -17,7 +17,7 @@ else()
 endif()
 
 # Each fuzzer runs for a bounded time from its seeds; any finding fails the test.
-foreach(name message recordio image)
+foreach(name message recordio image secure)
   add_test(NAME fuzz.${name}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/run_fuzzer.sh ${CMAKE_BINARY_DIR}/fuzz ${name} 20)
   set_tests_properties(fuzz.${name} PROPERTIES LABELS "quick;fuzz" TIMEOUT 120)

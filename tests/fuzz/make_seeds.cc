@@ -18,6 +18,8 @@
 
 #include "data/image_codec.h"
 #include "data/recordio.h"
+#include "net/secure_session.h"
+#include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/layouts.h"
 
 namespace tally {
@@ -380,6 +382,53 @@ void WriteImageSeeds(const fs::path& dir) {
   Write(dir, "png_16bit", ImageInput(0, Png(odd, PNG_FORMAT_LINEAR_RGB)));
 }
 
+// ---- Secure frames ------------------------------------------------------------------------
+
+// One message of the secure harness's input: its connection, frame count and frames.
+void PutSecureMessage(int conn, const std::vector<std::string>& frames, std::string* out) {
+  PutByte(static_cast<uint8_t>(conn), out);
+  PutByte(static_cast<uint8_t>(frames.size() - 1), out);
+  for (const std::string& f : frames) {
+    PutLe16(static_cast<uint16_t>(f.size()), out);
+    out->append(f);
+  }
+}
+
+void WriteSecureSeeds(const fs::path& dir) {
+  JobAuth server_auth, worker_auth;
+  server_auth.secret = worker_auth.secret = std::string(32, '\x5a');
+  server_auth.job = worker_auth.job = JobNames{1, 2};
+  server_auth.self = "server 0";
+  worker_auth.self = "worker 1";
+  ServerSessions server(&server_auth);
+  ClientSession client(&worker_auth, "server 0");
+  const std::string hello = client.Hello();
+  std::string why;
+  const std::string welcome = server.OnHandshake("c1", hello.data(), hello.size(), &why);
+  CHECK(client.OnReply(welcome.data(), welcome.size()).ok());
+  // A sealed PUSH-sized message: a Meta and one data frame of 16 values.
+  std::vector<Tensor> data{Values(16, 1, DType::kF32)};
+  const std::string meta(40, 'm');
+  std::vector<std::string> sealed;
+  for (size_t n : client.SealedSizes(meta, data)) sealed.emplace_back(n, '\0');
+  std::vector<uint8_t*> outs;
+  for (std::string& f : sealed) outs.push_back(reinterpret_cast<uint8_t*>(f.data()));
+  client.Seal(meta, data, outs);
+
+  std::string in;
+  PutSecureMessage(1, {hello}, &in);
+  Write(dir, "hello", in);
+  in.clear();
+  PutSecureMessage(1, {hello}, &in);
+  PutSecureMessage(1, sealed, &in);
+  PutSecureMessage(0, sealed, &in);
+  Write(dir, "hello_then_sealed", in);
+  in.clear();
+  PutSecureMessage(2, {welcome}, &in);
+  PutSecureMessage(2, {EncodeRefuse(RefuseReason::kNoSession)}, &in);
+  Write(dir, "welcome_and_refuse", in);
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace tally
@@ -393,5 +442,6 @@ int main(int argc, char** argv) {
   tally::fuzz::WriteMessageSeeds(dir / "message");
   tally::fuzz::WriteRecordSeeds(dir / "recordio");
   tally::fuzz::WriteImageSeeds(dir / "image");
+  tally::fuzz::WriteSecureSeeds(dir / "secure");
   return 0;
 }

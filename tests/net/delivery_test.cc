@@ -1,7 +1,8 @@
 // Delivery and authentication in the transport: exactly once and in order over a transport
-// that loses, repeats and reorders (TALLY_TEST_FAULTS), and CURVE admitting only the job's
+// that loses, repeats and reorders (TALLY_TEST_FAULTS), and the secure transport admitting only the job's
 // members, each only under its own name.
 #include <cstring>
+#include <future>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -93,8 +94,8 @@ TEST(Delivery, FaultSpecErrorsNameTheVariableAndTheItem) {
 }
 
 // A job of 1 server and 1 worker: node 0 the scheduler, 1 the server, 2 the worker.
-CurveAuth Member(const std::string& secret, const std::string& name) {
-  CurveAuth a;
+JobAuth Member(const std::string& secret, const std::string& name) {
+  JobAuth a;
   a.secret = secret;
   a.self = name;
   a.job.num_servers = 1;
@@ -102,48 +103,93 @@ CurveAuth Member(const std::string& secret, const std::string& name) {
   return a;
 }
 
-TEST(Curve, MembersAreAuthenticatedByNameAndOutsidersNeverDeliver) {
+// Receives on another thread, as a node's receiving thread does: the first Send to a
+// secure peer waits for that peer to answer the handshake.
+std::future<std::pair<Status, Message>> RecvAsync(Transport* t, int timeout_ms) {
+  return std::async(std::launch::async, [t, timeout_ms] {
+    Message m;
+    Status s = t->Recv(&m, timeout_ms);
+    return std::make_pair(s, std::move(m));
+  });
+}
+
+TEST(Secure, MembersAreAuthenticatedByNameAndOutsidersNeverDeliver) {
   const std::string secret(32, '\x11'), other(32, '\x22');
-  CurveAuth server_auth = Member(secret, "server 0"), worker_auth = Member(secret, "worker 0"),
-            impostor_auth = Member(secret, "scheduler"), outsider_auth = Member(other, "worker 0");
+  JobAuth server_auth = Member(secret, "server 0"), worker_auth = Member(secret, "worker 0"),
+          impostor_auth = Member(secret, "scheduler"), outsider_auth = Member(other, "worker 0");
   auto server = NewZmqTransport(2000, &server_auth);
   int port = 0;
   ASSERT_TRUE(server->Bind("127.0.0.1", 0, &port).ok());
 
   auto worker = NewZmqTransport(2000, &worker_auth);
   ASSERT_TRUE(worker->Connect(1, "127.0.0.1", port).ok());
+  auto got = RecvAsync(server.get(), 5000);
   ASSERT_TRUE(worker->Send(1, Numbered(2, 5)).ok());
-  Message got;
-  ASSERT_TRUE(server->Recv(&got, 5000).ok());
-  EXPECT_EQ(got.peer, "worker 0");
-  EXPECT_EQ(got.meta.step(), 5);
+  auto [s5, m5] = got.get();
+  ASSERT_TRUE(s5.ok()) << s5;
+  EXPECT_EQ(m5.peer, "worker 0");
+  EXPECT_EQ(m5.meta.step(), 5);
 
   // A member that claims another member's id: dropped.
   ASSERT_TRUE(worker->Send(1, Numbered(0, 6)).ok());
-  // Another member's key, used under its own name: fine; the job's scheduler.
+  // Another member's name, used as itself: fine; the job's scheduler.
   auto scheduler = NewZmqTransport(2000, &impostor_auth);
   ASSERT_TRUE(scheduler->Connect(1, "127.0.0.1", port).ok());
+  got = RecvAsync(server.get(), 5000);
   ASSERT_TRUE(scheduler->Send(1, Numbered(0, 7)).ok());
-  ASSERT_TRUE(server->Recv(&got, 5000).ok());
-  EXPECT_EQ(got.peer, "scheduler");
-  EXPECT_EQ(got.meta.step(), 7) << "the forged message of step 6 must not arrive";
+  auto [s7, m7] = got.get();
+  ASSERT_TRUE(s7.ok()) << s7;
+  EXPECT_EQ(m7.peer, "scheduler");
+  EXPECT_EQ(m7.meta.step(), 7) << "the forged message of step 6 must not arrive";
 
-  // A process with another job's secret, and a plain one: nothing of theirs arrives.
-  auto outsider = NewZmqTransport(200, &outsider_auth);
+  // A process with another job's secret, and a plain one: nothing of theirs arrives. The
+  // outsider learns that the server does not share its secret.
+  got = RecvAsync(server.get(), 1500);
+  auto outsider = NewZmqTransport(1000, &outsider_auth);
   ASSERT_TRUE(outsider->Connect(1, "127.0.0.1", port).ok());
-  outsider->Send(1, Numbered(2, 8)).ok();
+  Status refused = outsider->Send(1, Numbered(2, 8));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("does not hold this job's secret"), std::string::npos) << refused;
   auto plain = NewZmqTransport(200);
   ASSERT_TRUE(plain->Connect(1, "127.0.0.1", port).ok());
   plain->Send(1, Numbered(2, 9)).ok();
-  EXPECT_FALSE(server->Recv(&got, 1500).ok()) << "got step " << got.meta.step() << " from " << got.peer;
+  auto [s_none, m_none] = got.get();
+  EXPECT_FALSE(s_none.ok()) << "got step " << m_none.meta.step() << " from " << m_none.peer;
+  EXPECT_GE(server->Counters().rejected, 2) << "the forged and the plain message";
 
   // Still serving its members.
+  got = RecvAsync(server.get(), 5000);
   ASSERT_TRUE(worker->Send(1, Numbered(2, 10)).ok());
-  ASSERT_TRUE(server->Recv(&got, 5000).ok());
-  EXPECT_EQ(got.meta.step(), 10);
+  auto [s10, m10] = got.get();
+  ASSERT_TRUE(s10.ok()) << s10;
+  EXPECT_EQ(m10.meta.step(), 10);
 }
 
-TEST(Curve, NamesFollowTheNodeTable) {
+// Two nodes whose receiving threads each send to the other first (an acknowledgement, say)
+// before either has answered a handshake: each answers the other's HELLO while it waits.
+TEST(Secure, NodesThatHandshakeWithEachOtherAtOnceBothGetThrough) {
+  const std::string secret(32, '\x33');
+  JobAuth a_auth = Member(secret, "server 0"), b_auth = Member(secret, "worker 0");
+  auto a = NewZmqTransport(3000, &a_auth), b = NewZmqTransport(3000, &b_auth);
+  int a_port = 0, b_port = 0;
+  ASSERT_TRUE(a->Bind("127.0.0.1", 0, &a_port).ok());
+  ASSERT_TRUE(b->Bind("127.0.0.1", 0, &b_port).ok());
+  ASSERT_TRUE(a->Connect(2, "127.0.0.1", b_port).ok());
+  ASSERT_TRUE(b->Connect(1, "127.0.0.1", a_port).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a_sent = std::async(std::launch::async, [&] { return a->Send(2, Numbered(1, 1)); });
+  auto b_sent = std::async(std::launch::async, [&] { return b->Send(1, Numbered(2, 2)); });
+  ASSERT_TRUE(a_sent.get().ok());
+  ASSERT_TRUE(b_sent.get().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  Message m;
+  ASSERT_TRUE(a->Recv(&m, 1000).ok());
+  EXPECT_EQ(m.meta.step(), 2);
+  ASSERT_TRUE(b->Recv(&m, 1000).ok());
+  EXPECT_EQ(m.meta.step(), 1);
+}
+
+TEST(Secure, NamesFollowTheNodeTable) {
   JobNames job{2, 3};
   EXPECT_EQ(job.Of(0), "scheduler");
   EXPECT_EQ(job.Of(1), "server 0");

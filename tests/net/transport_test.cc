@@ -70,7 +70,7 @@ TEST(ZmqTransport, DropsMalformedMessagesAndKeepsServing) {
   int port = 0;
   ASSERT_TRUE(node->Bind("127.0.0.1", 0, &port).ok());
   void* ctx = zmq_ctx_new();
-  void* peer = zmq_socket(ctx, ZMQ_PUSH);
+  void* peer = zmq_socket(ctx, ZMQ_DEALER);  // as a node's sending socket connects
   ASSERT_EQ(zmq_connect(peer, ("tcp://127.0.0.1:" + std::to_string(port)).c_str()), 0);
 
   Message valid = PushOf({4.f, 5.f}, 3);
@@ -98,6 +98,7 @@ TEST(ZmqTransport, DropsMalformedMessagesAndKeepsServing) {
   EXPECT_EQ(got.data[0].data<float>()[0], 4.f);
   EXPECT_EQ(got.data[0].data<float>()[1], 5.f);
   EXPECT_FALSE(node->Recv(&got, 100).ok()) << "only the valid message comes through";
+  EXPECT_EQ(node->Counters().rejected, 7);
   zmq_close(peer);
   zmq_ctx_term(ctx);
 }

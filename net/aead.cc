@@ -1,0 +1,192 @@
+#include "net/aead.h"
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <glog/logging.h>
+
+namespace tally {
+namespace {
+
+// One cipher context per thread, reset by every call: allocating one per record would
+// cost more than sealing a small record.
+EVP_CIPHER_CTX* ThreadContext() {
+  thread_local std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
+                                                                                   &EVP_CIPHER_CTX_free);
+  CHECK(ctx != nullptr) << "EVP_CIPHER_CTX_new";
+  return ctx.get();
+}
+
+void PutLength(std::string* s, const std::string& name) {
+  CHECK_LT(name.size(), 256u);
+  s->push_back(static_cast<char>(name.size()));
+  s->append(name);
+}
+
+// The crypto threads. Each ParallelRecords call is a batch whose indices the caller and
+// any idle helpers take one at a time.
+class CryptoPool {
+ public:
+  static CryptoPool& Get() {
+    static CryptoPool* pool = new CryptoPool;  // never destroyed: helpers may outlive main's statics
+    return *pool;
+  }
+
+  void Run(size_t n, const std::function<void(size_t)>& fn) {
+    auto batch = std::make_shared<Batch>(n, fn);
+    const size_t helpers = std::min(n - 1, threads_.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < helpers; ++i) queue_.push_back(batch);
+    }
+    cv_.notify_all();
+    Drain(batch.get());
+    std::unique_lock<std::mutex> lock(batch->mu);
+    batch->cv.wait(lock, [&] { return batch->done == batch->n; });
+  }
+
+ private:
+  struct Batch {
+    Batch(size_t n, const std::function<void(size_t)>& fn) : n(n), fn(fn) {}
+    const size_t n;
+    const std::function<void(size_t)>& fn;  // outlives the batch: Run waits for every index
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t done = 0;  // GUARDED_BY(mu)
+  };
+
+  CryptoPool() {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i + 1 < std::min(cores, 8u); ++i) threads_.emplace_back([this] { Loop(); });
+  }
+
+  static void Drain(Batch* b) {
+    size_t finished = 0;
+    for (size_t i; (i = b->next.fetch_add(1)) < b->n; ++finished) b->fn(i);
+    if (finished == 0) return;
+    std::lock_guard<std::mutex> lock(b->mu);
+    b->done += finished;
+    if (b->done == b->n) b->cv.notify_all();
+  }
+
+  void Loop() {
+    while (true) {
+      std::shared_ptr<Batch> batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        batch = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Drain(batch.get());
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Batch>> queue_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+ConnectionKeys DeriveConnectionKeys(const std::string& job_secret, const std::string& client,
+                                    const std::string& server, const uint8_t client_nonce[kNonceBytes],
+                                    const uint8_t server_nonce[kNonceBytes]) {
+  static const char kSalt[] = "tally aes-256-gcm v1";
+  std::string info(reinterpret_cast<const char*>(client_nonce), kNonceBytes);
+  info.append(reinterpret_cast<const char*>(server_nonce), kNonceBytes);
+  PutLength(&info, client);
+  PutLength(&info, server);
+
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  CHECK(kdf != nullptr) << "this OpenSSL has no HKDF";
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
+  EVP_KDF_free(kdf);
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(job_secret.data()), job_secret.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(kSalt), sizeof kSalt - 1),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info.data(), info.size()),
+      OSSL_PARAM_construct_end()};
+  uint8_t okm[2 * kKeyBytes];
+  CHECK_EQ(EVP_KDF_derive(ctx, okm, sizeof okm, params), 1) << "HKDF-SHA256";
+  EVP_KDF_CTX_free(ctx);
+  ConnectionKeys keys;
+  std::memcpy(keys.client_to_server.bytes, okm, kKeyBytes);
+  std::memcpy(keys.server_to_client.bytes, okm + kKeyBytes, kKeyBytes);
+  OPENSSL_cleanse(okm, sizeof okm);
+  return keys;
+}
+
+void RecordIv(uint64_t counter, uint32_t index, uint8_t iv[kIvBytes]) {
+  for (int i = 0; i < 8; ++i) iv[i] = static_cast<uint8_t>(counter >> (56 - 8 * i));
+  for (int i = 0; i < 4; ++i) iv[8 + i] = static_cast<uint8_t>(index >> (24 - 8 * i));
+}
+
+void SealRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad, size_t aad_len, const void* in,
+                size_t n, void* out, uint8_t tag[kTagBytes]) {
+  CHECK_LT(n, size_t{1} << 31);
+  EVP_CIPHER_CTX* ctx = ThreadContext();
+  int len = 0;
+  CHECK_EQ(EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes, iv), 1);
+  CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, static_cast<const uint8_t*>(aad), static_cast<int>(aad_len)), 1);
+  if (n > 0) {
+    CHECK_EQ(EVP_EncryptUpdate(ctx, static_cast<uint8_t*>(out), &len, static_cast<const uint8_t*>(in),
+                               static_cast<int>(n)), 1);
+  }
+  CHECK_EQ(EVP_EncryptFinal_ex(ctx, static_cast<uint8_t*>(out) + n, &len), 1);
+  CHECK_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag), 1);
+}
+
+bool OpenRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad, size_t aad_len, const void* in,
+                size_t n, const uint8_t tag[kTagBytes], void* out) {
+  if (n >= (size_t{1} << 31)) return false;
+  EVP_CIPHER_CTX* ctx = ThreadContext();
+  int len = 0;
+  if (EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes, iv) != 1) return false;
+  if (EVP_DecryptUpdate(ctx, nullptr, &len, static_cast<const uint8_t*>(aad), static_cast<int>(aad_len)) != 1) {
+    return false;
+  }
+  if (n > 0 && EVP_DecryptUpdate(ctx, static_cast<uint8_t*>(out), &len, static_cast<const uint8_t*>(in),
+                                 static_cast<int>(n)) != 1) {
+    return false;
+  }
+  uint8_t expected[kTagBytes];
+  std::memcpy(expected, tag, kTagBytes);  // the tag may lie where `out` is written
+  if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, expected) != 1) return false;
+  return EVP_DecryptFinal_ex(ctx, static_cast<uint8_t*>(out) + n, &len) == 1;
+}
+
+void RandomBytes(void* out, size_t n) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (n > 0) {
+    const ssize_t got = getrandom(p, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    CHECK_GT(got, 0) << "getrandom: " << std::strerror(errno);
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+}
+
+void ParallelRecords(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  if (n == 1) return fn(0);
+  CryptoPool::Get().Run(n, fn);
+}
+
+}  // namespace tally
