@@ -31,6 +31,12 @@ class Cluster::Impl {
     cv_.notify_all();
     if (heartbeat_.joinable()) heartbeat_.join();
     if (receiver_.joinable()) receiver_.join();
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      queue_stop_ = true;
+    }
+    queue_cv_.notify_all();
+    if (handle_.joinable()) handle_.join();
     LOG(INFO) << DescribeCounters(transport_->Counters());
     transport_->Close();
   }
@@ -49,6 +55,7 @@ class Cluster::Impl {
     n->set_port(port);
     n->set_pid(static_cast<int>(getpid()));
     last_heard_ = Clock::now();
+    handle_ = std::thread([this] { HandleLoop(); });
     receiver_ = std::thread([this] { ReceiveLoop(); });
 
     // REGISTER is the one message sent before this node has an id, so the transport cannot
@@ -275,12 +282,52 @@ class Cluster::Impl {
     cv_.notify_all();
   }
 
+  // Data messages carrying more than kInlineBytes go to a thread of their own, in
+  // arrival order: the receiving thread stays free to take acknowledgements, heartbeats
+  // and handshakes in (and to open the next sealed message) while the handler sums or
+  // steps, so none of them waits behind that work. A small message is handled here, with
+  // no thread hop, when nothing is queued or being handled, which keeps the order.
   void Deliver(Message&& m) {
+    size_t bytes = 0;
+    for (const Tensor& t : m.data) bytes += t.nbytes();
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (bytes > kInlineBytes || busy_ || !queue_.empty()) {
+        queue_.push_back(std::move(m));
+        queue_cv_.notify_one();
+        return;
+      }
+      busy_ = true;
+    }
+    Handle(std::move(m));
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    busy_ = false;
+  }
+
+  void Handle(Message&& m) {
     std::lock_guard<std::mutex> lock(handler_mu_);
     if (handler_) {
       handler_(std::move(m));
     } else {
       early_.push_back(std::move(m));
+    }
+  }
+
+  void HandleLoop() {
+    profile::Tracer::Get().NameThread("handle");
+    while (true) {
+      Message m;
+      {
+        std::unique_lock<std::mutex> lock(queue_mu_);
+        queue_cv_.wait(lock, [&] { return queue_stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        m = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      Handle(std::move(m));
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      busy_ = false;
     }
   }
 
@@ -310,7 +357,7 @@ class Cluster::Impl {
 
   const ClusterConfig cfg_;
   std::unique_ptr<Transport> transport_;
-  std::thread receiver_, heartbeat_;
+  std::thread receiver_, heartbeat_;  // handle_, below
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -326,6 +373,14 @@ class Cluster::Impl {
     int64_t offset_us, rtt_us;
   };
   std::deque<ClockSample> clock_samples_;  // GUARDED_BY(mu_)
+
+  std::thread handle_;
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Message> queue_;  // GUARDED_BY(queue_mu_): received data messages, for handle_
+  bool queue_stop_ = false;    // GUARDED_BY(queue_mu_)
+  bool busy_ = false;          // GUARDED_BY(queue_mu_): a data message is being handled
+  static constexpr size_t kInlineBytes = 64 << 10;
 
   std::mutex handler_mu_;
   std::function<void(Message&&)> handler_;  // GUARDED_BY(handler_mu_)

@@ -90,8 +90,10 @@ class Cluster {
   int WorkerId(int worker_rank) const { return ids().Worker(worker_rank); }
   const wire::Node& node(int id) const;
 
-  // Data messages (everything but membership) are handed to `handler` on the receive
-  // thread. Messages that arrive before a handler is set wait for it.
+  // Data messages (everything but membership) are handed to `handler` in arrival order on
+  // a thread of their own (the receiving thread goes on taking acknowledgements and
+  // heartbeats in meanwhile). Messages that arrive before a handler is set wait for it;
+  // setting one waits for a message being handled.
   void SetDataHandler(std::function<void(Message&&)> handler);
   // Sends to node `id`; meta.sender_id is filled in.
   Status Send(int id, Message msg);

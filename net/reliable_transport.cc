@@ -4,9 +4,13 @@
 // sends with an id (sender_id >= 0) gets a number per receiver; the receiver delivers
 // numbers in order and once, holding early ones back, and acknowledges the highest number
 // it has delivered; the sender keeps each message until it is acknowledged and sends the
-// oldest one again after a few measured round trips (messages up to 64 KB; at least
-// 20 ms) or resend_ms (larger ones), then twice that, and so on up to kMaxBackoff, or at
-// once when a repeated acknowledgement shows that the receiver is waiting for it.
+// oldest one again after a retransmission timeout computed as TCP's (RFC 6298: the smoothed
+// round trip plus four times its variation, at least 200 ms; messages up to 64 KB) or
+// resend_ms (larger ones), then twice that, and so on up to kMaxBackoff, or at once when a
+// repeated acknowledgement shows that the receiver is waiting for it. The floor matters:
+// a receiver acknowledges when its receiving thread gets to a message, which may be after
+// a sum or an optimizer step, and a healthy connection must not be resent to (TCP below
+// loses nothing while it lives).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -135,7 +139,7 @@ class ReliableTransport : public Transport {
  private:
   static constexpr size_t kMaxEarly = 1 << 16;
   static constexpr auto kMaxBackoff = std::chrono::seconds(30);
-  static constexpr auto kMinWait = std::chrono::milliseconds(20);
+  static constexpr auto kMinWait = std::chrono::milliseconds(200);
   static constexpr size_t kSmallBytes = 64 << 10;
 
   struct Unacked {
@@ -149,6 +153,7 @@ class ReliableTransport : public Transport {
     uint64_t next = 0;                    // GUARDED_BY(mu)
     uint64_t acked = 0;                   // GUARDED_BY(mu): the highest acknowledgement
     Clock::duration srtt{0};              // GUARDED_BY(mu): smoothed round trip of small messages; 0: none yet
+    Clock::duration rttvar{0};            // GUARDED_BY(mu): its mean deviation
     std::map<uint64_t, Unacked> unacked;  // GUARDED_BY(mu)
   };
   struct In {
@@ -174,7 +179,14 @@ class ReliableTransport : public Transport {
       // Karn: only messages sent once measure the round trip.
       if (it->second.resent || Bytes(it->second.msg) > kSmallBytes) continue;
       const auto sample = now - it->second.sent;
-      out->srtt = out->srtt.count() == 0 ? sample : (7 * out->srtt + sample) / 8;
+      if (out->srtt.count() == 0) {
+        out->srtt = sample;
+        out->rttvar = sample / 2;
+      } else {
+        const auto deviation = sample > out->srtt ? sample - out->srtt : out->srtt - sample;
+        out->rttvar = (3 * out->rttvar + deviation) / 4;
+        out->srtt = (7 * out->srtt + sample) / 8;
+      }
     }
     out->unacked.erase(out->unacked.begin(), end);
     const bool repeat = seq == out->acked;
@@ -194,12 +206,12 @@ class ReliableTransport : public Transport {
     return n;
   }
 
-  // The first resend of a small message comes after a few round trips as measured on
+  // The first resend of a small message comes after the retransmission timeout measured on
   // this peer (at least kMinWait), of a large one or before any measurement after
   // resend_ms: a large message's acknowledgement waits for all its bytes.
   Clock::duration FirstWait(const Out& out, const Message& m) const {
     if (out.srtt.count() == 0 || Bytes(m) > kSmallBytes) return resend_;
-    return std::min<Clock::duration>(resend_, std::max<Clock::duration>(kMinWait, 4 * out.srtt));
+    return std::min<Clock::duration>(resend_, std::max<Clock::duration>(kMinWait, out.srtt + 4 * out.rttvar));
   }
 
   // Best effort: before this node has connected to `to`, the send fails, and the sender's
@@ -215,7 +227,7 @@ class ReliableTransport : public Transport {
 
   void ResendLoop() {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto tick = std::min<Clock::duration>(resend_ / 4, kMinWait / 2);
+    const auto tick = std::min<Clock::duration>(resend_ / 4, std::chrono::milliseconds(10));
     while (!closed_) {
       cv_.wait_for(lock, tick);
       if (closed_) break;
