@@ -9,6 +9,42 @@
 
 namespace tally {
 
+namespace {
+
+// What may be gathered: requests of at most this many bytes each way, up to this many in
+// one message and this many bytes in all. Larger requests gain nothing from company, and
+// a large gathered message would hold back its first slices' answers.
+constexpr int64_t kGatherBytes = 64 << 10;
+constexpr int kGatherSlices = 64;
+constexpr int64_t kGatherTotal = 256 << 10;
+// Requests sent from the caller's thread less than this apart make a burst.
+constexpr auto kBurstGap = std::chrono::microseconds(100);
+
+// A request's bytes each way at most (a PULL sends none but is answered with its values):
+// its slice's values at 4 bytes, the widest dtype.
+int64_t SliceBytes(const Message& m) {
+  int64_t n = 0;
+  for (const wire::KeySlice& s : m.meta.slices()) n += static_cast<int64_t>(s.length()) * 4;
+  return n;
+}
+
+bool Gatherable(const Message& m) {
+  const wire::Command c = m.meta.command();
+  return (c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL) && m.meta.slices_size() == 1 &&
+         SliceBytes(m) <= kGatherBytes;
+}
+
+// The Meta without what differs between requests that may travel together.
+std::string Shared(const wire::Meta& meta) {
+  wire::Meta m = meta;
+  m.clear_slices();
+  m.clear_request_id();
+  m.clear_priority();
+  return m.SerializeAsString();
+}
+
+}  // namespace
+
 DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster) {}
 
 DistChannel::~DistChannel() { CHECK(!sender_.joinable()) << "DistChannel destroyed before Stop"; }
@@ -32,7 +68,13 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   msg.meta.set_priority(priority);
   pending.node = node;
   pending_[id] = std::move(pending);
-  if (queue_.empty() && !sending_) {
+  // A small request right after another sent from here is likely one of a burst (a
+  // model's arrays, key after key): it waits for the sending thread, which gathers what
+  // the burst adds meanwhile.
+  const bool gatherable = Gatherable(msg);
+  const bool burst = gatherable && last_direct_small_ &&
+                     std::chrono::steady_clock::now() - last_direct_end_ < kBurstGap;
+  if (queue_.empty() && !sending_ && !burst) {
     // Nothing waits and nothing is on its way: this message goes first whatever its
     // priority, so send it from here and spare the wakeup of the sending thread.
     sending_ = true;
@@ -40,6 +82,8 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
     Send(Outgoing{node, std::move(msg)});
     l.lock();
     sending_ = false;
+    last_direct_small_ = gatherable;
+    last_direct_end_ = std::chrono::steady_clock::now();
     const bool more = !queue_.empty() || stop_;
     l.unlock();
     if (more) send_cv_.notify_one();
@@ -49,6 +93,37 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
                  Outgoing{node, std::move(msg)});
   l.unlock();
   send_cv_.notify_one();
+}
+
+
+void DistChannel::Gather(Outgoing* out) {
+  if (!Gatherable(out->msg)) return;
+  const std::string shared = Shared(out->msg.meta);
+  std::vector<uint64_t> ids{out->msg.meta.request_id()};
+  int64_t total = SliceBytes(out->msg);
+  for (auto it = queue_.begin(); it != queue_.end() && ids.size() < kGatherSlices;) {
+    Message& m = it->second.msg;
+    if (it->second.node != out->node || !Gatherable(m) || total + SliceBytes(m) > kGatherTotal ||
+        Shared(m.meta) != shared) {
+      ++it;
+      continue;
+    }
+    total += SliceBytes(m);
+    *out->msg.meta.add_slices() = m.meta.slices(0);
+    for (Tensor& t : m.data) out->msg.data.push_back(std::move(t));
+    ids.push_back(m.meta.request_id());
+    it = queue_.erase(it);
+  }
+  if (ids.size() > 1) gathered_[ids[0]] = std::move(ids);
+}
+
+std::vector<uint64_t> DistChannel::Gathered(uint64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = gathered_.find(id);
+  if (it == gathered_.end()) return {id};
+  std::vector<uint64_t> ids = std::move(it->second);
+  gathered_.erase(it);
+  return ids;
 }
 
 void DistChannel::Send(Outgoing out) {
@@ -65,8 +140,10 @@ void DistChannel::Send(Outgoing out) {
                     static_cast<double>(bytes));
   }
   if (!s.ok()) {
-    Finish(id, Status::Unavailable("kvstore: sending " + wire::Command_Name(command) + " to server " +
-                                   std::to_string(cluster_->ids().ServerRank(out.node)) + ": " + s.message()));
+    const Status failed = Status::Unavailable("kvstore: sending " + wire::Command_Name(command) + " to server " +
+                                              std::to_string(cluster_->ids().ServerRank(out.node)) + ": " +
+                                              s.message());
+    for (uint64_t gathered : Gathered(id)) Finish(gathered, failed);
   }
 }
 
@@ -78,6 +155,7 @@ void DistChannel::SendLoop() {
     if (queue_.empty()) return;  // stop_, and everything is sent
     Outgoing out = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
+    Gather(&out);
     sending_ = true;
     l.unlock();
     Send(std::move(out));
@@ -113,53 +191,60 @@ void DistChannel::OnMessage(Message&& m) {
                  << meta.sender_id() << ": a worker serves no requests";
     return;
   }
-  PendingRequest p;
+  const std::vector<uint64_t> ids = Gathered(meta.request_id());
+  std::vector<PendingRequest> ps;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = pending_.find(meta.request_id());
-    if (it == pending_.end()) {
-      LOG(WARNING) << "kvstore: ignoring an answer to unknown request " << meta.request_id()
-                   << " from node " << meta.sender_id();
-      return;
+    for (uint64_t id : ids) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) {
+        LOG(WARNING) << "kvstore: ignoring an answer to unknown request " << id << " from node " << meta.sender_id();
+        return;
+      }
+      ps.push_back(it->second);  // copies views and pointers only
     }
-    p = it->second;  // copies views and pointers only
   }
-  const std::string what = wire::Command_Name(p.command) + " of key " + std::to_string(p.key) +
-                           " to server " + std::to_string(cluster_->ids().ServerRank(p.node));
-  if (!meta.error().empty()) {
-    Finish(meta.request_id(), Status::InvalidArgument("kvstore: " + what + " refused: " + meta.error()));
-    return;
-  }
-  if (meta.skipped() && p.command != wire::ROLLBACK) NoteSkip(meta, p.key);
-  if (p.command != wire::PULL && p.command != wire::PUSHPULL && p.command != wire::ROLLBACK) {
-    Finish(meta.request_id(), Status::Ok());
-    return;
+  const PendingRequest& first = ps[0];
+  const std::string what = wire::Command_Name(first.command) + " of key " + std::to_string(first.key) +
+                           (ids.size() > 1 ? " and " + std::to_string(ids.size() - 1) + " more" : "") +
+                           " to server " + std::to_string(cluster_->ids().ServerRank(first.node));
+  auto finish_all = [&](const Status& s) {
+    for (uint64_t id : ids) Finish(id, s);
+  };
+  if (!meta.error().empty()) return finish_all(Status::InvalidArgument("kvstore: " + what + " refused: " + meta.error()));
+  if (meta.skipped() && first.command != wire::ROLLBACK) NoteSkip(meta, first.key);
+  if (first.command != wire::PULL && first.command != wire::PUSHPULL && first.command != wire::ROLLBACK) {
+    return finish_all(Status::Ok());
   }
   Status s = ValidateMessage(m);
-  if (s.ok() && (meta.slices_size() != 1 || static_cast<int64_t>(meta.slices(0).length()) != p.length ||
-                 static_cast<int64_t>(meta.slices(0).offset()) != p.offset)) {
-    s = Status::Internal("the answer's slices do not match the request");
+  if (s.ok() && static_cast<size_t>(meta.slices_size()) != ids.size()) s = Status::Internal("a slice count unlike the request's");
+  for (size_t i = 0; s.ok() && i < ids.size(); ++i) {
+    if (static_cast<int64_t>(meta.slices(i).length()) != ps[i].length ||
+        static_cast<int64_t>(meta.slices(i).offset()) != ps[i].offset) {
+      s = Status::Internal("the answer's slices do not match the request");
+    }
   }
-  if (!s.ok()) {
-    Finish(meta.request_id(), Status::Internal("kvstore: answer to " + what + ": " + s.message()));
-    return;
-  }
+  if (!s.ok()) return finish_all(Status::Internal("kvstore: answer to " + what + ": " + s.message()));
   if (meta.stop()) stop_seen_ = true;
+  for (size_t i = 0; i < ids.size(); ++i) Complete(ids[i], ps[i], m, static_cast<int>(i));
+}
+
+void DistChannel::Complete(uint64_t id, const PendingRequest& p, const Message& m, int i) {
   if (p.pull == nullptr) {  // a ROLLBACK of a key never pulled: nothing to write
-    Finish(meta.request_id(), Status::Ok());
+    Finish(id, Status::Ok());
     return;
   }
   // Copied on this thread, outside the lock: the store's thread waits in WaitAll meanwhile.
   const int64_t t0 = profile::NowUs();
-  p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[0]);
+  p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[i]);
   if (p.pull->remaining.fetch_sub(1) == 1) {
     for (Tensor& o : p.pull->others) o.CopyFrom(p.pull->flat);
   }
   const int64_t dur = profile::NowUs() - t0;
   pull_us_ += dur;
   profile::Tracer::Get().Complete("pull", "comm", t0, dur, "key", static_cast<double>(p.key), "bytes",
-                                  static_cast<double>(m.data[0].nbytes()));
-  Finish(meta.request_id(), Status::Ok());
+                                  static_cast<double>(m.data[i].nbytes()));
+  Finish(id, Status::Ok());
 }
 
 void DistChannel::NoteSkip(const wire::Meta& meta, uint64_t key) {

@@ -3,6 +3,9 @@
 // at once from the caller's thread when nothing is queued or on its way), matches
 // answers (on the cluster's receive thread) to what they complete, copies pulled values
 // into their destination, and lets the store's thread wait for everything outstanding.
+// The sending thread sends small requests waiting in the queue for one server together,
+// as one request of several slices (docs/wire.md, "Several slices in one request"): a
+// round trip per server instead of one per key for a model's many small arrays.
 //
 // Ownership: held by shared_ptr, also by the callbacks given to the Cluster, so that an
 // answer or failure notice arriving late finds it alive. Thread-safety: all methods may be
@@ -10,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -75,8 +79,16 @@ class DistChannel {
     Message msg;
   };
   void SendLoop();
-  // Sends out; a failure finishes its request with the error.
+  // Takes from the queue the small requests that can travel with `out` and adds their
+  // slices and data frames to it; REQUIRES: mu_ held.
+  void Gather(Outgoing* out);
+  // Sends out; a failure finishes its request (all of a gathered one's) with the error.
   void Send(Outgoing out);
+  // The request ids an answer to request `id` completes: its own, or those gathered in it.
+  std::vector<uint64_t> Gathered(uint64_t id);
+  // Completes one slice of an answer: copies pulled values in (slice i of m) and finishes
+  // request `id`.
+  void Complete(uint64_t id, const PendingRequest& p, const Message& m, int i);
   void Finish(uint64_t id, const Status& s);
   // Records a RESPONSE's Meta.skipped for TakeSkip.
   void NoteSkip(const wire::Meta& meta, uint64_t key);
@@ -89,6 +101,8 @@ class DistChannel {
   // Ordered by (-priority, call order): begin() is the next to send.
   std::map<std::pair<int64_t, uint64_t>, Outgoing> queue_;  // GUARDED_BY(mu_)
   std::map<uint64_t, PendingRequest> pending_;              // GUARDED_BY(mu_)
+  // Requests sent together: the id the message carries -> every id in it, in slice order.
+  std::map<uint64_t, std::vector<uint64_t>> gathered_;      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)
   uint64_t next_seq_ = 0;                                   // GUARDED_BY(mu_)
   Status error_;                                            // GUARDED_BY(mu_)
@@ -97,6 +111,9 @@ class DistChannel {
   // A message is being sent (by the sending thread, or by Enqueue when the queue was
   // empty): one at a time, so that messages to a node leave in queue order.
   bool sending_ = false;  // GUARDED_BY(mu_)
+  // The last request Enqueue sent itself: whether it was small, and when it had gone.
+  bool last_direct_small_ = false;                          // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point last_direct_end_;  // GUARDED_BY(mu_)
   std::atomic<bool> stop_seen_{false};
   KVStore::SkippedStep skip_;  // GUARDED_BY(mu_); step -1: none since the last TakeSkip
   std::thread sender_;

@@ -75,6 +75,10 @@ class LocalJob {
     for (auto& t : threads_) t.join();
   }
 
+  // Workers' transports pass through wrap before they join (to watch what they send).
+  using Wrap = std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>)>;
+  void WrapWorkerTransports(Wrap wrap) { wrap_ = std::move(wrap); }
+
   // fn(rank, cluster) runs on every worker; a worker that returns finishes its part.
   void Run(const std::function<void(int, Cluster*)>& fn) {
     for (int r = 0; r < workers_; ++r) {
@@ -82,7 +86,7 @@ class LocalJob {
         ClusterConfig c = TestClusterConfig(wire::WORKER, port_, workers_, servers_);
         c.rank = r;
         std::unique_ptr<Cluster> cluster;
-        Status s = Cluster::Join(c, MakeTransport(), &cluster);
+        Status s = Cluster::Join(c, wrap_ ? wrap_(MakeTransport()) : MakeTransport(), &cluster);
         ASSERT_TRUE(s.ok()) << s;
         fn(r, cluster.get());
         Status f = cluster->Finish(20000);
@@ -99,6 +103,7 @@ class LocalJob {
   std::unique_ptr<Transport> MakeTransport() { return zmq_ ? NewZmqTransport() : NewInProcTransport(); }
   const bool zmq_;
   const int workers_, servers_, port_;
+  Wrap wrap_;
   std::vector<std::thread> threads_;
   Status scheduler_status_;
   std::vector<Status> server_status_;

@@ -166,7 +166,8 @@ TEST(Secure, MembersAreAuthenticatedByNameAndOutsidersNeverDeliver) {
 }
 
 // Two nodes whose receiving threads each send to the other first (an acknowledgement, say)
-// before either has answered a handshake: each answers the other's HELLO while it waits.
+// before either has answered a handshake, then go back to receiving: each answers the
+// other's HELLO while it waits for its own WELCOME, so neither waits out its timeout.
 TEST(Secure, NodesThatHandshakeWithEachOtherAtOnceBothGetThrough) {
   const std::string secret(32, '\x33');
   JobAuth a_auth = Member(secret, "server 0"), b_auth = Member(secret, "worker 0");
@@ -176,17 +177,27 @@ TEST(Secure, NodesThatHandshakeWithEachOtherAtOnceBothGetThrough) {
   ASSERT_TRUE(b->Bind("127.0.0.1", 0, &b_port).ok());
   ASSERT_TRUE(a->Connect(2, "127.0.0.1", b_port).ok());
   ASSERT_TRUE(b->Connect(1, "127.0.0.1", a_port).ok());
+  struct Outcome {
+    Status sent, received;
+    Message got;
+  };
+  auto receiving_thread = [](Transport* self, int peer, int from, int64_t step) {
+    Outcome o;
+    o.sent = self->Send(peer, Numbered(from, step));
+    o.received = self->Recv(&o.got, 3000);
+    return o;
+  };
   const auto t0 = std::chrono::steady_clock::now();
-  auto a_sent = std::async(std::launch::async, [&] { return a->Send(2, Numbered(1, 1)); });
-  auto b_sent = std::async(std::launch::async, [&] { return b->Send(1, Numbered(2, 2)); });
-  ASSERT_TRUE(a_sent.get().ok());
-  ASSERT_TRUE(b_sent.get().ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-  Message m;
-  ASSERT_TRUE(a->Recv(&m, 1000).ok());
-  EXPECT_EQ(m.meta.step(), 2);
-  ASSERT_TRUE(b->Recv(&m, 1000).ok());
-  EXPECT_EQ(m.meta.step(), 1);
+  auto at_a = std::async(std::launch::async, receiving_thread, a.get(), 2, 1, 1);
+  auto at_b = std::async(std::launch::async, receiving_thread, b.get(), 1, 2, 2);
+  Outcome oa = at_a.get(), ob = at_b.get();
+  ASSERT_TRUE(oa.sent.ok()) << oa.sent;
+  ASSERT_TRUE(ob.sent.ok()) << ob.sent;
+  ASSERT_TRUE(oa.received.ok()) << oa.received;
+  ASSERT_TRUE(ob.received.ok()) << ob.received;
+  EXPECT_EQ(oa.got.meta.step(), 2);
+  EXPECT_EQ(ob.got.meta.step(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "a handshake waited out its timeout";
 }
 
 TEST(Secure, NamesFollowTheNodeTable) {

@@ -216,14 +216,18 @@ class DistJobTest(Case):
         self.assertEqual(set(ends["worker-0"]), set(range(120)))
         gaps = sorted(abs(ends["worker-0"][t] - ends["worker-1"][t]) for t in range(5, 120))
         self.assertLess(gaps[len(gaps) // 2], 50000, gaps)
-        # The server saw every key of every step from both workers.
+        # The server saw every key of every step from both workers: the same bytes every
+        # step, in at most one request per key and worker (small keys' requests travel
+        # together, kvstore/dist_channel.h).
         pushes = sum(1 for e in traces["worker-0"]["traceEvents"] if e["name"] == "push")
         self.assertEqual(pushes % 120, 0)
         server = read_jsonl(os.path.join(run_dir, "server-0.steps.jsonl"))
         self.assertEqual([s["step"] for s in server], list(range(120)))
         for s in server:
-            self.assertEqual(s["requests"], 2 * pushes // 120, s)
+            self.assertGreater(s["requests"], 0, s)
+            self.assertLessEqual(s["requests"], 2 * pushes // 120, s)
             self.assertGreater(s["sum_us"] + s.get("update_us", 0), 0)
+            self.assertEqual(s["bytes_in"], server[0]["bytes_in"], s)
             self.assertGreater(s["bytes_in"], 0)
         self.assertTrue(read_jsonl(os.path.join(run_dir, "scheduler.monitor.jsonl")))
 
