@@ -20,13 +20,46 @@
 namespace tally {
 namespace {
 
-// One cipher context per thread, reset by every call: allocating one per record would
-// cost more than sealing a small record.
-EVP_CIPHER_CTX* ThreadContext() {
-  thread_local std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
-                                                                                   &EVP_CIPHER_CTX_free);
-  CHECK(ctx != nullptr) << "EVP_CIPHER_CTX_new";
-  return ctx.get();
+std::atomic<uint64_t> next_key_id{1};
+
+// Each thread keeps cipher contexts for the last few keys it used, one per direction, with
+// the key's schedule computed: setting a key costs more than sealing a small record, so a
+// record only sets its nonce. A key is known by its id, never reused in the process.
+class ContextCache {
+ public:
+  ~ContextCache() {
+    for (Entry& e : entries_) EVP_CIPHER_CTX_free(e.ctx);
+  }
+  // A context ready for `key` in the direction asked, its nonce still to be set.
+  EVP_CIPHER_CTX* Get(const AeadKey& key, bool encrypt) {
+    for (Entry& e : entries_) {
+      if (key.id != 0 && e.id == key.id && e.encrypt == encrypt) return e.ctx;
+    }
+    Entry& e = entries_[next_++ % kEntries];
+    if (e.ctx == nullptr) e.ctx = EVP_CIPHER_CTX_new();
+    CHECK(e.ctx != nullptr) << "EVP_CIPHER_CTX_new";
+    const int ok = encrypt ? EVP_EncryptInit_ex(e.ctx, EVP_aes_256_gcm(), nullptr, key.bytes, nullptr)
+                           : EVP_DecryptInit_ex(e.ctx, EVP_aes_256_gcm(), nullptr, key.bytes, nullptr);
+    CHECK_EQ(ok, 1) << "set an AES-256-GCM key";
+    e.id = key.id;
+    e.encrypt = encrypt;
+    return e.ctx;
+  }
+
+ private:
+  static constexpr size_t kEntries = 8;
+  struct Entry {
+    EVP_CIPHER_CTX* ctx = nullptr;
+    uint64_t id = 0;
+    bool encrypt = false;
+  };
+  Entry entries_[kEntries];
+  size_t next_ = 0;
+};
+
+EVP_CIPHER_CTX* ThreadContext(const AeadKey& key, bool encrypt) {
+  thread_local ContextCache cache;
+  return cache.Get(key, encrypt);
 }
 
 void PutLength(std::string* s, const std::string& name) {
@@ -129,6 +162,8 @@ ConnectionKeys DeriveConnectionKeys(const std::string& job_secret, const std::st
   ConnectionKeys keys;
   std::memcpy(keys.client_to_server.bytes, okm, kKeyBytes);
   std::memcpy(keys.server_to_client.bytes, okm + kKeyBytes, kKeyBytes);
+  keys.client_to_server.id = next_key_id++;
+  keys.server_to_client.id = next_key_id++;
   OPENSSL_cleanse(okm, sizeof okm);
   return keys;
 }
@@ -141,9 +176,9 @@ void RecordIv(uint64_t counter, uint32_t index, uint8_t iv[kIvBytes]) {
 void SealRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad, size_t aad_len, const void* in,
                 size_t n, void* out, uint8_t tag[kTagBytes]) {
   CHECK_LT(n, size_t{1} << 31);
-  EVP_CIPHER_CTX* ctx = ThreadContext();
+  EVP_CIPHER_CTX* ctx = ThreadContext(key, /*encrypt=*/true);
   int len = 0;
-  CHECK_EQ(EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes, iv), 1);
+  CHECK_EQ(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv), 1);
   CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, static_cast<const uint8_t*>(aad), static_cast<int>(aad_len)), 1);
   if (n > 0) {
     CHECK_EQ(EVP_EncryptUpdate(ctx, static_cast<uint8_t*>(out), &len, static_cast<const uint8_t*>(in),
@@ -156,9 +191,9 @@ void SealRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad,
 bool OpenRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad, size_t aad_len, const void* in,
                 size_t n, const uint8_t tag[kTagBytes], void* out) {
   if (n >= (size_t{1} << 31)) return false;
-  EVP_CIPHER_CTX* ctx = ThreadContext();
+  EVP_CIPHER_CTX* ctx = ThreadContext(key, /*encrypt=*/false);
   int len = 0;
-  if (EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.bytes, iv) != 1) return false;
+  if (EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) != 1) return false;
   if (EVP_DecryptUpdate(ctx, nullptr, &len, static_cast<const uint8_t*>(aad), static_cast<int>(aad_len)) != 1) {
     return false;
   }

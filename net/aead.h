@@ -8,7 +8,7 @@
 //   SealRecord(k.client_to_server, iv, aad, aad_len, plain, n, out, out + n);   // out: n + kTagBytes
 //   bool ok = OpenRecord(k.client_to_server, iv, aad, aad_len, out, n, out + n, plain_again);
 //
-// Every function is thread-safe: each call uses its own thread's cipher context.
+// Every function is thread-safe: each call uses its own thread's cipher contexts.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,9 @@ constexpr size_t kNonceBytes = 32;   // each side's handshake nonce
 
 struct AeadKey {
   uint8_t bytes[kKeyBytes];
+  // Set by DeriveConnectionKeys, unique in the process: lets each thread keep the key's
+  // expanded schedule between records. 0: none (the schedule is computed for each record).
+  uint64_t id = 0;
 };
 
 // The keys of one connection. Both directions are derived; data flows client to server
