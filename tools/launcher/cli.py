@@ -10,8 +10,9 @@ import sys
 import threading
 
 from . import commands
-from .job import (UsageError, check_restartable, free_port, parse_env_options, parse_hostfile,
-                  plan_job, set_root_port)
+from .hosts import Host, common_ssh_port, parse_hostfile, refuse_ports, with_default_port
+from .job import (UsageError, check_restartable, forwarded_env, free_port, parse_env_options,
+                  plan_job, set_attempt, set_root_port)
 from .supervise import Child, RemoteChild, run_with_restarts, say
 
 LAUNCHERS = ("local", "ssh", "mpi", "slurm")
@@ -28,7 +29,8 @@ def build_parser():
     parser.add_argument("-s", "--num-servers", type=int,
                         help="number of server processes (default: NUM_WORKERS)")
     parser.add_argument("-H", "--hostfile",
-                        help="hosts, one `host` or `host:slots` per line (ssh, mpi, slurm)")
+                        help="hosts, one per line: `host`, `host:port` (ssh port) or either "
+                             "followed by `slots=N`, as in MXNet's launcher (ssh, mpi, slurm)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
                         help="how processes are started (default: local)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME[:VALUE]",
@@ -41,7 +43,8 @@ def build_parser():
                              "there (ssh, mpi)")
     parser.add_argument("--ssh-opts", default="", metavar="OPTS",
                         help="extra ssh options, one shell-quoted string (ssh, mpi)")
-    parser.add_argument("--ssh-port", type=int, help="port of the hosts' sshd (ssh, mpi)")
+    parser.add_argument("--ssh-port", type=int,
+                        help="port of the hosts' sshd where the hostfile gives none (ssh, mpi)")
     parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="after the workers finish, how long scheduler and servers "
                              "may take to exit before they are stopped (default: 30)")
@@ -69,7 +72,31 @@ def slurm_hosts():
                          "(SLURM_JOB_NODELIST and scontrol)")
     names = subprocess.run(["scontrol", "show", "hostnames", nodelist], check=True,
                            capture_output=True, text=True).stdout.split()
-    return [(name, 1) for name in names]
+    return [Host(name, where="SLURM_JOB_NODELIST") for name in names]
+
+
+def plan_hosts(args):
+    """Returns (hosts, root_uri, node_host) for the launcher; node_host is the address
+    every process gets as DMLC_NODE_HOST, or None for its host's name. Each host's port is
+    the hostfile's, else --ssh-port; for mpi, args.ssh_port becomes the one port of all."""
+    if args.launcher == "local":
+        if args.hostfile:
+            raise UsageError("-H is for --launcher ssh, mpi or slurm")
+        return [Host("localhost")], "127.0.0.1", "127.0.0.1"
+    if args.launcher == "slurm":
+        hosts = parse_hostfile(args.hostfile) if args.hostfile else slurm_hosts()
+        refuse_ports(hosts)
+        return hosts, hosts[0].name, None
+    if args.hostfile:
+        hosts = with_default_port(parse_hostfile(args.hostfile, warn=say), args.ssh_port)
+        placement = hosts, hosts[0].name, None
+    elif args.launcher == "ssh":
+        raise UsageError("--launcher ssh needs -H HOSTFILE")
+    else:
+        placement = [Host("localhost", port=args.ssh_port)], "127.0.0.1", "127.0.0.1"
+    if args.launcher == "mpi":
+        args.ssh_port = common_ssh_port(placement[0])  # commands.mpi gives it to mpirun
+    return placement
 
 
 def plan(args):
@@ -94,25 +121,17 @@ def plan(args):
     for option, value in remote_only.items():
         if value and args.launcher not in ("ssh", "mpi"):
             raise UsageError(f"{option} is for --launcher ssh or mpi")
-    if args.launcher == "local":
-        if args.hostfile:
-            raise UsageError("-H is for --launcher ssh, mpi or slurm")
-        hosts, root_uri, node_host = [("localhost", 1)], "127.0.0.1", "127.0.0.1"
-    elif args.hostfile:
-        hosts = parse_hostfile(args.hostfile)
-        root_uri, node_host = hosts[0][0], None
-    elif args.launcher == "ssh":
-        raise UsageError("--launcher ssh needs -H HOSTFILE")
-    elif args.launcher == "slurm":
-        hosts = slurm_hosts()
-        root_uri, node_host = hosts[0][0], None
-    else:
-        hosts, root_uri, node_host = [("localhost", 1)], "127.0.0.1", "127.0.0.1"
+    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
+        raise UsageError(f"--ssh-port {args.ssh_port}: not a TCP port")
+    hosts, root_uri, node_host = plan_hosts(args)
     port = args.port if args.port is not None else free_port()
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: not a TCP port")
-    extra = parse_env_options(args.env, os.environ)
-    procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host)
+    # Processes that ssh or mpirun start on other hosts do not inherit this environment.
+    extra = forwarded_env(os.environ) if args.launcher in ("ssh", "mpi") else {}
+    extra.update(parse_env_options(args.env, os.environ))
+    procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host,
+                     cluster=args.launcher)
     cwd = args.sync_dst_dir or os.getcwd()
     return procs, cwd, hosts
 
@@ -122,8 +141,8 @@ def make_child(args, proc, cwd, out_lock):
     if args.launcher == "local":
         argv, env = commands.local(proc, args.command)
     elif args.launcher == "ssh":
-        argv, env = commands.ssh(proc, args.command, cwd, ssh_opts, args.ssh_port)
-        return RemoteChild(proc, argv, env, out_lock, ssh_opts, args.ssh_port)
+        argv, env = commands.ssh(proc, args.command, cwd, ssh_opts)
+        return RemoteChild(proc, argv, env, out_lock, ssh_opts)
     elif args.launcher == "mpi":
         argv, env = commands.mpi(proc, args.command, cwd, ssh_opts, args.ssh_port,
                                  as_root=os.geteuid() == 0)
@@ -134,9 +153,9 @@ def make_child(args, proc, cwd, out_lock):
 
 def sync_all(args, hosts, dry_run):
     ssh_opts = shlex.split(args.ssh_opts)
-    for host in dict.fromkeys(host for host, _ in hosts):
-        pack, unpack = commands.sync(host, os.getcwd(), args.sync_dst_dir, ssh_opts,
-                                     args.ssh_port)
+    # Two lines may name one machine on two ports (containers, say): each is copied to.
+    for host, port in dict.fromkeys((host.name, host.port) for host in hosts):
+        pack, unpack = commands.sync(host, os.getcwd(), args.sync_dst_dir, ssh_opts, port)
         if dry_run:
             print(shlex.join(pack) + " | " + shlex.join(unpack))
             continue
@@ -160,6 +179,7 @@ def main(argv=None):
             # The last attempt's scheduler port may linger in TIME_WAIT or be taken by now.
             if attempt and args.port is None:
                 set_root_port(procs, free_port())
+            set_attempt(procs, attempt)
             # A fresh secret each attempt: a process left over from the last one cannot join.
             for proc in procs:
                 proc.secret = None if args.plain else job_secret

@@ -6,7 +6,7 @@ variables to add to the launcher's own environment when running it.
 
 import shlex
 
-from .job import SECRET_VAR
+from .job import CREDENTIAL_VARS, SECRET_VAR, UsageError
 
 # The first line a remote process prints on stderr: the id of its process group on the
 # remote host. sshd starts the remote shell as a session leader, so $$ is that group's
@@ -20,14 +20,24 @@ def quote_env(env):
 
 def display(argv, env=None):
     """One shell line that does what running argv with env's additions would do; the job's
-    secret shows as <secret>."""
-    shown = {k: ("<secret>" if k == SECRET_VAR else v) for k, v in (env or {}).items()}
+    secret and credentials show as <secret>."""
+    shown = {k: ("<secret>" if k == SECRET_VAR or k in CREDENTIAL_VARS else v)
+             for k, v in (env or {}).items()}
     prefix = " ".join(shlex.quote(item) for item in quote_env(shown)) + " " if shown else ""
     return prefix + shlex.join(argv)
 
 
 def secret_env(proc):
     return {SECRET_VAR: proc.secret} if proc.secret else {}
+
+
+def split_env(proc):
+    """(public, secret): proc's variables that may go on a command line, and those that
+    must not (the job's secret first, then credentials)."""
+    public, secret = {}, secret_env(proc)
+    for name, value in proc.env.items():
+        (secret if name in CREDENTIAL_VARS else public)[name] = value
+    return public, secret
 
 
 def local(proc, command):
@@ -41,19 +51,27 @@ def ssh_base(ssh_opts, ssh_port):
     return base + list(ssh_opts)
 
 
-def ssh(proc, command, cwd, ssh_opts, ssh_port):
-    """The remote shell reads the job's secret from its stdin (see ssh_stdin), so that it
-    is on no command line."""
-    read_secret = f"IFS= read -r {SECRET_VAR} && export {SECRET_VAR} && " if proc.secret else ""
-    remote = (f"{read_secret}echo {REMOTE_PGID_MARK}$$ >&2; cd {shlex.quote(cwd)} && exec env "
-              + " ".join(shlex.quote(item) for item in quote_env(proc.env)) + " "
+def ssh(proc, command, cwd, ssh_opts):
+    """ssh to proc's host, on its port. The remote shell reads the job's secret and the
+    credentials from its stdin, one line each (see ssh_stdin), so that they are on no
+    command line."""
+    public, secret = split_env(proc)
+    for name, value in secret.items():
+        if "\n" in value:
+            raise UsageError(f"{name} holds a newline; over ssh it travels as one line of "
+                             f"ssh's stdin")
+    reads = "".join(f"IFS= read -r {name} && export {name} && " for name in secret)
+    remote = (f"{reads}echo {REMOTE_PGID_MARK}$$ >&2; cd {shlex.quote(cwd)} && exec env "
+              + " ".join(shlex.quote(item) for item in quote_env(public)) + " "
               + shlex.join(command))
-    return ssh_base(ssh_opts, ssh_port) + [proc.host, remote], {}
+    return ssh_base(ssh_opts, proc.ssh_port) + [proc.host, remote], {}
 
 
 def ssh_stdin(proc):
-    """What the launcher writes to ssh's stdin for ssh(): the secret line, or nothing."""
-    return (proc.secret + "\n").encode() if proc.secret else None
+    """What the launcher writes to ssh's stdin for ssh(): one line per secret value, in
+    the order the remote shell reads them, or nothing."""
+    _, secret = split_env(proc)
+    return "".join(value + "\n" for value in secret.values()).encode() or None
 
 
 def remote_kill(host, pgid, signal_name, ssh_opts, ssh_port):
@@ -77,18 +95,20 @@ def mpi(proc, command, cwd, ssh_opts, ssh_port, as_root):
     agent = ssh_base(ssh_opts, ssh_port)[1:]
     if ssh_opts or ssh_port:
         argv += ["--mca", "plm_rsh_args", shlex.join(agent)]
-    for item in quote_env(proc.env):
+    public, secret = split_env(proc)
+    for item in quote_env(public):
         argv += ["-x", item]
-    if proc.secret:  # by name: mpirun forwards the value from its own environment
-        argv += ["-x", SECRET_VAR]
-    return argv + list(command), secret_env(proc)
+    for name in secret:  # by name: mpirun forwards the value from its own environment
+        argv += ["-x", name]
+    return argv + list(command), secret
 
 
 def slurm(proc, command, cwd):
     """srun for one task on proc's host; variables are named in --export and, since
     --export cannot quote a comma, values are also put in srun's own environment."""
-    exports = [k if "," in v else f"{k}={v}" for k, v in proc.env.items()]
-    exports += list(secret_env(proc))  # by name, the value in srun's environment
+    public, secret = split_env(proc)
+    exports = [k if "," in v else f"{k}={v}" for k, v in public.items()]
+    exports += list(secret)  # by name, the value in srun's environment
     argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={proc.host}", f"--chdir={cwd}",
             "--export=" + ",".join(["ALL"] + exports)]
-    return argv + list(command), {**{k: v for k, v in proc.env.items() if "," in v}, **secret_env(proc)}
+    return argv + list(command), {**{k: v for k, v in public.items() if "," in v}, **secret}

@@ -12,8 +12,19 @@ ROLES = ("scheduler", "server", "worker")
 # The variables the launcher sets itself; `--env` may not override them, so that a
 # typo on the command line cannot give two processes the same rank.
 JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
-            "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "TALLY_RANK", "TALLY_JOB_SECRET",
-            "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN")
+            "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "DMLC_TASK_ID", "DMLC_WORKER_ID",
+            "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT", "DMLC_JOB_CLUSTER", "TALLY_RANK",
+            "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN")
+
+# What MXNet's ssh launcher (dmlc-tracker's ssh.py) passes to remote processes when it is
+# set on the launching machine; the ssh and mpi launchers do the same, since a remote login
+# would not have them. `--env` overrides them.
+FORWARDED_VARS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "LD_LIBRARY_PATH", "AWS_ACCESS_KEY_ID",
+                  "AWS_SECRET_ACCESS_KEY", "DMLC_INTERFACE")
+
+# Forwarded variables that are credentials: like the job's secret, they stay off every
+# command line (where each user of the host can read them); `commands` sends them apart.
+CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 # The variable that carries the job's secret. It never appears on a command line (which
 # every user of the host can read): it travels in the environment, or through ssh's stdin.
@@ -31,6 +42,7 @@ class Proc:
     rank: int
     host: str  # where it runs, as the user named it (used for ssh, mpirun, srun)
     env: dict = field(default_factory=dict)  # the job's variables only, not os.environ
+    ssh_port: int = None  # its host's ssh port; None: ssh's default
     secret: str = None  # the job's secret (64 hex digits); None with --plain
 
     @property
@@ -38,46 +50,24 @@ class Proc:
         return "scheduler" if self.role == "scheduler" else f"{self.role} {self.rank}"
 
 
-def parse_hostfile(path):
-    """Returns [(host, slots)] from a file of `host` or `host:slots` lines.
-
-    Blank lines and everything after a `#` are ignored.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError as e:
-        raise UsageError(f"cannot read hostfile: {e}") from None
-    hosts = []
-    for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        host, sep, slots = text.partition(":")
-        host = host.strip()
-        if not host or " " in host or "\t" in host:
-            raise UsageError(f"{path}:{number}: expected `host` or `host:slots`, got {text!r}")
-        count = 1
-        if sep:
-            if not slots.strip().isdigit() or int(slots) < 1:
-                raise UsageError(f"{path}:{number}: slots must be a positive integer, got {text!r}")
-            count = int(slots)
-        hosts.append((host, count))
-    if not hosts:
-        raise UsageError(f"{path}: no hosts")
-    return hosts
-
-
-def rotation(hosts):
-    """The order in which processes of one role are placed on hosts.
+def rotation(hosts, needed):
+    """The order in which processes of one role are placed on hosts: its first `needed`
+    entries, the most a role uses (processes past the end wrap round).
 
     Round-robin over the hosts; a host with k slots takes part in the first k rounds.
-    [("a", 2), ("b", 1), ("c", 2)] gives a, b, c, a, c.
+    Hosts a (2 slots), b (1) and c (2) give a, b, c, a, c.
     """
     order = []
-    for round_index in range(max(slots for _, slots in hosts)):
-        order.extend(host for host, slots in hosts if slots > round_index)
+    for round_index in range(max(host.slots for host in hosts)):
+        order.extend(host for host in hosts if host.slots > round_index)
+        if len(order) >= needed:
+            break
     return order
+
+
+def forwarded_env(environ):
+    """The variables of FORWARDED_VARS that are set in environ, the launching environment."""
+    return {name: environ[name] for name in FORWARDED_VARS if name in environ}
 
 
 def parse_env_options(items, environ):
@@ -150,15 +140,36 @@ def free_port(host=""):
         return s.getsockname()[1]
 
 
-def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_host=None):
+def set_attempt(procs, attempt):
+    """Tells every process which attempt of the job it belongs to (0: the first; each
+    --max-restarts restart counts one up), as dmlc-tracker's DMLC_NUM_ATTEMPT does."""
+    for proc in procs:
+        proc.env["DMLC_NUM_ATTEMPT"] = str(attempt)
+
+
+def task_ids(role, rank, num_workers, num_servers):
+    """The ids MXNet's launcher (dmlc-tracker) gives a process: DMLC_TASK_ID numbers the
+    workers first, then the servers, as its local launcher does; the scheduler, which
+    dmlc-tracker starts itself without one, comes after them, so that every process of the
+    job has an id of its own. DMLC_WORKER_ID and DMLC_SERVER_ID are the rank in the role."""
+    if role == "worker":
+        return {"DMLC_TASK_ID": str(rank), "DMLC_WORKER_ID": str(rank)}
+    if role == "server":
+        return {"DMLC_TASK_ID": str(num_workers + rank), "DMLC_SERVER_ID": str(rank)}
+    return {"DMLC_TASK_ID": str(num_workers + num_servers)}
+
+
+def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_host=None,
+             cluster="local"):
     """Returns every process of the job, scheduler first, then servers, then workers.
 
-    `hosts` is [(host, slots)]; the scheduler goes on the first host, servers and workers
+    `hosts` is [hosts.Host]; the scheduler goes on the first host, servers and workers
     each follow `rotation(hosts)`. `node_host`, when given, replaces the host name in
-    DMLC_NODE_HOST (the local launcher gives 127.0.0.1).
+    DMLC_NODE_HOST (the local launcher gives 127.0.0.1). `cluster` is the launcher's name,
+    for DMLC_JOB_CLUSTER.
     """
-    order = rotation(hosts)
-    placed = [("scheduler", 0, hosts[0][0])]
+    order = rotation(hosts, max(num_workers, num_servers))
+    placed = [("scheduler", 0, hosts[0])]
     placed += [("server", r, order[r % len(order)]) for r in range(num_servers)]
     placed += [("worker", r, order[r % len(order)]) for r in range(num_workers)]
     procs = []
@@ -169,13 +180,16 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
             "DMLC_PS_ROOT_PORT": str(port),
             "DMLC_NUM_WORKER": str(num_workers),
             "DMLC_NUM_SERVER": str(num_servers),
-            "DMLC_NODE_HOST": node_host or host,
+            "DMLC_NODE_HOST": node_host or host.name,
             "TALLY_RANK": str(rank),
+            **task_ids(role, rank, num_workers, num_servers),
+            "DMLC_NUM_ATTEMPT": "0",
+            "DMLC_JOB_CLUSTER": cluster,
             # Several processes share each host's cores: OpenMP threads that spin while they
             # wait would take the core another process needs (a 3x slowdown seen with two
             # workers on two cores). --env OMP_WAIT_POLICY:active overrides it.
             "OMP_WAIT_POLICY": "passive",
         }
         env.update(extra_env)
-        procs.append(Proc(role, rank, host, env))
+        procs.append(Proc(role, rank, host.name, env, ssh_port=host.port))
     return procs

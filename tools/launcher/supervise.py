@@ -206,10 +206,9 @@ class Child:
 class RemoteChild(Child):
     """A process started through ssh; it is stopped by signalling its remote group."""
 
-    def __init__(self, proc, argv, env, out_lock, ssh_opts, ssh_port):
+    def __init__(self, proc, argv, env, out_lock, ssh_opts):
         super().__init__(proc, argv, env, out_lock, commands.ssh_stdin(proc))
         self.ssh_opts = ssh_opts
-        self.ssh_port = ssh_port
         self.remote_pgid = None
         self.killers = []
 
@@ -226,7 +225,7 @@ class RemoteChild(Child):
         if self.remote_pgid is None:
             return False
         argv = commands.remote_kill(self.proc.host, self.remote_pgid, signal_name,
-                                    self.ssh_opts, self.ssh_port)
+                                    self.ssh_opts, self.proc.ssh_port)
         self.killers.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL,

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A stand-in for the training binary in the launcher tests.
 
-It checks the variables the launcher must give every role (exit 2 naming the first bad
-one), prints them on one line, and then does what FAKE_ROLE_PLAN says for its role:
+It checks the variables the launcher must give every role, MXNet's DMLC_TASK_ID,
+DMLC_WORKER_ID, DMLC_SERVER_ID, DMLC_NUM_ATTEMPT and DMLC_JOB_CLUSTER included (exit 2
+naming the first bad one), prints them on one line, and then does what FAKE_ROLE_PLAN
+says for its role:
 
     FAKE_ROLE_PLAN="worker1=exit3:0.5,worker=exit0,*=grandchild"
 
@@ -51,7 +53,23 @@ def checked_env():
     for name in ("DMLC_PS_ROOT_URI", "DMLC_NODE_HOST"):
         if not os.environ.get(name):
             fail(f"{name} is empty")
+    check_task_ids(role, rank, workers, servers)
+    if os.environ.get("DMLC_JOB_CLUSTER") not in ("local", "ssh", "mpi", "slurm"):
+        fail(f"DMLC_JOB_CLUSTER={os.environ.get('DMLC_JOB_CLUSTER')!r}")
+    integer("DMLC_NUM_ATTEMPT", 0, 1 << 16)
     return role, rank, workers, servers, port
+
+
+def check_task_ids(role, rank, workers, servers):
+    """dmlc-tracker's numbering: workers, then servers; the scheduler after them."""
+    task = {"worker": rank, "server": workers + rank, "scheduler": workers + servers}[role]
+    if integer("DMLC_TASK_ID", 0, workers + servers) != task:
+        fail(f"DMLC_TASK_ID={os.environ['DMLC_TASK_ID']} for {role} {rank}, not {task}")
+    for own, name in (("worker", "DMLC_WORKER_ID"), ("server", "DMLC_SERVER_ID")):
+        if role == own and integer(name, 0, rank) != rank:
+            fail(f"{name}={os.environ[name]} for {role} {rank}")
+        if role != own and name in os.environ:
+            fail(f"{name} is set for the {role}")
 
 
 def action_for(role, rank, plan):
@@ -69,7 +87,9 @@ def main():
     role, rank, workers, servers, port = checked_env()
     print(f"role={role} rank={rank} root={os.environ['DMLC_PS_ROOT_URI']}:{port} "
           f"workers={workers} servers={servers} host={os.environ['DMLC_NODE_HOST']} "
-          f"cwd={os.getcwd()}", flush=True)
+          f"cwd={os.getcwd()} task={os.environ['DMLC_TASK_ID']} "
+          f"attempt={os.environ['DMLC_NUM_ATTEMPT']} cluster={os.environ['DMLC_JOB_CLUSTER']}",
+          flush=True)
     for name in filter(None, os.environ.get("FAKE_PRINT_VARS", "").split(",")):
         print(f"var {name}={os.environ.get(name)}", flush=True)
     print(f"{role} {rank} on stderr", file=sys.stderr, flush=True)

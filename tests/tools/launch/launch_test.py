@@ -8,10 +8,8 @@ of 127.0.0.1, mpi against Debian's OpenMPI; slurm is checked by its command line
 
 import os
 import re
-import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,9 +25,16 @@ FAKE = os.path.join(HERE, "fake_role.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from launcher import job  # noqa: E402
 from local_sshd import LocalSshd  # noqa: E402
+# ctest runs every class as launch_test.<Class>.
+from launch_plan_test import DryRunTest, HostfileTest  # noqa: E402,F401
 
 ROLE_LINE = re.compile(r"^\[(scheduler|server \d+|worker \d+)\] role=(\w+) rank=(\d+) "
-                       r"root=(\S+) workers=(\d+) servers=(\d+) host=(\S+) cwd=(\S+)$")
+                       r"root=(\S+) workers=(\d+) servers=(\d+) host=(\S+) cwd=(\S+) "
+                       r"task=(\d+) attempt=(\d+) cluster=(\w+)$")
+
+# dmlc-tracker's DMLC_TASK_ID for -n 3 -s 2: workers first, then servers; the scheduler last.
+TASK_IDS_3_2 = {"worker 0": "0", "worker 1": "1", "worker 2": "2", "server 0": "3",
+                "server 1": "4", "scheduler": "5"}
 
 
 def tagged_pids(tag):
@@ -104,7 +109,8 @@ class LaunchCase(unittest.TestCase):
         self.assertEqual(left, [], "processes of the job outlived the launcher")
 
     def roles(self, out):
-        """{"worker 1": (role, rank, root, workers, servers, host, cwd)} from the output."""
+        """{"worker 1": (role, rank, root, workers, servers, host, cwd, task, attempt,
+        cluster)} from the output."""
         found = {}
         for line in out.splitlines():
             match = ROLE_LINE.match(line)
@@ -112,9 +118,12 @@ class LaunchCase(unittest.TestCase):
                 found[match.group(1)] = match.groups()[1:]
         return found
 
-    def interrupt_when_started(self, args, plan, signum, expected_roles, command=None):
-        """Starts a job, waits until every role has printed, sends signum to launch.py."""
-        launcher = self.start(args, plan, command=command)
+    def interrupt_when_started(self, args, plan, signum, expected_roles, command=None,
+                               env=None, while_running=None):
+        """Starts a job, waits until every role has printed, calls while_running() if
+        given, sends signum to launch.py; returns (status, stderr, seconds it took to
+        stop, stdout)."""
+        launcher = self.start(args, plan, command=command, env=env)
         lines, started = [], threading.Event()
 
         def read():
@@ -127,6 +136,12 @@ class LaunchCase(unittest.TestCase):
         reader.start()
         self.assertTrue(started.wait(20), "the job did not start:\n" + "".join(lines))
         time.sleep(0.3)  # let the grandchildren start too
+        if while_running:
+            try:
+                while_running()
+            except BaseException:
+                launcher.kill()
+                raise
         began = time.monotonic()
         launcher.send_signal(signum)
         err = launcher.stderr.read()
@@ -134,7 +149,7 @@ class LaunchCase(unittest.TestCase):
         reader.join(5)
         launcher.stdout.close()
         launcher.stderr.close()
-        return launcher.returncode, err, time.monotonic() - began
+        return launcher.returncode, err, time.monotonic() - began, "".join(lines)
 
     def check_failing_worker(self, host, launcher_kills=True):
         rc, out, err, _ = self.launch(["-n", "3", "-s", "2", "--grace", "1"],
@@ -156,9 +171,11 @@ class LocalLauncherTest(LaunchCase):
         self.assertEqual(sorted(roles), ["scheduler", "server 0", "server 1",
                                          "worker 0", "worker 1", "worker 2"])
         ports = set()
-        for name, (role, rank, root, workers, servers, host, cwd) in roles.items():
+        for name, (role, rank, root, workers, servers, host, cwd, task, attempt,
+                   cluster) in roles.items():
             self.assertEqual(name, role if role == "scheduler" else f"{role} {rank}")
             self.assertEqual((workers, servers, host), ("3", "2", "127.0.0.1"))
+            self.assertEqual((task, attempt, cluster), (TASK_IDS_3_2[name], "0", "local"))
             self.assertTrue(root.startswith("127.0.0.1:"))
             ports.add(root)
         self.assertEqual(len(ports), 1)
@@ -173,7 +190,7 @@ class LocalLauncherTest(LaunchCase):
     def test_a_signal_stops_everything(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
             with self.subTest(signal=signum.name):
-                rc, err, seconds = self.interrupt_when_started(
+                rc, err, seconds, _ = self.interrupt_when_started(
                     ["-n", "2", "-s", "1"], "*=grandchild", signum, 4)
                 self.assertEqual(rc, status, err)
                 self.assertIn(f"received {signum.name}; stopping the job", err)
@@ -198,12 +215,28 @@ class LocalLauncherTest(LaunchCase):
             self.assertIn(f"[{name}] var FOO=bar:baz", out)
             self.assertIn(f"[{name}] var FORWARDED=from launcher", out)
         for option, message in (("DMLC_ROLE:x", "DMLC_ROLE is set by the launcher"),
+                                ("DMLC_WORKER_ID:0", "DMLC_WORKER_ID is set by the launcher"),
+                                ("DMLC_NUM_ATTEMPT:1", "DMLC_NUM_ATTEMPT is set by the launcher"),
                                 ("NOT_SET_ANYWHERE", "not set in the launching environment"),
                                 ("1BAD:x", "expected NAME:VALUE or NAME")):
             with self.subTest(option=option):
                 rc, _, err, _ = self.launch(["-n", "1", "--env", option])
                 self.assertEqual(rc, 2)
                 self.assertIn(message, err)
+
+    def test_mxnet_variables_of_each_role(self):
+        names = ("DMLC_TASK_ID", "DMLC_WORKER_ID", "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT",
+                 "DMLC_JOB_CLUSTER")
+        rc, out, err, _ = self.launch(["-n", "3", "-s", "2", "--env", "FAKE_PRINT_VARS"],
+                                      env={"FAKE_PRINT_VARS": ",".join(names)})
+        self.assertEqual(rc, 0, err)
+        for name, task in TASK_IDS_3_2.items():
+            role, _, rank = name.partition(" ")
+            expected = (task, rank if role == "worker" else "None",
+                        rank if role == "server" else "None", "0", "local")
+            for var, value in zip(names, expected):
+                self.assertIn(f"[{name}] var {var}={value}\n", out)
+        self.assertNothingLeft()
 
     def test_bad_command_lines_are_refused(self):
         for args, message in ((["-n", "1", "--bogus"], "unrecognized arguments: --bogus"),
@@ -241,6 +274,11 @@ class RestartTest(LaunchCase):
         """[(name, scheduler address)] of every role line, in order."""
         return [(m.group(1), m.group(4)) for m in map(ROLE_LINE.match, out.splitlines()) if m]
 
+    def attempts(self, out, name):
+        """DMLC_NUM_ATTEMPT of each start of the process `name`, in order."""
+        return [m.group(10) for m in map(ROLE_LINE.match, out.splitlines())
+                if m and m.group(1) == name]
+
     def test_a_failed_process_restarts_the_whole_job_on_a_new_port(self):
         rc, out, err, _ = self.launch_resumable(["-n", "2", "-s", "1", "--max-restarts", "2"],
                                                 "worker1=once:exit3:1,*=once:sleep")
@@ -253,6 +291,7 @@ class RestartTest(LaunchCase):
         starts = self.starts(out)
         names = sorted(name for name, _ in starts)
         self.assertEqual(names, sorted(["scheduler", "server 0", "worker 0", "worker 1"] * 2), out)
+        self.assertEqual(self.attempts(out, "worker 1"), ["0", "1"], out)
         ports = [root for name, root in starts if name == "scheduler"]
         self.assertNotEqual(ports[0], ports[1], "the restart reused the scheduler's port")
         self.assertEqual({root for _, root in starts}, set(ports))
@@ -279,6 +318,8 @@ class RestartTest(LaunchCase):
         self.assertIn("launch.py: no restarts left (2 used); the last failure: worker 1 on "
                       "localhost exited with status 3", err)
         self.assertEqual([name for name, _ in self.starts(out)].count("worker 1"), 3, out)
+        for name in ("scheduler", "server 0", "worker 0", "worker 1"):
+            self.assertEqual(self.attempts(out, name), ["0", "1", "2"], out)
         self.assertNothingLeft()
 
     def test_without_max_restarts_a_failure_ends_the_job(self):
@@ -288,7 +329,7 @@ class RestartTest(LaunchCase):
         self.assertNothingLeft()
 
     def test_a_signal_to_the_launcher_is_not_restarted(self):
-        rc, err, seconds = self.interrupt_when_started(
+        rc, err, seconds, _ = self.interrupt_when_started(
             ["-n", "1", "-s", "1", "--max-restarts", "3"], "*=sleep", signal.SIGINT, 3,
             command=[sys.executable, FAKE] + self.RESUMABLE)
         self.assertEqual(rc, 130, err)
@@ -335,7 +376,7 @@ class SshLauncherTest(LaunchCase):
             raise unittest.SkipTest(why)
         cls.hostfile = os.path.join(cls.sshd.dir.name, "hosts")
         with open(cls.hostfile, "w") as f:
-            f.write("127.0.0.1\nlocalhost:2\n")
+            f.write("127.0.0.1\nlocalhost slots=2\n")
         cls.launcher_args = ["--launcher", "ssh", "-H", cls.hostfile, "--ssh-port",
                              str(cls.sshd.port), "--ssh-opts", cls.sshd.ssh_opts]
 
@@ -343,7 +384,8 @@ class SshLauncherTest(LaunchCase):
     def tearDownClass(cls):
         cls.sshd.stop()
 
-    def test_sync_dst_dir_and_a_job_that_exits_0(self):
+    def check_synced_job(self):
+        """Runs a job of -n 3 -s 2 with --sync-dst-dir and checks where each role ran."""
         with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as dst:
             shutil.copy(FAKE, src)
             rc, out, err, _ = self.launch(
@@ -356,18 +398,58 @@ class SshLauncherTest(LaunchCase):
             self.assertEqual(hosts, {"scheduler": "127.0.0.1", "server 0": "127.0.0.1",
                                      "server 1": "localhost", "worker 0": "127.0.0.1",
                                      "worker 1": "localhost", "worker 2": "localhost"})
-            for fields in roles.values():
+            for name, fields in roles.items():
                 self.assertEqual(fields[2:5], ("127.0.0.1:" + fields[2].split(":")[1], "3", "2"))
                 self.assertEqual(fields[6], dst)
+                self.assertEqual(fields[7:], (TASK_IDS_3_2[name], "0", "ssh"))
             self.assertIn("[worker 2] worker 2 on stderr", err)
             self.assertNotIn("TALLY_REMOTE_PGID", out + err)
+        self.assertNothingLeft()
+        return err
+
+    def test_sync_dst_dir_and_a_job_that_exits_0(self):
+        self.check_synced_job()
+
+    def test_the_hostfile_ssh_port_is_used(self):
+        # The test's sshd listens on its port only, and --ssh-port names a port nothing
+        # listens on: the job runs only if each line's own port wins, for the copy too.
+        hostfile = os.path.join(self.sshd.dir.name, "hosts-with-ports")
+        with open(hostfile, "w") as f:
+            f.write(f"127.0.0.1:{self.sshd.port}\nlocalhost:{self.sshd.port} slots=2\n")
+        self.launcher_args = ["--launcher", "ssh", "-H", hostfile, "--ssh-port",
+                              str(job.free_port()), "--ssh-opts", self.sshd.ssh_opts]
+        err = self.check_synced_job()
+        self.assertNotIn("means ssh port", err)
+
+    def test_mxnet_variables_are_forwarded_and_credentials_stay_off_command_lines(self):
+        forwarded = {"OMP_NUM_THREADS": "3", "KMP_AFFINITY": "compact",
+                     "LD_LIBRARY_PATH": "/opt/forwarded/lib", "DMLC_INTERFACE": "lo",
+                     "AWS_ACCESS_KEY_ID": "AKIDFORWARDTEST",
+                     "AWS_SECRET_ACCESS_KEY": "s3cret value/with+chars'\"$x"}
+        env = dict(forwarded, FAKE_PRINT_VARS=",".join(forwarded))
+
+        def no_secret_on_a_command_line():
+            # ssh clients here and the remote shells (sshd's children) alike.
+            lines = [cmdline(pid) for pid in map(int, filter(str.isdigit, os.listdir("/proc")))]
+            self.assertGreaterEqual(sum("TALLY_REMOTE_PGID" in line for line in lines), 4)
+            for secret in (forwarded["AWS_SECRET_ACCESS_KEY"], forwarded["AWS_ACCESS_KEY_ID"]):
+                self.assertEqual([line for line in lines if secret in line], [],
+                                 "a credential is on a command line")
+
+        rc, err, _, out = self.interrupt_when_started(
+            ["-n", "2", "-s", "1", "--env", "FAKE_PRINT_VARS", "--env", "KMP_AFFINITY:scatter"],
+            "*=sleep", signal.SIGINT, 4, env=env, while_running=no_secret_on_a_command_line)
+        self.assertEqual(rc, 130, err)
+        for name in ("scheduler", "server 0", "worker 0", "worker 1"):
+            for var, value in dict(forwarded, KMP_AFFINITY="scatter").items():
+                self.assertIn(f"[{name}] var {var}={value}\n", out)
         self.assertNothingLeft()
 
     def test_a_failing_worker_stops_the_remote_processes(self):
         self.check_failing_worker("localhost")
 
     def test_sigint_stops_the_remote_processes(self):
-        rc, err, _ = self.interrupt_when_started(["-n", "2", "-s", "1"], "*=grandchild",
+        rc, err, _, _ = self.interrupt_when_started(["-n", "2", "-s", "1"], "*=grandchild",
                                                  signal.SIGINT, 4)
         self.assertEqual(rc, 130, err)
         self.assertNothingLeft()
@@ -386,121 +468,27 @@ class MpiLauncherTest(LaunchCase):
                          ["scheduler", "server 0", "worker 0", "worker 1"])
         self.assertNothingLeft()
 
+    def test_a_hostfile_with_slots_and_one_port(self):
+        # localhost is this machine to mpirun, so no ssh is made: this checks that mpirun
+        # takes the port's --mca plm_rsh_args and that slots place the roles.
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts") as hosts:
+            hosts.write("localhost:22 slots=2\n")
+            hosts.flush()
+            rc, out, err, _ = self.launch(["-n", "3", "-s", "2", "-H", hosts.name],
+                                          "worker=exit0,*=exit0:1")
+        self.assertEqual(rc, 0, err)
+        roles = self.roles(out)
+        self.assertEqual(sorted(roles), sorted(TASK_IDS_3_2))
+        for name, fields in roles.items():
+            self.assertEqual(fields[5], "localhost")
+            self.assertEqual(fields[7:], (TASK_IDS_3_2[name], "0", "mpi"))
+        self.assertNothingLeft()
+
     def test_a_failing_worker_stops_the_job(self):
         # mpirun passes the SIGTERM on and escalates to SIGKILL by itself, at times before
         # the launcher's grace period ends: who kills the server that ignores SIGTERM varies,
         # that nothing of the job is left does not.
         self.check_failing_worker("localhost", launcher_kills=False)
-
-
-class HostfileCase(unittest.TestCase):
-
-    def write(self, text):
-        handle = tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False)
-        self.addCleanup(os.unlink, handle.name)
-        with handle:
-            handle.write(text)
-        return handle.name
-
-
-class HostfileTest(HostfileCase):
-
-    def test_parse(self):
-        path = self.write("# cluster\n\nnode1:2\n  node2   # the slow one\nnode3:1\n")
-        self.assertEqual(job.parse_hostfile(path), [("node1", 2), ("node2", 1), ("node3", 1)])
-        for text in ("a:0\n", "a:x\n", "a b\n", ":2\n", "# only comments\n"):
-            with self.subTest(text=text):
-                with self.assertRaises(job.UsageError):
-                    job.parse_hostfile(self.write(text))
-
-    def test_placement_spreads_roles_across_hosts(self):
-        hosts = [("a", 2), ("b", 1), ("c", 2)]
-        self.assertEqual(job.rotation(hosts), ["a", "b", "c", "a", "c"])
-        procs = job.plan_job(6, 3, hosts, "a", 9000, {"X": "1"})
-        placed = [(p.name, p.host, p.env["DMLC_NODE_HOST"], p.env["TALLY_RANK"]) for p in procs]
-        self.assertEqual(placed, [
-            ("scheduler", "a", "a", "0"),
-            ("server 0", "a", "a", "0"), ("server 1", "b", "b", "1"),
-            ("server 2", "c", "c", "2"),
-            ("worker 0", "a", "a", "0"), ("worker 1", "b", "b", "1"),
-            ("worker 2", "c", "c", "2"), ("worker 3", "a", "a", "3"),
-            ("worker 4", "c", "c", "4"), ("worker 5", "a", "a", "5")])
-        for p in procs:
-            self.assertEqual((p.env["DMLC_PS_ROOT_URI"], p.env["DMLC_PS_ROOT_PORT"],
-                              p.env["DMLC_NUM_WORKER"], p.env["DMLC_NUM_SERVER"],
-                              p.env["DMLC_ROLE"], p.env["X"]), ("a", "9000", "6", "3", p.role, "1"))
-
-
-
-class DryRunTest(HostfileCase):
-    """The command lines of the ssh, slurm and mpi launchers, as --dry-run prints them."""
-
-    def dry_run(self, launcher, hostfile_text, *args):
-        argv = [sys.executable, LAUNCH, "--launcher", launcher, "--dry-run", "--port", "9091",
-                "-H", self.write(hostfile_text)] + list(args) + ["train", "--kv-store", "dist_sync"]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        return [shlex.split(line) for line in result.stdout.splitlines()]
-
-    def test_ssh_command_lines(self):
-        lines = self.dry_run("ssh", "h1\nh2\n", "-n", "2", "-s", "1", "--ssh-port", "2222",
-                             "--env", "OMP_NUM_THREADS:4")
-        self.assertEqual(len(lines), 4)
-        for argv, host, role in zip(lines, ["h1", "h1", "h1", "h2"],
-                                    ["scheduler", "server", "worker", "worker"]):
-            self.assertEqual(argv[:9], ["ssh", "-o", "BatchMode=yes", "-o",
-                                        "StrictHostKeyChecking=no", "-p", "2222", host, argv[8]])
-            remote = argv[8]
-            # The secret comes through ssh's stdin, never on a command line.
-            self.assertTrue(remote.startswith("IFS= read -r TALLY_JOB_SECRET && export TALLY_JOB_SECRET && "),
-                            remote)
-            self.assertNotIn("TALLY_JOB_SECRET=", remote)
-            self.assertIn(f"cd {shlex.quote(os.getcwd())} && exec env DMLC_ROLE={role} ", remote)
-            self.assertIn("DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=9091 ", remote)
-            self.assertIn(f"DMLC_NODE_HOST={host} ", remote)
-            self.assertIn("OMP_NUM_THREADS=4 train --kv-store dist_sync", remote)
-
-    def test_slurm_command_lines(self):
-        lines = self.dry_run("slurm", "n1\nn2:2\n", "-n", "3", "-s", "2", "--env", "LIST:a,b")
-        self.assertEqual(len(lines), 6)
-        expected = [("scheduler", 0, "n1"), ("server", 0, "n1"), ("server", 1, "n2"),
-                    ("worker", 0, "n1"), ("worker", 1, "n2"), ("worker", 2, "n2")]
-        for argv, (role, rank, host) in zip(lines, expected):
-            # A value with a comma travels in srun's environment, named in --export.
-            # So does the job's secret (shown masked by --dry-run).
-            self.assertEqual(argv[:6], ["LIST=a,b", "TALLY_JOB_SECRET=<secret>", "srun", "--nodes=1",
-                                        "--ntasks=1", f"--nodelist={host}"])
-            self.assertEqual(argv[7], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
-                                      f"DMLC_PS_ROOT_PORT=9091,DMLC_NUM_WORKER=3,"
-                                      f"DMLC_NUM_SERVER=2,DMLC_NODE_HOST={host},"
-                                      f"TALLY_RANK={rank},OMP_WAIT_POLICY=passive,LIST,TALLY_JOB_SECRET")
-            self.assertEqual(argv[8:], ["train", "--kv-store", "dist_sync"])
-
-    def test_mpi_command_lines(self):
-        lines = self.dry_run("mpi", "m1\nm2\n", "-n", "2", "-s", "2")
-        # The secret is in mpirun's environment, forwarded by name.
-        self.assertEqual([argv[:6] for argv in lines],
-                         [["TALLY_JOB_SECRET=<secret>", "mpirun", "-n", "1", "--host", h]
-                          for h in ("m1", "m1", "m2", "m1", "m2")])
-        for argv, rank in zip(lines, ["0", "0", "1", "0", "1"]):
-            self.assertEqual(argv[argv.index("TALLY_JOB_SECRET") - 1], "-x")
-            self.assertIn(f"TALLY_RANK={rank}", argv[argv.index("TALLY_RANK=" + rank) - 1:])
-            self.assertEqual(argv[argv.index("TALLY_RANK=" + rank) - 1], "-x")
-            self.assertEqual(argv[-3:], ["train", "--kv-store", "dist_sync"])
-
-    def test_plain_has_no_secret(self):
-        lines = self.dry_run("mpi", "m1\n", "-n", "1", "-s", "1", "--plain")
-        for argv in lines:
-            self.assertEqual(argv[0], "mpirun")
-            self.assertNotIn("TALLY_JOB_SECRET", argv)
-            self.assertEqual(argv[argv.index("TALLY_PLAIN=1") - 1], "-x")
-
-    def test_secret_cannot_be_overridden(self):
-        argv = [sys.executable, LAUNCH, "--dry-run", "-n", "1", "--env", "TALLY_JOB_SECRET:00",
-                "train"]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("TALLY_JOB_SECRET is set by the launcher", result.stderr)
 
 
 if __name__ == "__main__":
