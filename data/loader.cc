@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <glog/logging.h>
 
@@ -17,10 +18,22 @@ Status OpenLoaderPack(const LoaderConfig& c, const std::string& who, std::unique
   }
   if (c.threads <= 0 || c.prefetch <= 0) return Status::InvalidArgument(who + ": threads and prefetch must be positive");
   if (c.label_width <= 0) return Status::InvalidArgument(who + ": label_width must be positive");
-  if (c.idx_path.empty()) return Status::InvalidArgument(who + ": an .idx file is required to shard " + c.rec_path);
   TALLY_RETURN_IF_ERROR(RecordReader::Open(c.rec_path, c.idx_path, reader));
+  if (c.idx_path.empty()) {
+    // As MXNet's ImageRecordIter reads a bare .rec: the records are found by reading the
+    // file through once, then shuffled and sharded by position as with an index.
+    const auto t0 = std::chrono::steady_clock::now();
+    TALLY_RETURN_IF_ERROR((*reader)->IndexByScanning());
+    LOG(INFO) << who << ": " << c.rec_path << " has no .idx: found its " << (*reader)->num_indexed()
+              << " records by reading it through ("
+              << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
+              << " ms); an index (tally im2rec writes one beside the .rec) makes this start at once";
+  }
   const int64_t n = static_cast<int64_t>((*reader)->num_indexed());
-  if (n == 0) return Status::InvalidArgument(who + ": " + c.idx_path + " lists no records");
+  if (n == 0) {
+    return Status::InvalidArgument(who + ": " + (c.idx_path.empty() ? c.rec_path + " holds" : c.idx_path + " lists") +
+                                   " no records");
+  }
   if (n > int64_t{UINT32_MAX}) return Status::InvalidArgument(who + ": more than 2^32 records in " + c.idx_path);
   *sizes = PartSizesOf(n, c.num_parts, c.batch_size, c.round_batch, c.max_bad_fraction);
   if (sizes->batches_per_epoch == 0) {

@@ -53,7 +53,7 @@
 namespace tally {
 
 struct LoaderConfig {
-  std::string rec_path, idx_path;  // the .idx is required (sharding and shuffling use it)
+  std::string rec_path, idx_path;  // no .idx (empty): the .rec is read through once to find its records
   int batch_size = 32;
   int num_parts = 1, part_index = 0;
   bool shuffle = true;

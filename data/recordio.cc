@@ -132,6 +132,31 @@ static bool PreadFull(int fd, void* buf, size_t n, uint64_t offset) {
   return true;
 }
 
+Status RecordReader::IndexByScanning() {
+  if (!index_.empty()) return Status::Internal(path_ + " is indexed already");
+  uint64_t pos = 0;
+  while (pos < file_size_) {
+    const uint64_t start = pos;
+    const int64_t i = static_cast<int64_t>(index_.size());
+    for (int part = 0;; ++part) {
+      char header[recordio::kPartHeaderBytes];
+      if (pos + sizeof header > file_size_ || !PreadFull(fd_, header, sizeof header, pos)) {
+        return Error(start, i, "truncated: the file ends inside a part header at byte " + std::to_string(pos));
+      }
+      const uint32_t lrec = GetLe32(header + 4), cflag = recordio::LrecCflag(lrec);
+      const bool starts = cflag == recordio::kCflagWhole || cflag == recordio::kCflagFirst;
+      if (GetLe32(header) != kMagic || starts != (part == 0)) {
+        return Error(start, i, "no record part at byte " + std::to_string(pos) + " (bad magic or cflag)");
+      }
+      pos += recordio::kPartHeaderBytes + recordio::PaddedLength(recordio::LrecLength(lrec));
+      if (pos > file_size_) return Error(start, i, "truncated: a part runs past the end of the file");
+      if (cflag == recordio::kCflagWhole || cflag == recordio::kCflagLast) break;
+    }
+    index_.push_back({static_cast<uint64_t>(i), start});
+  }
+  return Status::Ok();
+}
+
 Status RecordReader::ReadAt(uint64_t offset, std::string* payload, uint64_t* next_offset, int64_t index) const {
   payload->clear();
   uint64_t pos = offset;

@@ -97,6 +97,10 @@ class RecordReader {
   // For resuming after a corrupt record (and for cutting a file without its .idx, as
   // dmlc-core's splitter does). Thread-safe.
   Status FindRecordStart(uint64_t from, uint64_t* offset) const;
+  // Indexes a .rec that has no .idx: walks its records from the start, reading only their
+  // part headers, and lists each in order (key = its position), as if an .idx did. Fails
+  // on the first record that is not whole, naming it. REQUIRES: no index was loaded.
+  Status IndexByScanning();
   // Reads the record of the i-th .idx line. REQUIRES: an index was loaded, i < num_indexed().
   Status ReadIndexed(size_t i, std::string* payload) const;
 

@@ -12,9 +12,9 @@
 #include "data/synthetic_data.h"
 
 DEFINE_string(data_train, "", "training RecordIO pack (.rec); empty: synthetic data");
-DEFINE_string(data_train_idx, "", "its index (.idx); default: the .rec's name with .idx");
+DEFINE_string(data_train_idx, "", "its index (.idx); default: the .rec's name with .idx, if there is one (without, the .rec is read through once to find its records)");
 DEFINE_string(data_val, "", "validation RecordIO pack (.rec)");
-DEFINE_string(data_val_idx, "", "its index (.idx); default: the .rec's name with .idx");
+DEFINE_string(data_val_idx, "", "its index (.idx); default: the .rec's name with .idx, if there is one");
 DEFINE_int32(data_nthreads, 4, "decoding threads per loader");
 DEFINE_int32(gpu_decode, 1,
              "with one GPU per process and --data-train: 1 decodes and augments the training JPEGs on "
@@ -68,10 +68,14 @@ Status FileFlag(const char* flag, const std::string& path) {
   return Status::Ok();
 }
 
+// The .idx a pack is read through: the flag's, else the one beside the .rec, else none
+// (empty: the loader finds the records by reading the .rec through).
 std::string IdxFor(const std::string& rec, const std::string& idx) {
   if (!idx.empty()) return idx;
   size_t dot = rec.rfind('.');
-  return (dot == std::string::npos ? rec : rec.substr(0, dot)) + ".idx";
+  const std::string beside = (dot == std::string::npos ? rec : rec.substr(0, dot)) + ".idx";
+  struct stat st;
+  return stat(beside.c_str(), &st) == 0 ? beside : std::string();
 }
 
 class SyntheticSource : public BatchSource {
@@ -142,7 +146,7 @@ Status LoaderConfigFor(const TrainerConfig& cfg, const std::string& rec, const s
                        int rank, int workers, const DataPosition& start, LoaderConfig* out) {
   const char* flag = train ? "--data-train" : "--data-val";
   TALLY_RETURN_IF_ERROR(FileFlag(flag, rec));
-  TALLY_RETURN_IF_ERROR(FileFlag(train ? "--data-train-idx" : "--data-val-idx", idx));
+  if (!idx.empty()) TALLY_RETURN_IF_ERROR(FileFlag(train ? "--data-train-idx" : "--data-val-idx", idx));
   if (cfg.model.image_shape[0] != 3) {
     return Status::InvalidArgument("--image-shape: RecordIO images are decoded to 3 channels");
   }

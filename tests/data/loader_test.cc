@@ -208,6 +208,21 @@ TEST(Loader, TooManyBadRecordsStopsWithAClearError) {
   EXPECT_FALSE(loader->NextBatch(&batch).ok());  // and it stays failed
 }
 
+// A .rec without its .idx, as MXNet's ImageRecordIter reads one: the same batches, parts
+// and shuffle as through the index.
+TEST(Loader, ABareRecReadsAsWithItsIndex) {
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "bare", 40);
+  LoaderConfig c = SmallConfig(pack);
+  c.num_parts = 2;
+  c.part_index = 1;
+  const Seen indexed = ReadEpochs(c, 2);
+  c.idx_path = "";
+  const Seen bare = ReadEpochs(c, 2);
+  EXPECT_EQ(bare.labels, indexed.labels);
+  EXPECT_TRUE(bare.pixels == indexed.pixels);
+}
+
 TEST(Loader, BadConfigurationAndMissingFilesAreStatuses) {
   ScopedTempDir dir("loader_test");
   const std::string pack = WritePack(dir, "config", 10);

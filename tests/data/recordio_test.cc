@@ -80,6 +80,19 @@ class RecordIoTest : public ::testing::Test {
       EXPECT_EQ(got, payloads[i]);
       EXPECT_EQ(r->index()[i].key, 100 + i);
     }
+
+    // Without the .idx, a scan of the part headers finds the same records, keyed by position.
+    std::unique_ptr<RecordReader> bare;
+    ASSERT_TRUE(RecordReader::Open(Path("a.rec"), "", &bare).ok());
+    s = bare->IndexByScanning();
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(bare->num_indexed(), payloads.size());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      EXPECT_EQ(bare->index()[i].offset, r->index()[i].offset) << "record " << i;
+      EXPECT_EQ(bare->index()[i].key, i);
+      ASSERT_TRUE(bare->ReadIndexed(i, &got).ok());
+      EXPECT_EQ(got, payloads[i]);
+    }
   }
 
   ScopedTempDir tmp_{"recordio_test"};
@@ -258,6 +271,24 @@ TEST_F(RecordIoTest, CorruptInputs) {
   ExpectError(r->ReadAt(2, &rec), {"offset 2", "multiple of 4"});
   ExpectError(r->ReadAt(off[2] + 8, &rec, nullptr, 2), {"record 2", "bad magic"});
   EXPECT_FALSE(RecordReader::Open(Path("missing.rec"), "", &r).ok());
+}
+
+TEST_F(RecordIoTest, ScanningABareRecNamesWhereItBreaks) {
+  std::unique_ptr<RecordWriter> w;
+  ASSERT_TRUE(RecordWriter::Open(Path("bare.rec"), &w).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(std::string(10 + i, 'a'), i).ok());
+  ASSERT_TRUE(w->Close("").ok());
+  std::string file = ReadFile("bare.rec");
+  // Cut inside the third record's payload: the first two are whole.
+  std::ofstream(Path("cut.rec"), std::ios::binary) << file.substr(0, file.size() - 8);
+  std::unique_ptr<RecordReader> r;
+  ASSERT_TRUE(RecordReader::Open(Path("cut.rec"), "", &r).ok());
+  ExpectError(r->IndexByScanning(), {"cut.rec", "record 2", "truncated"});
+  // Garbage where the second record should start.
+  file.replace(20, 4, "junk");
+  std::ofstream(Path("junk.rec"), std::ios::binary) << file;
+  ASSERT_TRUE(RecordReader::Open(Path("junk.rec"), "", &r).ok());
+  ExpectError(r->IndexByScanning(), {"junk.rec", "record 1", "bad magic"});
 }
 
 TEST_F(RecordIoTest, CorruptIndex) {
