@@ -3,7 +3,8 @@
 // and the test transport loses, repeats and reorders on purpose. So every message a node
 // sends with an id (sender_id >= 0) gets a number per receiver; the receiver delivers
 // numbers in order and once, holding early ones back, and acknowledges the highest number
-// it has delivered; the sender keeps each message until it is acknowledged and sends the
+// it has delivered (on its next message back to the sender, or in an ACK of its own at the
+// next tick when none goes back, or at once after a repeat or a gap); the sender keeps each message until it is acknowledged and sends the
 // oldest one again after a retransmission timeout computed as TCP's (RFC 6298: the smoothed
 // round trip plus four times its variation, at least 200 ms; messages up to 64 KB) or
 // resend_ms (larger ones), then twice that, and so on up to kMaxBackoff, or at once when a
@@ -52,7 +53,9 @@ class ReliableTransport : public Transport {
     m.meta.set_receiver_id(id);
     const uint64_t seq = ++out->next;
     m.meta.set_seq(seq);
+    const uint64_t acked = PiggybackAck(id, &m);
     Status s = inner_->Send(id, m);
+    if (s.ok() && acked > 0) AckSent(id, acked);
     // Kept even when the send failed: a later message's number would otherwise wait forever
     // for this one at the receiver. The caller learns of the failure all the same.
     out->unacked.emplace(seq, Unacked{std::move(m), Clock::now(), FirstWait(*out, msg), false});
@@ -75,7 +78,7 @@ class ReliableTransport : public Transport {
       Message m;
       TALLY_RETURN_IF_ERROR(inner_->Recv(&m, wait));
       if (m.meta.command() == wire::ACK) {
-        Acknowledged(m.meta.sender_id(), m.meta.ack_seq());
+        Acknowledged(m.meta.sender_id(), m.meta.ack_seq(), /*explicit_ack=*/true);
         continue;
       }
       const uint64_t seq = m.meta.seq();
@@ -85,12 +88,15 @@ class ReliableTransport : public Transport {
       }
       const int from = m.meta.sender_id();
       const int me = m.meta.receiver_id();
+      if (m.meta.ack_seq() > 0) Acknowledged(from, m.meta.ack_seq(), /*explicit_ack=*/false);
       In& in = in_[from];
+      bool in_order = false;
       if (seq <= in.delivered || in.early.count(seq) > 0) {
         ++duplicates_;
         LOG_EVERY_N(INFO, 1000) << "dropped a repeated message from node " << from << " (" << duplicates_
                                 << " repeats so far)";
       } else if (seq == in.delivered + 1) {
+        in_order = true;
         ready_.push_back(std::move(m));
         ++in.delivered;
         for (auto it = in.early.begin(); it != in.early.end() && it->first == in.delivered + 1;
@@ -104,7 +110,10 @@ class ReliableTransport : public Transport {
         LOG_EVERY_N(WARNING, 100) << "node " << from << " is more than " << kMaxEarly
                                   << " messages ahead of what has arrived; dropped one (it will be sent again)";
       }
-      Acknowledge(me, from, in.delivered);
+      // In order, the acknowledgement rides on the next message back to the sender, or
+      // goes alone at the next tick; a repeat or a gap is answered at once (the sender may
+      // be resending for want of it, or waits for the oldest: fast retransmit).
+      if (MarkDelivered(me, from, in.delivered, in_order)) Acknowledge(me, from, in.delivered);
     }
   }
 
@@ -168,9 +177,57 @@ class ReliableTransport : public Transport {
     return out.get();
   }
 
-  // A repeated acknowledgement means the receiver got something after a gap: the oldest
-  // message is sent again at once (fast retransmit), not after resend_ms.
-  void Acknowledged(int from, uint64_t seq) {
+  // What this node owes each sender: the number up to which it has delivered, and whether
+  // no message back has said so yet.
+  struct Owed {
+    uint64_t delivered = 0;
+    bool pending = false;
+    int me = -1;
+  };
+
+  // Records a delivery from `from`; true if it must be acknowledged at once.
+  bool MarkDelivered(int me, int from, uint64_t delivered, bool in_order) {
+    std::lock_guard<std::mutex> lock(owed_mu_);
+    Owed& o = owed_[from];
+    o.delivered = delivered;
+    o.me = me;
+    o.pending = in_order;
+    return !in_order;
+  }
+
+  // Puts what this node owes `to` into m; returns the number acknowledged (0: none).
+  uint64_t PiggybackAck(int to, Message* m) {
+    std::lock_guard<std::mutex> lock(owed_mu_);
+    auto it = owed_.find(to);
+    if (it == owed_.end() || it->second.delivered == 0) return 0;
+    m->meta.set_ack_seq(it->second.delivered);
+    return it->second.delivered;
+  }
+
+  void AckSent(int to, uint64_t acked) {
+    std::lock_guard<std::mutex> lock(owed_mu_);
+    Owed& o = owed_[to];
+    if (o.delivered == acked) o.pending = false;
+  }
+
+  // Acknowledges, alone, what no message back has carried since the last tick.
+  void SendOwedAcks() {
+    std::vector<std::pair<int, Owed>> due;
+    {
+      std::lock_guard<std::mutex> lock(owed_mu_);
+      for (auto& [from, o] : owed_) {
+        if (!o.pending) continue;
+        due.emplace_back(from, o);
+        o.pending = false;
+      }
+    }
+    for (const auto& [from, o] : due) Acknowledge(o.me, from, o.delivered);
+  }
+
+  // A repeated ACK means the receiver got something after a gap: the oldest message is
+  // sent again at once (fast retransmit), not after resend_ms. Acknowledgements carried by
+  // other messages repeat all the time and say nothing of gaps.
+  void Acknowledged(int from, uint64_t seq, bool explicit_ack) {
     Out* out = OutTo(from);
     std::lock_guard<std::mutex> lock(out->mu);
     const auto now = Clock::now();
@@ -189,7 +246,7 @@ class ReliableTransport : public Transport {
       }
     }
     out->unacked.erase(out->unacked.begin(), end);
-    const bool repeat = seq == out->acked;
+    const bool repeat = explicit_ack && seq == out->acked;
     out->acked = std::max(out->acked, seq);
     if (!repeat || out->unacked.empty()) return;
     auto& [oldest, u] = *out->unacked.begin();
@@ -234,6 +291,7 @@ class ReliableTransport : public Transport {
       std::vector<std::pair<int, Out*>> outs;
       for (auto& [id, out] : out_) outs.emplace_back(id, out.get());
       lock.unlock();
+      SendOwedAcks();
       const auto now = Clock::now();
       for (auto [id, out] : outs) {
         std::lock_guard<std::mutex> out_lock(out->mu);
@@ -264,6 +322,9 @@ class ReliableTransport : public Transport {
   bool closed_ = false;                      // GUARDED_BY(mu_)
   std::thread resender_;
   std::atomic<int64_t> resent_{0};
+
+  std::mutex owed_mu_;
+  std::map<int, Owed> owed_;  // GUARDED_BY(owed_mu_), by sender
 
   // The receiving side: Recv runs on one thread at a time.
   std::map<int, In> in_;
