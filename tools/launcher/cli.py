@@ -58,6 +58,10 @@ def build_parser():
                         help="after a process fails, stop the job and start it again, up to "
                              "K times; the command must have --model-prefix and --resume auto "
                              "(default: 0)")
+    parser.add_argument("--log-dir", metavar="DIR",
+                        help="also write each process's output, without the [role] prefix, to "
+                             "DIR/ROLE-RANK.log (DIR/scheduler.log); a restarted job's attempt N "
+                             "to ROLE-RANK.attemptN.log")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the command of every process, one per line, and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER,
@@ -151,6 +155,15 @@ def make_child(args, proc, cwd, out_lock):
     return Child(proc, argv, env, out_lock)
 
 
+def log_path(log_dir, proc, attempt):
+    """DIR/worker-0.log for the first attempt, DIR/worker-0.attempt2.log for the second
+    restart; the file starts empty."""
+    stem = proc.name.replace(" ", "-") + (f".attempt{attempt}" if attempt else "")
+    path = os.path.join(log_dir, stem + ".log")
+    open(path, "wb").close()
+    return path
+
+
 def sync_all(args, hosts, dry_run):
     ssh_opts = shlex.split(args.ssh_opts)
     # Two lines may name one machine on two ports (containers, say): each is copied to.
@@ -173,6 +186,11 @@ def main(argv=None):
     try:
         procs, cwd, hosts = plan(args)
         out_lock = threading.Lock()
+        if args.log_dir and not args.dry_run:
+            try:
+                os.makedirs(args.log_dir, exist_ok=True)
+            except OSError as e:
+                raise UsageError(f"--log-dir {args.log_dir}: {e.strerror}")
 
         def make_children(attempt):
             job_secret = secrets.token_hex(32)
@@ -185,7 +203,11 @@ def main(argv=None):
                 proc.secret = None if args.plain else job_secret
                 if args.plain:
                     proc.env["TALLY_PLAIN"] = "1"
-            return [make_child(args, proc, cwd, out_lock) for proc in procs]
+            children = [make_child(args, proc, cwd, out_lock) for proc in procs]
+            if args.log_dir and not args.dry_run:
+                for child in children:
+                    child.log_path = log_path(args.log_dir, child.proc, attempt)
+            return children
 
         children = make_children(0)
         if args.dry_run:

@@ -88,6 +88,10 @@ class Child:
         self.env = env  # added to the launcher's environment
         self.stdin_data = stdin_data  # bytes written to the child's stdin, then closed
         self.out_lock = out_lock
+        # --log-dir: the process's output also goes here, without the role prefix, so that
+        # per-process tools (MXNet's parse_log.py) read it as a single process's log.
+        self.log_path = None
+        self.log = None
         self.popen = None
         self.threads = []
         self.returncode = None
@@ -116,6 +120,8 @@ class Child:
                 self.popen.stdin.close()
             except OSError:  # it died at once; its exit status tells why
                 pass
+        if self.log_path is not None:
+            self.log = open(self.log_path, "ab")
         prefix = f"[{self.proc.name}] ".encode()
         for stream, target in ((self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)):
             thread = threading.Thread(target=self.forward, args=(stream, target, prefix),
@@ -136,6 +142,9 @@ class Child:
                 else:
                     target.write((prefix + line).decode(errors="replace"))
                 target.flush()
+                if self.log is not None:
+                    self.log.write(line)
+                    self.log.flush()
         stream.close()
 
     def intercept(self, line):
@@ -201,6 +210,9 @@ class Child:
                 pass
         for thread in self.threads:
             thread.join(timeout)
+        if self.log is not None and not any(t.is_alive() for t in self.threads):
+            self.log.close()
+            self.log = None
 
 
 class RemoteChild(Child):

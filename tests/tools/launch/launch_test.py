@@ -187,6 +187,24 @@ class LocalLauncherTest(LaunchCase):
     def test_a_failing_worker_stops_the_job_naming_it(self):
         self.check_failing_worker("localhost")
 
+    def test_log_dir_holds_each_processs_output_without_the_prefix(self):
+        with tempfile.TemporaryDirectory() as logs:
+            rc, out, err, _ = self.launch(["-n", "2", "-s", "1", "--log-dir", os.path.join(logs, "run")],
+                                          "worker=exit0,*=exit0:1")
+            self.assertEqual(rc, 0, err)
+            names = sorted(os.listdir(os.path.join(logs, "run")))
+            self.assertEqual(names, ["scheduler.log", "server-0.log", "worker-0.log", "worker-1.log"])
+            for name in names:
+                role = name[:-len(".log")].replace("-", " ")
+                with open(os.path.join(logs, "run", name)) as f:
+                    text = f.read()
+                # Every line the launcher printed with this role's prefix, and nothing else.
+                printed = [line[len(role) + 3:] for line in (out + err).splitlines()
+                           if line.startswith(f"[{role}] ")]
+                self.assertEqual(sorted(text.splitlines()), sorted(printed), name)
+                self.assertRegex(text, r"^role=")
+                self.assertRegex(text, r"\n(scheduler 0|%s) on stderr\n" % role)
+
     def test_a_signal_stops_everything(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
             with self.subTest(signal=signum.name):
