@@ -94,14 +94,7 @@ TEST(Delivery, FaultSpecErrorsNameTheVariableAndTheItem) {
 }
 
 // A job of 1 server and 1 worker: node 0 the scheduler, 1 the server, 2 the worker.
-JobAuth Member(const std::string& secret, const std::string& name) {
-  JobAuth a;
-  a.secret = secret;
-  a.self = name;
-  a.job.num_servers = 1;
-  a.job.num_workers = 1;
-  return a;
-}
+JobAuth Member(const std::string& secret, const std::string& name) { return JobAuth{secret, name, JobNames{1, 1}}; }
 
 // Receives on another thread, as a node's receiving thread does: the first Send to a
 // secure peer waits for that peer to answer the handshake.

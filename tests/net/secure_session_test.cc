@@ -10,14 +10,7 @@
 namespace tally {
 namespace {
 
-JobAuth Member(const std::string& secret, const std::string& name) {
-  JobAuth a;
-  a.secret = secret;
-  a.self = name;
-  a.job.num_servers = 1;
-  a.job.num_workers = 2;
-  return a;
-}
+JobAuth Member(const std::string& secret, const std::string& name) { return JobAuth{secret, name, JobNames{1, 2}}; }
 
 // A sealed message as the wire carries it: one buffer per frame.
 using Wire = std::vector<std::string>;
