@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include "data/image_codec.h"
 #include "data/recordio.h"
 #include "tests/temp_dir.h"
+#include "tools/python_random.h"
 
 namespace tally {
 namespace {
@@ -25,13 +27,16 @@ struct CommandResult {
 class Im2recTest : public ::testing::Test {
  protected:
 
-  CommandResult Tally(const std::string& args) {
-    const std::string log = dir_ + "/log.txt";
-    int status = std::system(("cd '" + dir_ + "' && '" TALLY_BINARY "' " + args + " > log.txt 2>&1").c_str());
-    std::ifstream in(log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
+  // Runs a shell command in the test's folder.
+  CommandResult Run(const std::string& command) {
+    int status = std::system(("cd '" + dir_ + "' && " + command + " > log.txt 2>&1").c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Read("log.txt")};
+  }
+  CommandResult Tally(const std::string& args) { return Run("'" TALLY_BINARY "' " + args); }
+  // Runs a Python program with python3 (stdlib only) and ARGS.
+  CommandResult Python(const std::string& program, const std::string& args = "") {
+    Write("program.py", program);
+    return Run("python3 program.py " + args);
   }
 
   std::string Read(const std::string& name) {
@@ -167,6 +172,8 @@ TEST_F(Im2recTest, FlagErrors) {
       {"im2rec data imgs --recursive", "--recursive applies to --list only"},
       {"im2rec data imgs --pass-through --quality 80", "--quality contradicts --pass-through"},
       {"im2rec data imgs --encoding .gif", "--encoding"},
+      {"im2rec data imgs --chunks 2", "--chunks applies to --list only"},
+      {"im2rec data imgs --list --chunks 0", "--chunks must be at least 1"},
       {"im2rec data imgs --list --train-ratio 0.8 --test-ratio 0.5", "exceeds 1"},
       {"im2rec data imgs --no-such-flag", "--no-such-flag"},
       {"im2rec data", "expected PREFIX ROOT"},
@@ -215,6 +222,166 @@ TEST_F(Im2recTest, FashionMnistFromDebian) {
   std::string_view image;
   ASSERT_TRUE(UnpackImageRecord(Records("fm/train")[0], &h, &image).ok());
   EXPECT_EQ(h.label, 9.0f);
+}
+
+// Whitespace-separated unsigned integers of one line of text each.
+std::vector<std::vector<uint64_t>> Numbers(const std::string& text) {
+  std::vector<std::vector<uint64_t>> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    lines.emplace_back();
+    for (std::string w; words >> w;) lines.back().push_back(std::stoull(w));
+  }
+  return lines;
+}
+
+TEST_F(Im2recTest, PythonRandomMatchesPython3) {
+  const uint64_t seeds[] = {100, 0, 1, 4294967295u, 4294967301u, (uint64_t{1} << 63) + 7, ~uint64_t{0}};
+  const uint64_t bounds[] = {1, 2, 3, 5, 1000, uint64_t{1} << 31, (uint64_t{1} << 32) + 1, (uint64_t{1} << 40) + 3,
+                             ~uint64_t{0}};
+  // 64 + 700 draws of each seed: past the first regeneration of the 624-word state.
+  CommandResult r = Python(R"(import random
+for seed in (100, 0, 1, 4294967295, 4294967301, 2**63 + 7, 2**64 - 1):
+    random.seed(seed)
+    print(*[random.getrandbits(k) for k in list(range(1, 65)) + [32] * 700])
+random.seed(100)
+print(*[random._inst._randbelow(n) for n in (1, 2, 3, 5, 1000, 2**31, 2**32 + 1, 2**40 + 3, 2**64 - 1)])
+random.seed(100)
+x = list(range(1000))
+random.shuffle(x)
+print(*x)
+)");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::vector<std::vector<uint64_t>> python = Numbers(r.out);
+  ASSERT_EQ(python.size(), 9u) << r.out;
+  for (size_t s = 0; s < 7; ++s) {
+    PythonRandom rng(seeds[s]);
+    std::vector<uint64_t> ours;
+    for (int k = 1; k <= 64; ++k) ours.push_back(rng.GetRandBits(k));
+    for (int i = 0; i < 700; ++i) ours.push_back(rng.GetRandBits(32));
+    EXPECT_EQ(ours, python[s]) << "seed " << seeds[s];
+  }
+  PythonRandom below(100);
+  std::vector<uint64_t> ours;
+  for (uint64_t n : bounds) ours.push_back(below.RandBelow(n));
+  EXPECT_EQ(ours, python[7]);
+  std::vector<uint64_t> shuffled(1000);
+  for (size_t i = 0; i < shuffled.size(); ++i) shuffled[i] = i;
+  PythonRandom(100).Shuffle(&shuffled);
+  EXPECT_EQ(shuffled, python[8]);
+}
+
+// MXNet 1.9's im2rec.py list mode (list_image, make_list, write_list), restated in plain
+// Python: ROOT PREFIX RECURSIVE SHUFFLE TRAIN_RATIO TEST_RATIO CHUNKS.
+const char kMakeList[] = R"(import os, random, sys
+root, prefix = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+recursive, shuffle = sys.argv[3] == '1', sys.argv[4] == '1'
+train_ratio, test_ratio, chunks = float(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
+exts = ['.jpeg', '.jpg', '.png']
+items = []
+def take(folder, name, label_of):
+    full = os.path.join(folder, name)
+    if os.path.isfile(full) and os.path.splitext(name)[1].lower() in exts:
+        items.append((len(items), os.path.relpath(full, root), label_of(folder)))
+if recursive:
+    labels = {}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        dirs.sort()
+        files.sort()
+        for name in files:
+            take(folder, name, lambda f: labels.setdefault(f, len(labels)))
+    for folder, label in sorted(labels.items(), key=lambda kv: kv[1]):
+        print(os.path.relpath(folder, root), label)
+else:
+    for name in sorted(os.listdir(root)):
+        take(root, name, lambda f: 0)
+if shuffle:
+    random.seed(100)
+    random.shuffle(items)
+def write(path, part):
+    with open(path, 'w') as f:
+        for index, rel, label in part:
+            f.write('%d\t%f\t%s\n' % (index, label, rel))
+size = (len(items) + chunks - 1) // chunks
+for i in range(chunks):
+    chunk = items[i * size:(i + 1) * size]
+    stem = prefix + ('_%d' % i if chunks > 1 else '')
+    sep, sep_test = int(size * train_ratio), int(size * test_ratio)
+    if train_ratio == 1.0:
+        write(stem + '.lst', chunk)
+        continue
+    if test_ratio:
+        write(stem + '_test.lst', chunk[:sep_test])
+    if train_ratio + test_ratio < 1.0:
+        write(stem + '_val.lst', chunk[sep_test + sep:])
+    write(stem + '_train.lst', chunk[sep_test:sep_test + sep])
+)";
+
+TEST_F(Im2recTest, ListsMatchMxnetMakeList) {
+  // 37 images: one in ROOT, classes cat (12), dog (13) with dog/puppies (5), zebra (6); an
+  // empty folder, a text file, an upper-case extension, a space, names sorting by case.
+  for (const char* d : {"imgs/cat", "imgs/dog/puppies", "imgs/empty", "imgs/zebra"}) {
+    fs::create_directories(dir_ + "/" + d);
+  }
+  Write("imgs/top.jpg", "");
+  Write("imgs/notes.txt", "");
+  const std::pair<const char*, int> classes[] = {{"cat", 12}, {"dog", 13}, {"dog/puppies", 5}, {"zebra", 6}};
+  for (const auto& [name, count] : classes) {
+    for (int i = 0; i < count; ++i) {
+      const char* ext[] = {".jpg", ".png", ".JPG", ".jpeg"};
+      Write("imgs/" + std::string(name) + "/" + (i % 3 ? "b" : "B") + std::to_string(i) + (i == 4 ? " x" : "") +
+                ext[i % 4],
+            "");
+    }
+  }
+  struct Case {
+    const char* flags;
+    const char* python_args;  // RECURSIVE SHUFFLE TRAIN TEST CHUNKS
+    size_t files;
+  } cases[] = {
+      {"--recursive --train-ratio 0.8 --test-ratio 0.1", "1 1 0.8 0.1 1", 3},
+      {"--recursive --train-ratio 0.8 --test-ratio 0.1 --chunks 3", "1 1 0.8 0.1 3", 9},
+      {"--recursive --chunks 3", "1 1 1.0 0 3", 3},
+      {"--recursive --train-ratio 0.7 --chunks 4 --no-shuffle", "1 0 0.7 0 4", 8},
+      {"--recursive", "1 1 1.0 0 1", 1},
+      {"", "0 1 1.0 0 1", 1},
+  };
+  for (size_t c = 0; c < std::size(cases); ++c) {
+    const std::string py = "py" + std::to_string(c), ours = "ours" + std::to_string(c);
+    fs::create_directories(dir_ + "/" + py);
+    fs::create_directories(dir_ + "/" + ours);
+    CommandResult expected = Python(kMakeList, "imgs " + py + "/data " + cases[c].python_args);
+    ASSERT_EQ(expected.rc, 0) << expected.out;
+    CommandResult r = Tally("im2rec " + ours + "/data imgs/ --list " + cases[c].flags);
+    ASSERT_EQ(r.rc, 0) << cases[c].flags << "\n" << r.out;
+    std::istringstream class_lines(expected.out);
+    for (std::string line; std::getline(class_lines, line);) EXPECT_HAS(r.out, line + "\n");
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_ + "/" + py)) names.push_back(e.path().filename().string());
+    EXPECT_EQ(names.size(), cases[c].files) << cases[c].flags;
+    for (const std::string& name : names) {
+      EXPECT_EQ(Read(ours + "/" + name), Read(py + "/" + name)) << cases[c].flags << ": " << name;
+    }
+    EXPECT_EQ(static_cast<size_t>(std::distance(fs::directory_iterator(dir_ + "/" + ours), {})), names.size());
+  }
+  // Not vacuous: 37 images in 5 classes, shuffled; chunks of 13 give 1 test, 10 train and
+  // 2 val images, but the last chunk holds 11, so its val list is empty.
+  auto lines = [&](const std::string& name) {
+    const std::string text = Read(name);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  EXPECT_EQ(lines("ours4/data.lst"), 37);
+  std::vector<ListEntry> shuffled;
+  ASSERT_TRUE(ReadListFile(dir_ + "/ours4/data.lst", &shuffled).ok());
+  EXPECT_FALSE(std::is_sorted(shuffled.begin(), shuffled.end(),
+                              [](const ListEntry& a, const ListEntry& b) { return a.index < b.index; }));
+  EXPECT_HAS(Read("ours4/data.lst"), "\t4.000000\tzebra/");
+  EXPECT_EQ(lines("ours1/data_0_test.lst"), 1);
+  EXPECT_EQ(lines("ours1/data_0_train.lst"), 10);
+  EXPECT_EQ(lines("ours1/data_0_val.lst"), 2);
+  EXPECT_EQ(lines("ours1/data_2_train.lst"), 10);
+  EXPECT_EQ(lines("ours1/data_2_val.lst"), 0);
 }
 
 }  // namespace
