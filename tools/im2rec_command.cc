@@ -28,6 +28,9 @@ DEFINE_bool(center_crop, false, "pack mode: crop the centre square before resizi
 DEFINE_int32(quality, 95, "pack mode: JPEG quality 1..100 (for .png MXNet's 0..9 level is accepted and ignored)");
 DEFINE_string(encoding, ".jpg", "pack mode: .jpg or .png");
 DEFINE_bool(pass_through, false, "pack mode: pack each file's bytes unchanged (they are still checked to decode)");
+DEFINE_int32(color, 1,
+             "pack mode: cv2.imread's flag: 1 colour, 0 greyscale (one-channel images), -1 as stored "
+             "(grey stays grey; alpha and 16-bit are refused)");
 DEFINE_bool(pack_label, false, "pack mode: store every label of a .lst line (multi-label header)");
 DEFINE_int32(num_thread, 1, "threads that read and encode images (im2rec) or decode them (rec --verify)");
 
@@ -213,6 +216,7 @@ int PackMode(const std::string& prefix, const std::string& root) {
   options.quality = FLAGS_quality;
   options.encoding = FLAGS_encoding;
   options.pass_through = FLAGS_pass_through;
+  options.color = FLAGS_color;
   // As im2rec.py: PREFIX may be one .lst, or a path prefix of several (PREFIX_train.lst, ...).
   std::vector<std::string> lists;
   if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ".lst") == 0 && fs::is_regular_file(prefix)) {
@@ -248,8 +252,8 @@ int PackMode(const std::string& prefix, const std::string& root) {
 // Flags that belong to the other mode, or that contradict each other, stop the run.
 void CheckFlags() {
   const std::vector<const char*> list_only = {"recursive", "exts", "train_ratio", "test_ratio", "no_shuffle", "chunks"};
-  const std::vector<const char*> pack_only = {"resize",       "center_crop", "quality",
-                                              "encoding",     "pass_through", "pack_label"};
+  const std::vector<const char*> pack_only = {"resize",       "center_crop", "quality", "encoding",
+                                              "pass_through", "pack_label",  "color"};
   auto dashed = [](std::string f) {
     std::replace(f.begin(), f.end(), '_', '-');
     return "--" + f;
@@ -276,6 +280,10 @@ void CheckFlags() {
     UsageError(kCmd, "--encoding '" + FLAGS_encoding + "': expected .jpg or .png");
   }
   if (FLAGS_resize < 0) UsageError(kCmd, "--resize must be >= 0");
+  if (FLAGS_color < -1 || FLAGS_color > 1) {
+    UsageError(kCmd, "--color " + std::to_string(FLAGS_color) +
+                         ": expected 1 (colour), 0 (greyscale) or -1 (as stored)");
+  }
   if (FLAGS_encoding == ".jpg" && (FLAGS_quality < 1 || FLAGS_quality > 100)) {
     UsageError(kCmd, "--quality must be 1..100 for .jpg");
   }
@@ -283,7 +291,7 @@ void CheckFlags() {
     UsageError(kCmd, "--quality for .png is MXNet's compression level 0..9");
   }
   if (FLAGS_pass_through) {
-    for (const char* f : {"resize", "center_crop", "quality", "encoding"}) {
+    for (const char* f : {"resize", "center_crop", "quality", "encoding", "color"}) {
       if (!IsDefault(f)) UsageError(kCmd, dashed(f) + " contradicts --pass-through (which packs files unchanged)");
     }
   }

@@ -172,8 +172,11 @@ TEST_F(Im2recTest, FlagErrors) {
       {"im2rec data imgs --recursive", "--recursive applies to --list only"},
       {"im2rec data imgs --pass-through --quality 80", "--quality contradicts --pass-through"},
       {"im2rec data imgs --encoding .gif", "--encoding"},
+      {"im2rec data imgs --color 2", "--color 2: expected 1 (colour), 0 (greyscale) or -1"},
+      {"im2rec data imgs --list --color 0", "--color applies to pack mode"},
       {"im2rec data imgs --chunks 2", "--chunks applies to --list only"},
       {"im2rec data imgs --list --chunks 0", "--chunks must be at least 1"},
+      {"im2rec data imgs --pass-through --color 0", "--color contradicts --pass-through"},
       {"im2rec data imgs --list --train-ratio 0.8 --test-ratio 0.5", "exceeds 1"},
       {"im2rec data imgs --no-such-flag", "--no-such-flag"},
       {"im2rec data", "expected PREFIX ROOT"},
@@ -382,6 +385,152 @@ TEST_F(Im2recTest, ListsMatchMxnetMakeList) {
   EXPECT_EQ(lines("ours1/data_0_val.lst"), 2);
   EXPECT_EQ(lines("ours1/data_2_train.lst"), 10);
   EXPECT_EQ(lines("ours1/data_2_val.lst"), 0);
+}
+
+// A colour image with detail in both directions, so that resampling and grey conversions show.
+Image Pattern(int width, int height) {
+  Image img;
+  img.Resize(height, width);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = img.row(y) + 3 * x;
+      p[0] = static_cast<uint8_t>(x * 255 / width);
+      p[1] = static_cast<uint8_t>(y * 255 / height);
+      p[2] = static_cast<uint8_t>((x * 7 + y * 13) % 256);
+    }
+  }
+  return img;
+}
+
+std::string Encoded(const Image& img, bool png) {
+  std::string out;
+  EXPECT_TRUE((png ? EncodePng(img, &out) : EncodeJpeg(img, 95, &out)).ok());
+  return out;
+}
+
+TEST_F(Im2recTest, ResizeRoundsAsMxnet) {
+  // The short edge to R, the long one to long * R // short of the full image. A JPEG decoded
+  // at a DCT scale first used to round from the scaled size: 74, 95, 86, 134, 190, 132 here.
+  struct Case {
+    int width, height, resize;
+    bool png, crop;
+    int want_w, want_h;
+  } cases[] = {
+      {500, 333, 50, false, false, 75, 50},   {333, 500, 64, false, false, 64, 96},
+      {401, 299, 64, false, false, 85, 64},   {250, 187, 100, false, false, 133, 100},
+      {640, 427, 128, false, false, 191, 128}, {700, 525, 100, false, false, 133, 100},
+      {401, 299, 100, true, false, 134, 100}, {40, 30, 64, false, false, 85, 64},
+      {300, 300, 64, false, false, 64, 64},   {500, 333, 50, false, true, 50, 50},
+  };
+  fs::create_directories(dir_ + "/imgs");
+  std::string list;
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    const std::string name = "img" + std::to_string(i) + (c.png ? ".png" : ".jpg");
+    Write("imgs/" + name, Encoded(Pattern(c.width, c.height), c.png));
+    Write("one.lst", std::to_string(i) + "\t0.000000\t" + name + "\n");
+    CommandResult r = Tally("im2rec one.lst imgs --resize " + std::to_string(c.resize) +
+                            (c.crop ? " --center-crop" : ""));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    std::vector<std::string> recs = Records("one");
+    ASSERT_EQ(recs.size(), 1u);
+    ImageRecordHeader h;
+    std::string_view image;
+    ASSERT_TRUE(UnpackImageRecord(recs[0], &h, &image).ok());
+    ImageInfo info;
+    ASSERT_TRUE(ReadImageInfo(reinterpret_cast<const uint8_t*>(image.data()), image.size(), &info).ok());
+    EXPECT_EQ(info.width, c.want_w) << c.width << "x" << c.height << " --resize " << c.resize;
+    EXPECT_EQ(info.height, c.want_h) << c.width << "x" << c.height << " --resize " << c.resize;
+  }
+}
+
+// PNGs with alpha, a tRNS chunk or 16-bit samples, written by Python's zlib.
+const char kOddPngs[] = R"(import struct, zlib
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+def png(path, bit_depth, color_type, channels, extra=b''):
+    row = bytes(range(8 * channels * bit_depth // 8))
+    pixels = zlib.compress(b''.join(b'\0' + row for y in range(6)))
+    with open(path, 'wb') as f:
+        f.write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 8, 6, bit_depth, color_type, 0, 0, 0))
+                + extra + chunk(b'IDAT', pixels) + chunk(b'IEND', b''))
+png('imgs/rgba.png', 8, 6, 4)
+png('imgs/trns.png', 8, 2, 3, chunk(b'tRNS', struct.pack('>HHH', 1, 2, 3)))
+png('imgs/grey16.png', 16, 0, 1)
+)";
+
+TEST_F(Im2recTest, Color) {
+  fs::create_directories(dir_ + "/imgs");
+  const Image colour = Pattern(96, 64);
+  Write("imgs/colour.jpg", Encoded(colour, false));
+  Write("imgs/colour.png", Encoded(colour, true));
+  std::string grey_png;
+  ASSERT_TRUE(EncodeGrayPng(colour, &grey_png).ok());  // channel 0 as a one-channel PNG
+  Write("imgs/grey.png", grey_png);
+  ASSERT_EQ(Python(kOddPngs).rc, 0);
+  Write("all.lst",
+        "0\t0\tcolour.jpg\n1\t0\tcolour.png\n2\t0\tgrey.png\n3\t0\trgba.png\n4\t0\ttrns.png\n5\t0\tgrey16.png\n");
+  auto unpack = [&](const std::string& rec, Image* img) {
+    ImageRecordHeader h;
+    std::string_view bytes;
+    EXPECT_TRUE(UnpackImageRecord(rec, &h, &bytes).ok());
+    ImageInfo info;
+    EXPECT_TRUE(ReadImageInfo(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &info).ok());
+    EXPECT_TRUE(DecodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), {}, img).ok());
+    return info.channels;
+  };
+  // --color 0 --encoding .png: one-channel PNGs holding cv2's grey (exact for a PNG source,
+  // libpng's weights; a JPEG's own luma, near 0.299 R + 0.587 G + 0.114 B).
+  CommandResult r = Tally("im2rec all.lst imgs --color 0 --encoding .png");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::vector<std::string> recs = Records("all");
+  ASSERT_EQ(recs.size(), 6u);
+  Image jpeg_colour;  // what the JPEG holds, in colour
+  const std::string jpeg = Read("imgs/colour.jpg");
+  ASSERT_TRUE(DecodeImage(reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size(), {}, &jpeg_colour).ok());
+  for (int i = 0; i < 3; ++i) {
+    Image img;
+    EXPECT_EQ(unpack(recs[i], &img), 1) << i;
+    ASSERT_EQ(img.width, 96);
+    double error = 0, worst = 0;
+    for (int p = 0; p < 96 * 64; ++p) {
+      const uint8_t* want = &(i == 0 ? jpeg_colour : colour).pixels[3 * p];
+      const uint8_t got = img.pixels[3 * p];
+      ASSERT_TRUE(got == img.pixels[3 * p + 1] && got == img.pixels[3 * p + 2]);
+      if (i == 0) {  // luma against grey from the decoded colour: rounding and clamping apart
+        const double d = std::abs(got - (0.299 * want[0] + 0.587 * want[1] + 0.114 * want[2]));
+        error += d / (96 * 64);
+        worst = std::max(worst, d);
+      } else {
+        ASSERT_EQ(got, i == 2 ? want[0] : (want[0] * 9797 + want[1] * 19234 + want[2] * 3737) >> 15) << i << " " << p;
+      }
+    }
+    EXPECT_LT(error, 0.5) << i;  // 0.19 seen; clamping makes the worst pixel differ most (7.3)
+    EXPECT_LT(worst, 12) << i;
+  }
+  // --color 0 --encoding .jpg: one-channel JPEGs.
+  ASSERT_EQ(Tally("im2rec all.lst imgs --color 0 --resize 32").rc, 0);
+  recs = Records("all");
+  Image img;
+  EXPECT_EQ(unpack(recs[0], &img), 1);
+  EXPECT_EQ(img.height, 32);
+  // --color -1: grey stays grey, colour stays colour; alpha and 16-bit are refused by name.
+  r = Tally("im2rec all.lst imgs --color -1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  recs = Records("all");
+  ASSERT_EQ(recs.size(), 3u);
+  EXPECT_EQ(unpack(recs[0], &img), 3);
+  EXPECT_EQ(unpack(recs[2], &img), 1);
+  EXPECT_HAS(r.out, "rgba.png: --color -1 would keep its alpha channel");
+  EXPECT_HAS(r.out, "trns.png: --color -1 would keep its alpha channel");
+  EXPECT_HAS(r.out, "grey16.png: --color -1 would keep its 16-bit samples");
+  EXPECT_HAS(r.out, "packed 3 of 6");
+  // --color 1 (the default) packs all six in colour.
+  r = Tally("im2rec all.lst imgs");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  recs = Records("all");
+  ASSERT_EQ(recs.size(), 6u);
+  for (const std::string& rec : recs) EXPECT_EQ(unpack(rec, &img), 3);
 }
 
 }  // namespace
