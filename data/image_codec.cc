@@ -61,6 +61,24 @@ void InvertedCmykToRgb(const uint8_t* cmyk, int n, uint8_t* rgb) {
   }
 }
 
+// Grey from RGB for files that store colour, with the integer weights of the library
+// OpenCV's IMREAD_GRAYSCALE hands the work to, so that the values match. For a JPEG's CMYK:
+// cvtColor's (R 4899, G 9617, B 1868) / 2^14, rounded. For PNG: libpng's rgb_to_gray with
+// OpenCV's 0.299 and 0.587, which libpng truncates to /32768 weights (9797, 19234, and
+// 3737 for blue, the rest of 32768) and applies without rounding. Both leave R = G = B alone.
+void CvCmykGray(Image* image) {
+  for (size_t i = 0; i < image->pixels.size(); i += 3) {
+    uint8_t* p = &image->pixels[i];
+    p[0] = p[1] = p[2] = static_cast<uint8_t>((p[0] * 4899u + p[1] * 9617u + p[2] * 1868u + 8192u) >> 14);
+  }
+}
+void LibpngGray(Image* image) {
+  for (size_t i = 0; i < image->pixels.size(); i += 3) {
+    uint8_t* p = &image->pixels[i];
+    p[0] = p[1] = p[2] = static_cast<uint8_t>((p[0] * 9797u + p[1] * 19234u + p[2] * 3737u) >> 15);
+  }
+}
+
 // Whether libjpeg's last message is one of its warnings (jerror.h, JWRN_*): a decode that
 // only warned has written every pixel. tjGetErrorCode cannot tell: once a stream has
 // warned, a later fatal error (rows left unwritten) is reported as a warning too; the
@@ -88,11 +106,14 @@ Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
   ScaledSize(info, options, &out_w, &out_h);
 
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-  std::vector<uint8_t> cmyk_pixels;
-  if (cmyk) cmyk_pixels.resize(static_cast<size_t>(out_w) * out_h * 4);
+  // libjpeg hands out grey (the luma plane) from YCbCr and grey files, not from CMYK.
+  const bool luma = options.grayscale && !cmyk;
+  const int pixel_format = cmyk ? TJPF_CMYK : luma ? TJPF_GRAY : TJPF_RGB;
+  std::vector<uint8_t> staging;  // CMYK or grey pixels, before they become three channels
+  if (cmyk || luma) staging.resize(static_cast<size_t>(out_w) * out_h * tjPixelSize[pixel_format]);
   out->Resize(out_h, out_w);
-  uint8_t* dst = cmyk ? cmyk_pixels.data() : out->pixels.data();
-  int rc = tjDecompress2(tj, data, size, dst, out_w, 0, out_h, cmyk ? TJPF_CMYK : TJPF_RGB, 0);
+  uint8_t* dst = staging.empty() ? out->pixels.data() : staging.data();
+  int rc = tjDecompress2(tj, data, size, dst, out_w, 0, out_h, pixel_format, 0);
   if (rc != 0) {
     std::string what = tjGetErrorStr2(tj);
     // libjpeg fills the missing part of a truncated stream with grey and calls it a warning;
@@ -101,7 +122,11 @@ Status DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
       return Status::InvalidArgument("corrupt JPEG: " + what);
     }
   }
-  if (cmyk) InvertedCmykToRgb(cmyk_pixels.data(), out_w * out_h, out->pixels.data());
+  if (cmyk) InvertedCmykToRgb(staging.data(), out_w * out_h, out->pixels.data());
+  if (cmyk && options.grayscale) CvCmykGray(out);
+  if (luma) {
+    for (size_t i = 0; i < staging.size(); ++i) std::memset(&out->pixels[3 * i], staging[i], 3);
+  }
   return Status::Ok();
 }
 
@@ -129,7 +154,30 @@ Status DecodePng(const uint8_t* data, size_t size, const DecodeOptions& options,
     png_image_free(&png);
     return Status::InvalidArgument("corrupt PNG: " + what);
   }
+  if (options.grayscale) LibpngGray(out);
   return Status::Ok();
+}
+
+// Fills what ImageInfo says of a PNG's samples: IHDR's bit depth and colour type, and
+// whether a tRNS chunk (transparency without an alpha channel) comes before the pixels.
+void ReadPngSamples(const uint8_t* data, size_t size, ImageInfo* info) {
+  if (size < 26) return;  // too short to decode; DecodeImage will say so
+  const int bit_depth = data[24], color_type = data[25];
+  info->sixteen_bit = bit_depth == 16;
+  info->channels = (color_type & 2) ? 3 : 1;  // bit 1: colour (RGB or palette)
+  info->alpha = (color_type & 4) != 0;        // bit 2: an alpha channel
+  for (size_t at = 33; at + 8 <= size;) {     // the chunk after IHDR (8 + 8 + 13 + 4 bytes)
+    const uint64_t length = BigEndian32(data + at);
+    if (std::memcmp(data + at + 4, "IDAT", 4) == 0) break;
+    if (std::memcmp(data + at + 4, "tRNS", 4) == 0) info->alpha = true;
+    at += 12 + length;  // length, type, data, CRC
+  }
+}
+
+std::vector<uint8_t> FirstChannel(const Image& image) {
+  std::vector<uint8_t> channel(static_cast<size_t>(image.width) * image.height);
+  for (size_t i = 0; i < channel.size(); ++i) channel[i] = image.pixels[3 * i];
+  return channel;
 }
 
 }  // namespace
@@ -152,6 +200,7 @@ Status ReadImageInfo(const uint8_t* data, size_t size, ImageInfo* info) {
       if (tjDecompressHeader3(tj, data, size, &info->width, &info->height, &subsamp, &colorspace) != 0) {
         return Status::InvalidArgument(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj));
       }
+      info->channels = colorspace == TJCS_GRAY ? 1 : 3;
       break;
     }
     case ImageFormat::kPng: {
@@ -161,6 +210,7 @@ Status ReadImageInfo(const uint8_t* data, size_t size, ImageInfo* info) {
       if (w > (1u << 30) || h > (1u << 30)) return Status::InvalidArgument("corrupt PNG header: absurd size");
       info->width = static_cast<int>(w);
       info->height = static_cast<int>(h);
+      ReadPngSamples(data, size, info);
       break;
     }
     case ImageFormat::kUnknown:
@@ -233,6 +283,46 @@ Status EncodePng(const Image& image, std::string* out) {
   }
   out->resize(bytes);
   if (!png_image_write_to_memory(&png, out->data(), &bytes, 0, image.pixels.data(), stride, nullptr)) {
+    return Status::Internal(std::string("PNG encoding failed: ") + png.message);
+  }
+  out->resize(bytes);
+  return Status::Ok();
+}
+
+Status EncodeGrayJpeg(const Image& image, int quality, std::string* out) {
+  if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodeGrayJpeg: empty image");
+  if (quality < 1 || quality > 100) return Status::InvalidArgument("EncodeGrayJpeg: quality must be 1..100");
+  std::vector<uint8_t> gray = FirstChannel(image);
+  tjhandle tj = Compressor();
+  if (!tj) return Status::Internal("tjInitCompress failed");
+  unsigned char* jpeg = nullptr;
+  unsigned long jpeg_size = 0;
+  if (tjCompress2(tj, gray.data(), image.width, 0, image.height, TJPF_GRAY, &jpeg, &jpeg_size, TJSAMP_GRAY, quality,
+                  0) != 0) {
+    std::string what = tjGetErrorStr2(tj);
+    tjFree(jpeg);
+    return Status::Internal("JPEG encoding failed: " + what);
+  }
+  out->assign(reinterpret_cast<const char*>(jpeg), jpeg_size);
+  tjFree(jpeg);
+  return Status::Ok();
+}
+
+Status EncodeGrayPng(const Image& image, std::string* out) {
+  if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodeGrayPng: empty image");
+  std::vector<uint8_t> gray = FirstChannel(image);
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  png.width = image.width;
+  png.height = image.height;
+  png.format = PNG_FORMAT_GRAY;
+  png_alloc_size_t bytes = 0;
+  if (!png_image_write_get_memory_size(png, bytes, 0, gray.data(), image.width, nullptr)) {
+    return Status::Internal(std::string("PNG encoding failed: ") + png.message);
+  }
+  out->resize(bytes);
+  if (!png_image_write_to_memory(&png, out->data(), &bytes, 0, gray.data(), image.width, nullptr)) {
     return Status::Internal(std::string("PNG encoding failed: ") + png.message);
   }
   out->resize(bytes);

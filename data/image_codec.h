@@ -54,6 +54,12 @@ struct ImageInfo {
   ImageFormat format = ImageFormat::kUnknown;
   int width = 0;
   int height = 0;
+  // What the file stores before any conversion: 1 (grey) or 3 (colour; a JPEG's CMYK and a
+  // PNG's palette count as colour) channels, plus alpha when a PNG has an alpha channel or
+  // a tRNS chunk. im2rec's --color -1 keeps what OpenCV keeps, and needs to know.
+  int channels = 3;
+  bool alpha = false;
+  bool sixteen_bit = false;  // a PNG of 16-bit samples
 };
 
 struct DecodeOptions {
@@ -71,6 +77,11 @@ struct DecodeOptions {
   // The default admits 16384 x 8192; ImageNet's largest image is about 40 Mpx smaller.
   int64_t max_pixels = int64_t{1} << 27;
   int max_side = 1 << 16;
+  // Decode to grey as OpenCV's imread(IMREAD_GRAYSCALE) does, and put the grey value in all
+  // three channels: a JPEG's own luma (libjpeg's grey output, no colour conversion; CMYK
+  // goes through RGB), a PNG's RGB by libpng's integer rgb_to_gray with OpenCV's weights
+  // 0.299 and 0.587. Grey files come out unchanged.
+  bool grayscale = false;
 };
 
 ImageFormat DetectImageFormat(const uint8_t* data, size_t size);
@@ -91,5 +102,10 @@ Status DecodeImage(const uint8_t* data, size_t size, const DecodeOptions& option
 Status EncodeJpeg(const Image& image, int quality, std::string* out);
 // 8-bit RGB PNG, lossless.
 Status EncodePng(const Image& image, std::string* out);
+// One-channel (greyscale) JPEG and PNG of channel 0, for images decoded with
+// DecodeOptions::grayscale (whose channels are equal); what cv2.imencode writes for a
+// one-channel image.
+Status EncodeGrayJpeg(const Image& image, int quality, std::string* out);
+Status EncodeGrayPng(const Image& image, std::string* out);
 
 }  // namespace tally

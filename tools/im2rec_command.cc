@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -15,18 +14,23 @@
 #include "tools/command.h"
 #include "tools/data_tools.h"
 #include "tools/im2rec.h"
+#include "tools/python_random.h"
 
 DEFINE_bool(list, false, "list mode: write PREFIX.lst (or PREFIX_train/_val/_test.lst) from the images under ROOT");
 DEFINE_bool(recursive, false, "list mode: each folder under ROOT is a class, labelled in sorted order");
 DEFINE_string(exts, ".jpeg,.jpg,.png", "list mode: file extensions to list (case-insensitive)");
 DEFINE_double(train_ratio, 1.0, "list mode: fraction of the images in the training list");
 DEFINE_double(test_ratio, 0.0, "list mode: fraction of the images in the test list");
-DEFINE_bool(no_shuffle, false, "list mode: keep the listing order instead of shuffling (seed 100)");
+DEFINE_bool(no_shuffle, false, "list mode: keep the listing order instead of shuffling as Python's random.seed(100)");
+DEFINE_int32(chunks, 1, "list mode: cut the list into N chunks, each split and written as PREFIX_i*.lst");
 DEFINE_int32(resize, 0, "pack mode: resize the shorter edge to this many pixels; 0 keeps the size");
 DEFINE_bool(center_crop, false, "pack mode: crop the centre square before resizing");
 DEFINE_int32(quality, 95, "pack mode: JPEG quality 1..100 (for .png MXNet's 0..9 level is accepted and ignored)");
 DEFINE_string(encoding, ".jpg", "pack mode: .jpg or .png");
 DEFINE_bool(pass_through, false, "pack mode: pack each file's bytes unchanged (they are still checked to decode)");
+DEFINE_int32(color, 1,
+             "pack mode: cv2.imread's flag: 1 colour, 0 greyscale (one-channel images), -1 as stored "
+             "(grey stays grey; alpha and 16-bit are refused)");
 DEFINE_bool(pack_label, false, "pack mode: store every label of a .lst line (multi-label header)");
 DEFINE_int32(num_thread, 1, "threads that read and encode images (im2rec) or decode them (rec --verify)");
 
@@ -44,7 +48,9 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// Appends the images of `dir` (files first, then subfolders, each sorted: os.walk's order).
+// Appends the images of `dir` (files first, then subfolders, each sorted: os.walk's order
+// with im2rec.py's dirs.sort() and files.sort()). A folder's label is the number of folders
+// that held an image before it, so folders without images take no label.
 void Walk(const fs::path& root, const fs::path& dir, bool recursive, const std::vector<std::string>& exts,
           std::map<std::string, int>* classes, std::vector<ListEntry>* out) {
   std::vector<fs::path> files, dirs;
@@ -56,7 +62,9 @@ void Walk(const fs::path& root, const fs::path& dir, bool recursive, const std::
   if (ec) std::fprintf(stderr, "%s: cannot list %s: %s\n", kCmd, dir.c_str(), ec.message().c_str());
   std::sort(files.begin(), files.end());
   std::sort(dirs.begin(), dirs.end());
-  const std::string rel_dir = fs::relative(dir, root).generic_string();
+  // Paths relative to ROOT as os.path.relpath makes them: by the names walked, not through
+  // symlinks (a class folder may be a link; os.walk follows it, as directory_iterator does).
+  const std::string rel_dir = dir.lexically_relative(root).generic_string();
   for (const fs::path& f : files) {
     if (std::find(exts.begin(), exts.end(), Lower(f.extension().string())) == exts.end()) continue;
     int label = 0;
@@ -64,10 +72,44 @@ void Walk(const fs::path& root, const fs::path& dir, bool recursive, const std::
       auto it = classes->emplace(rel_dir, static_cast<int>(classes->size())).first;
       label = it->second;
     }
-    out->push_back({out->size(), {static_cast<float>(label)}, fs::relative(f, root).generic_string()});
+    out->push_back({out->size(), {static_cast<float>(label)}, f.lexically_relative(root).generic_string()});
   }
   if (!recursive) return;
   for (const fs::path& d : dirs) Walk(root, d, recursive, exts, classes, out);
+}
+
+using NamedList = std::pair<std::string, std::vector<ListEntry>>;
+
+// im2rec.py's make_list: the list is cut into --chunks chunks of ceil(N / chunks) images
+// (the last one shorter, or even empty), and each chunk into test, train and val parts. The
+// parts' sizes come from the full chunk size, not the chunk's own length, so a short last
+// chunk loses val images first; Python's slices stop at the end, hence the clamps.
+std::vector<NamedList> SplitLists(const std::string& prefix, const std::vector<ListEntry>& items) {
+  const size_t n = items.size(), chunks = static_cast<size_t>(FLAGS_chunks);
+  const size_t chunk_size = (n + chunks - 1) / chunks;
+  // int(chunk_size * ratio): a double product truncated, as Python computes it.
+  const size_t n_train = static_cast<size_t>(static_cast<double>(chunk_size) * FLAGS_train_ratio);
+  const size_t n_test = static_cast<size_t>(static_cast<double>(chunk_size) * FLAGS_test_ratio);
+  std::vector<NamedList> lists;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t begin = std::min(n, c * chunk_size), end = std::min(n, (c + 1) * chunk_size);
+    auto slice = [&](size_t b, size_t e) {
+      b = std::min(begin + b, end);
+      e = std::min(begin + e, end);
+      return std::vector<ListEntry>(items.begin() + b, items.begin() + e);
+    };
+    const std::string stem = prefix + (chunks > 1 ? "_" + std::to_string(c) : "");
+    if (FLAGS_train_ratio == 1.0) {
+      lists.push_back({stem + ".lst", slice(0, chunk_size)});
+      continue;
+    }
+    if (FLAGS_test_ratio > 0) lists.push_back({stem + "_test.lst", slice(0, n_test)});
+    if (FLAGS_train_ratio + FLAGS_test_ratio < 1.0) {
+      lists.push_back({stem + "_val.lst", slice(n_test + n_train, chunk_size)});
+    }
+    lists.push_back({stem + "_train.lst", slice(n_test, n_test + n_train)});
+  }
+  return lists;
 }
 
 int ListMode(const std::string& prefix, const std::string& root) {
@@ -88,22 +130,9 @@ int ListMode(const std::string& prefix, const std::string& root) {
     std::sort(by_label.begin(), by_label.end());
     for (const auto& [label, name] : by_label) std::printf("%s %d\n", name.c_str(), label);
   }
-  if (!FLAGS_no_shuffle) {
-    std::mt19937_64 rng(100);
-    for (size_t i = items.size(); i > 1; --i) std::swap(items[i - 1], items[rng() % i]);
-  }
+  if (!FLAGS_no_shuffle) PythonRandom(100).Shuffle(&items);  // random.seed(100); random.shuffle
   const size_t n = items.size();
-  const size_t n_train = static_cast<size_t>(n * FLAGS_train_ratio);
-  const size_t n_test = static_cast<size_t>(n * FLAGS_test_ratio);
-  std::vector<std::pair<std::string, std::vector<ListEntry>>> lists;
-  auto slice = [&](size_t b, size_t e) { return std::vector<ListEntry>(items.begin() + b, items.begin() + e); };
-  if (FLAGS_train_ratio == 1.0) {
-    lists.push_back({prefix + ".lst", items});
-  } else {
-    if (n_test > 0 || FLAGS_test_ratio > 0) lists.push_back({prefix + "_test.lst", slice(0, n_test)});
-    if (FLAGS_train_ratio + FLAGS_test_ratio < 1.0) lists.push_back({prefix + "_val.lst", slice(n_test + n_train, n)});
-    lists.push_back({prefix + "_train.lst", slice(n_test, n_test + n_train)});
-  }
+  const std::vector<NamedList> lists = SplitLists(prefix, items);
   for (const auto& [path, entries] : lists) {
     Status s = WriteListFile(path, entries);
     if (!s.ok()) {
@@ -187,6 +216,7 @@ int PackMode(const std::string& prefix, const std::string& root) {
   options.quality = FLAGS_quality;
   options.encoding = FLAGS_encoding;
   options.pass_through = FLAGS_pass_through;
+  options.color = FLAGS_color;
   // As im2rec.py: PREFIX may be one .lst, or a path prefix of several (PREFIX_train.lst, ...).
   std::vector<std::string> lists;
   if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ".lst") == 0 && fs::is_regular_file(prefix)) {
@@ -221,9 +251,9 @@ int PackMode(const std::string& prefix, const std::string& root) {
 
 // Flags that belong to the other mode, or that contradict each other, stop the run.
 void CheckFlags() {
-  const std::vector<const char*> list_only = {"recursive", "exts", "train_ratio", "test_ratio", "no_shuffle"};
-  const std::vector<const char*> pack_only = {"resize",       "center_crop", "quality",
-                                              "encoding",     "pass_through", "pack_label"};
+  const std::vector<const char*> list_only = {"recursive", "exts", "train_ratio", "test_ratio", "no_shuffle", "chunks"};
+  const std::vector<const char*> pack_only = {"resize",       "center_crop", "quality", "encoding",
+                                              "pass_through", "pack_label",  "color"};
   auto dashed = [](std::string f) {
     std::replace(f.begin(), f.end(), '_', '-');
     return "--" + f;
@@ -240,6 +270,7 @@ void CheckFlags() {
     if (FLAGS_train_ratio + FLAGS_test_ratio > 1 + 1e-9) {
       UsageError(kCmd, "--train-ratio plus --test-ratio exceeds 1");
     }
+    if (FLAGS_chunks < 1) UsageError(kCmd, "--chunks must be at least 1");
     if (FLAGS_train_ratio == 1.0 && FLAGS_test_ratio > 0) {
       UsageError(kCmd, "--test-ratio needs --train-ratio below 1 (the training list takes every image)");
     }
@@ -249,6 +280,10 @@ void CheckFlags() {
     UsageError(kCmd, "--encoding '" + FLAGS_encoding + "': expected .jpg or .png");
   }
   if (FLAGS_resize < 0) UsageError(kCmd, "--resize must be >= 0");
+  if (FLAGS_color < -1 || FLAGS_color > 1) {
+    UsageError(kCmd, "--color " + std::to_string(FLAGS_color) +
+                         ": expected 1 (colour), 0 (greyscale) or -1 (as stored)");
+  }
   if (FLAGS_encoding == ".jpg" && (FLAGS_quality < 1 || FLAGS_quality > 100)) {
     UsageError(kCmd, "--quality must be 1..100 for .jpg");
   }
@@ -256,7 +291,7 @@ void CheckFlags() {
     UsageError(kCmd, "--quality for .png is MXNet's compression level 0..9");
   }
   if (FLAGS_pass_through) {
-    for (const char* f : {"resize", "center_crop", "quality", "encoding"}) {
+    for (const char* f : {"resize", "center_crop", "quality", "encoding", "color"}) {
       if (!IsDefault(f)) UsageError(kCmd, dashed(f) + " contradicts --pass-through (which packs files unchanged)");
     }
   }
