@@ -40,7 +40,29 @@ Placement Placement::Compute(const std::vector<int64_t>& key_sizes, int num_serv
     p.slices_[k].push_back({s, 0, key_sizes[k]});
     load[s] += key_sizes[k];
   }
+  for (auto& key : p.slices_) key = CutIntoParts(key);
   return p;
+}
+
+// A slice longer than kPartElements becomes consecutive parts of at most that many, on the
+// same server: each part is a request of its own, so the server sums and updates one part
+// while the next is on the wire, and the sender seals the next while one is sent.
+std::vector<Placement::Slice> Placement::CutIntoParts(const std::vector<Slice>& slices) {
+  std::vector<Slice> parts;
+  for (const Slice& s : slices) {
+    const int64_t n = (s.length + kPartElements - 1) / kPartElements;
+    if (n <= 1) {
+      parts.push_back(s);
+      continue;
+    }
+    int64_t offset = s.offset;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len = s.length / n + (i < s.length % n ? 1 : 0);
+      parts.push_back({s.server, offset, len});
+      offset += len;
+    }
+  }
+  return parts;
 }
 
 std::vector<int64_t> Placement::ServerLoads() const {

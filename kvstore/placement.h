@@ -13,10 +13,14 @@
 // within one whole key of the mean, so no whole key may be larger than the imbalance
 // allowed (ResNet-50: max/mean <= 1.02 at 2 to 16 servers).
 //
+// Finally a slice longer than kPartElements (2^20) is cut into that many equal consecutive
+// parts as it needs, all on its server, so that a large key streams as several requests.
+//
 // Example, 2 servers, sizes {3000000, 500, 400, 300}: the bound is max(4096, 2% of
 // 1500600) = 30012, so key 0 is cut: server 0 [0, 1500000), server 1 [1500000, 3000000).
 // Key 1 (500) -> server 0 (equal loads: the lower rank); key 2 (400) -> server 1; key 3
-// (300) -> server 1, which holds 1500400 elements to server 0's 1500500.
+// (300) -> server 1, which holds 1500400 elements to server 0's 1500500. Key 0's two
+// slices of 1500000 are then each cut in two parts of 750000.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,8 @@ class Placement {
   static constexpr int64_t kSliceAbove = 1000000;  // MXNet's bigarray bound
   static constexpr int64_t kMinSliceBound = 4096;
   static constexpr double kMaxImbalance = 0.02;
+  // Longer slices are cut into equal consecutive parts on their server (4 MB of fp32).
+  static constexpr int64_t kPartElements = 1 << 20;
 
   struct Slice {
     int server;
@@ -47,6 +53,8 @@ class Placement {
   std::vector<int64_t> ServerLoads() const;
 
  private:
+  static std::vector<Slice> CutIntoParts(const std::vector<Slice>& slices);
+
   int num_servers_ = 1;
   int64_t slice_bound_ = kSliceAbove;
   std::vector<std::vector<Slice>> slices_;

@@ -45,12 +45,33 @@ TEST(Placement, SlicesCoverEveryKeyExactlyOnce) {
 
 TEST(Placement, MatchesTheDocumentedExample) {
   Placement p = Placement::Compute({3000000, 500, 400, 300}, 2);
-  ASSERT_EQ(p.slices(0).size(), 2u);
-  EXPECT_EQ(p.slices(0)[1].offset, 1500000);
-  EXPECT_EQ(p.slices(0)[1].server, 1);
+  // Two slices of 1500000, each cut into two parts of 750000.
+  ASSERT_EQ(p.slices(0).size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(p.slices(0)[i].offset, 750000 * i);
+    EXPECT_EQ(p.slices(0)[i].length, 750000);
+    EXPECT_EQ(p.slices(0)[i].server, i / 2);
+  }
   EXPECT_EQ(p.slices(1)[0].server, 0);
   EXPECT_EQ(p.slices(2)[0].server, 1);
   EXPECT_EQ(p.slices(3)[0].server, 1);
+}
+
+// A 100 MB key on one server travels as 25 parts of at most 2^20 values, in order.
+TEST(Placement, LargeSlicesAreCutIntoPartsOnTheirServer) {
+  const int64_t n = 25 * (int64_t{1} << 20) - 7;
+  Placement p = Placement::Compute({n, 10}, 1);
+  ASSERT_EQ(p.slices(0).size(), 25u);
+  int64_t next = 0;
+  for (const Placement::Slice& s : p.slices(0)) {
+    EXPECT_EQ(s.server, 0);
+    EXPECT_EQ(s.offset, next);
+    EXPECT_LE(s.length, Placement::kPartElements);
+    EXPECT_GE(s.length, Placement::kPartElements - 1);
+    next += s.length;
+  }
+  EXPECT_EQ(next, n);
+  EXPECT_EQ(p.slices(1).size(), 1u);
 }
 
 TEST(Placement, IsAPureFunctionOfSizesAndServers) {
