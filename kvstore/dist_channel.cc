@@ -68,11 +68,12 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   msg.meta.set_priority(priority);
   pending.node = node;
   pending_[id] = std::move(pending);
-  // A small request right after another sent from here is likely one of a burst (a
-  // model's arrays, key after key): it waits for the sending thread, which gathers what
-  // the burst adds meanwhile.
+  // A small request right after another sent from here, that one still unanswered, is
+  // likely one of a burst (a model's arrays, key after key): it waits for the sending
+  // thread, which gathers what the burst adds meanwhile. One request at a time (a round
+  // trip each) goes at once.
   const bool gatherable = Gatherable(msg);
-  const bool burst = gatherable && last_direct_small_ &&
+  const bool burst = gatherable && last_direct_small_ && pending_.size() > 1 &&
                      std::chrono::steady_clock::now() - last_direct_end_ < kBurstGap;
   if (queue_.empty() && !sending_ && !burst) {
     // Nothing waits and nothing is on its way: this message goes first whatever its
