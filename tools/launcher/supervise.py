@@ -162,7 +162,7 @@ class Child:
                 continue
             if not line.endswith(b"\n"):
                 line += b"\n"
-            if line.strip():
+            if line.strip() and self.tells_why(line):
                 self.last_lines[target] = line.decode(errors="replace").strip()
             with self.out_lock:
                 if out is not None:
@@ -178,6 +178,11 @@ class Child:
     def intercept(self, line):
         """True when a line is for the launcher, not the user."""
         return False
+
+    def tells_why(self, line):
+        """False for a line that the program did not print (srun's own), which cannot say
+        why the program failed."""
+        return True
 
     def wait_for_exit(self):
         code = self.popen.wait()
@@ -306,6 +311,66 @@ class RemoteChild(Child):
             except subprocess.TimeoutExpired:
                 killer.kill()
                 killer.wait()
+
+
+class SlurmChild(Child):
+    """A process that srun runs as a job step of its own. srun takes SIGTERM as an order to
+    cancel its step (SIGKILL soon after), not to pass it on, so the launcher stops the step
+    through Slurm: `scancel --signal=TERM JOB.STEP` gives the process the SIGTERM that Tally's
+    workers answer by saving a checkpoint, as Slurm's own preemption does."""
+
+    OWN_LINES = (b"srun: ", b"slurmstepd")
+
+    def __init__(self, proc, argv, env, out_lock, step_name):
+        super().__init__(proc, argv, env, out_lock)
+        self.step_name = step_name
+        self.step = None
+        self.cancels = []
+
+    def tells_why(self, line):
+        return not line.startswith(self.OWN_LINES)
+
+    def step_id(self):
+        """JOB.STEP of the process's step while it runs, found by its unique name; None
+        outside an allocation or when Slurm does not answer."""
+        job = os.environ.get("SLURM_JOB_ID")
+        if self.step is None and job:
+            try:
+                listed = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
+                                        capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError):
+                return None
+            for line in listed.splitlines():
+                step, _, name = line.strip().partition(" ")
+                if name == self.step_name:
+                    self.step = step
+        return self.step
+
+    def cancel(self, signal_name):
+        step = self.step_id() if self.poll() is None else None
+        if step is None:
+            return False
+        self.cancels.append(subprocess.Popen(["scancel", f"--signal={signal_name}", step],
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True))
+        return True
+
+    def terminate(self, table):
+        if not self.cancel("TERM"):
+            super().terminate(table)
+
+    def kill(self, table):
+        if not self.cancel("KILL"):
+            super().kill(table)
+
+    def finish(self, timeout):
+        super().finish(timeout)
+        for cancel in self.cancels:
+            try:
+                cancel.wait(timeout)
+            except subprocess.TimeoutExpired:
+                cancel.kill()
+                cancel.wait()
 
 
 class Interrupts:
