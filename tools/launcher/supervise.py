@@ -6,7 +6,9 @@ prefix. The job ends when all of it exits 0, when any process fails, when the la
 is interrupted, or when scheduler and servers outlive the workers by the shutdown
 timeout; in the last three cases every process still running gets SIGTERM and, after
 the grace period, SIGKILL. With --max-restarts, a job that ended because a process failed
-is then started again whole (`run_with_restarts`).
+is then started again whole (`run_with_restarts`). A process that ends on a SIGTERM the
+launcher did not send (Slurm's scancel --signal=TERM) is a stop, not a failure: the rest of
+the job is left to stop at the workers' agreed step, and nothing restarts.
 """
 
 import os

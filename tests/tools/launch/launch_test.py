@@ -3,7 +3,8 @@
 Every job's processes carry FAKE_JOB_TAG=<unique id> in their environment, so a test
 can list, by reading /proc, every process of its job still alive after the launcher has
 returned; there must be none. ssh runs against an sshd this file starts on a free port
-of 127.0.0.1, mpi against Debian's OpenMPI; slurm is checked by its command lines.
+of 127.0.0.1, mpi against Debian's OpenMPI; slurm by its command lines here (launch_plan_test.py)
+and on a real cluster in tests/slurm/slurm_launch_test.py.
 """
 
 import os
