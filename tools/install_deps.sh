@@ -33,6 +33,9 @@ packages=(
   # tools/launch.py's tests run real jobs through an sshd they start on 127.0.0.1 and
   # through OpenMPI's mpirun.
   openssh-server openssh-client openmpi-bin
+  # ... and through a one-node Slurm cluster that tests/slurm/ starts (slurmctld, slurmd,
+  # the client commands) with munge for its authentication.
+  slurm-wlm munge
   # The fuzzers (tests/fuzz/, docs/fuzzing.md): clang with libFuzzer and the sanitizers'
   # runtimes, LLVM's OpenMP for the kernels they link; ZeroMQ from Python for the test
   # that throws mutated frames at a live job.

@@ -13,7 +13,7 @@ from . import commands
 from .hosts import Host, common_ssh_port, parse_hostfile, refuse_ports, with_default_port
 from .job import (UsageError, check_restartable, forwarded_env, free_port, parse_env_options,
                   plan_job, set_attempt, set_root_port)
-from .supervise import Child, RemoteChild, run_with_restarts, say
+from .supervise import Child, RemoteChild, SlurmChild, run_with_restarts, say
 
 LAUNCHERS = ("local", "ssh", "mpi", "slurm")
 
@@ -152,6 +152,7 @@ def make_child(args, proc, cwd, out_lock):
                                  as_root=os.geteuid() == 0)
     else:
         argv, env = commands.slurm(proc, args.command, cwd)
+        return SlurmChild(proc, argv, env, out_lock, commands.step_name(proc))
     return Child(proc, argv, env, out_lock)
 
 

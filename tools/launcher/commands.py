@@ -103,12 +103,20 @@ def mpi(proc, command, cwd, ssh_opts, ssh_port, as_root):
     return argv + list(command), secret
 
 
+def step_name(proc):
+    """The name of proc's job step, `worker-1`: how the launcher finds the step to signal."""
+    return proc.name.replace(" ", "-")
+
+
 def slurm(proc, command, cwd):
     """srun for one task on proc's host; variables are named in --export and, since
     --export cannot quote a comma, values are also put in srun's own environment."""
     public, secret = split_env(proc)
     exports = [k if "," in v else f"{k}={v}" for k, v in public.items()]
     exports += list(secret)  # by name, the value in srun's environment
+    # --overlap: each process is a job step of its own, and by default a step waits for
+    # the CPUs that earlier steps hold; every process of the job must run at once.
     argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={proc.host}", f"--chdir={cwd}",
+            "--overlap", f"--job-name={step_name(proc)}",
             "--export=" + ",".join(["ALL"] + exports)]
     return argv + list(command), {**{k: v for k, v in public.items() if "," in v}, **secret}

@@ -6,7 +6,9 @@ prefix. The job ends when all of it exits 0, when any process fails, when the la
 is interrupted, or when scheduler and servers outlive the workers by the shutdown
 timeout; in the last three cases every process still running gets SIGTERM and, after
 the grace period, SIGKILL. With --max-restarts, a job that ended because a process failed
-is then started again whole (`run_with_restarts`).
+is then started again whole (`run_with_restarts`). A process that ends on a SIGTERM the
+launcher did not send (Slurm's scancel --signal=TERM) is a stop, not a failure: the rest of
+the job is left to stop at the workers' agreed step, and nothing restarts.
 """
 
 import os
@@ -19,10 +21,12 @@ import time
 from . import commands
 
 POLL_SECONDS = 0.05
-# The scheduler ends the job once every worker has said it is done, and the workers' processes
-# may take a few seconds more to exit (freeing a GPU, say): a scheduler or server that exits
-# cleanly is reported only if the workers are still running this long after.
-EARLY_EXIT_GRACE_SECONDS = 10.0
+# The longest output line a failure message quotes: the line is there to say why, not to
+# flood the terminal with a stack dump.
+QUOTED_LINE_CHARS = 300
+# How `tally train` exits after a stop on SIGTERM (docs/checkpoint.md), and the launcher too
+# when the job ends that way.
+STOPPED_STATUS = 128 + signal.SIGTERM
 
 
 def say(message):
@@ -38,6 +42,22 @@ def describe_status(returncode):
             name = "unknown signal"
         return f"was killed by signal {-returncode} ({name})"
     return f"exited with status {returncode}"
+
+
+def stopped_on_request(returncode):
+    """True for the status of a process that ended on SIGTERM: `tally train` exits 143 after
+    a stop it agreed with the others (docs/checkpoint.md), other programs die of it."""
+    return returncode in (STOPPED_STATUS, -signal.SIGTERM)
+
+
+def census(children):
+    """"the scheduler, 2 servers and 3 workers": what the job consists of, in words."""
+    counts = {}
+    for child in children:
+        counts[child.proc.role] = counts.get(child.proc.role, 0) + 1
+    parts = [f"{n} {role}s" if n > 1 else ("the scheduler" if role == "scheduler" else f"{n} {role}")
+             for role, n in counts.items()]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
 
 
 def exit_code(returncode):
@@ -95,6 +115,11 @@ class Child:
         self.popen = None
         self.threads = []
         self.returncode = None
+        # When the process exited (time.monotonic()), stamped by a thread that waits for it,
+        # so that of two processes that failed close together the first is named.
+        self.exited_at = None
+        # The process's last line on stderr (else stdout), which usually says why it failed.
+        self.last_lines = {}
         # Descendants that left the process group (mpirun puts each rank in a group of
         # its own): {pid: start time}, remembered so that they die with the job.
         self.strays = {}
@@ -123,6 +148,9 @@ class Child:
         if self.log_path is not None:
             self.log = open(self.log_path, "ab")
         prefix = f"[{self.proc.name}] ".encode()
+        waiter = threading.Thread(target=self.wait_for_exit, daemon=True)
+        waiter.start()
+        self.threads.append(waiter)
         for stream, target in ((self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)):
             thread = threading.Thread(target=self.forward, args=(stream, target, prefix),
                                       daemon=True)
@@ -136,6 +164,8 @@ class Child:
                 continue
             if not line.endswith(b"\n"):
                 line += b"\n"
+            if line.strip() and self.tells_why(line):
+                self.last_lines[target] = line.decode(errors="replace").strip()
             with self.out_lock:
                 if out is not None:
                     out.write(prefix + line)
@@ -151,10 +181,31 @@ class Child:
         """True when a line is for the launcher, not the user."""
         return False
 
+    def tells_why(self, line):
+        """False for a line that the program did not print (srun's own), which cannot say
+        why the program failed."""
+        return True
+
+    def wait_for_exit(self):
+        code = self.popen.wait()
+        self.exited_at = time.monotonic()
+        self.returncode = code
+
     def poll(self):
-        if self.returncode is None and self.popen is not None:
-            self.returncode = self.popen.poll()
+        """The exit status, or None while the process runs (or before it started)."""
         return self.returncode
+
+    def last_output(self):
+        """The process's last line on stderr, else on stdout, shortened; None if it printed
+        nothing. A failed process's last words usually say why it failed."""
+        # The output may still be on its way through the pipes; a moment lets it arrive,
+        # unless something that outlived the process holds them open.
+        for thread in self.threads:
+            thread.join(0.5)
+        line = self.last_lines.get(sys.stderr) or self.last_lines.get(sys.stdout)
+        if line and len(line) > QUOTED_LINE_CHARS:
+            line = line[:QUOTED_LINE_CHARS] + "..."
+        return line
 
     def alive(self, table):
         """True while the process, anything left in its group, or a stray runs."""
@@ -264,6 +315,66 @@ class RemoteChild(Child):
                 killer.wait()
 
 
+class SlurmChild(Child):
+    """A process that srun runs as a job step of its own. srun takes SIGTERM as an order to
+    cancel its step (SIGKILL soon after), not to pass it on, so the launcher stops the step
+    through Slurm: `scancel --signal=TERM JOB.STEP` gives the process the SIGTERM that Tally's
+    workers answer by saving a checkpoint, as Slurm's own preemption does."""
+
+    OWN_LINES = (b"srun: ", b"slurmstepd")
+
+    def __init__(self, proc, argv, env, out_lock, step_name):
+        super().__init__(proc, argv, env, out_lock)
+        self.step_name = step_name
+        self.step = None
+        self.cancels = []
+
+    def tells_why(self, line):
+        return not line.startswith(self.OWN_LINES)
+
+    def step_id(self):
+        """JOB.STEP of the process's step while it runs, found by its unique name; None
+        outside an allocation or when Slurm does not answer."""
+        job = os.environ.get("SLURM_JOB_ID")
+        if self.step is None and job:
+            try:
+                listed = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
+                                        capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError):
+                return None
+            for line in listed.splitlines():
+                step, _, name = line.strip().partition(" ")
+                if name == self.step_name:
+                    self.step = step
+        return self.step
+
+    def cancel(self, signal_name):
+        step = self.step_id() if self.poll() is None else None
+        if step is None:
+            return False
+        self.cancels.append(subprocess.Popen(["scancel", f"--signal={signal_name}", step],
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True))
+        return True
+
+    def terminate(self, table):
+        if not self.cancel("TERM"):
+            super().terminate(table)
+
+    def kill(self, table):
+        if not self.cancel("KILL"):
+            super().kill(table)
+
+    def finish(self, timeout):
+        super().finish(timeout)
+        for cancel in self.cancels:
+            try:
+                cancel.wait(timeout)
+            except subprocess.TimeoutExpired:
+                cancel.kill()
+                cancel.wait()
+
+
 class Interrupts:
     """Ctrl-C, SIGTERM and SIGHUP to the launcher, remembered across restarts."""
 
@@ -294,7 +405,22 @@ class Job:
     def run(self):
         status = self.watch()
         self.stop()
+        if self.received == signal.SIGTERM:
+            self.report_stop()
         return status
+
+    def report_stop(self):
+        """After a SIGTERM to the launcher (Slurm's `--signal=B:TERM@60`, say): whether
+        every worker stopped as `tally train` does on SIGTERM, the checkpoint saved."""
+        workers = [c for c in self.children if c.proc.role == "worker" and c.popen is not None]
+        other = [c for c in workers if c.poll() not in (0, STOPPED_STATUS)]
+        if workers and not other:
+            say(f"every worker exited {STOPPED_STATUS} or 0: stopped at the agreed step, the "
+                f"checkpoint saved if the command has --model-prefix")
+        elif other:
+            say("not stopped at an agreed step: " + ", ".join(
+                f"{c.label} {describe_status(c.poll()) if c.poll() is not None else 'still ran'}"
+                for c in other))
 
     def start_all(self):
         for child in self.children:
@@ -311,42 +437,82 @@ class Job:
         status = self.start_all()
         if status is not None:
             return status
+        began = time.monotonic()
         workers = [c for c in self.children if c.proc.role == "worker"]
         others = [c for c in self.children if c.proc.role != "worker"]
-        workers_done_at = None
-        exited_at = {}
-        noted_early = set()
+        workers_done_at = others_done_at = None
+        noted_waiting = False
         while True:
             if self.received is not None:
-                name = signal.Signals(self.received).name
-                say(f"received {name}; stopping the job")
-                return 128 + self.received
-            for child in self.children:
-                code = child.poll()
-                if code is not None and code != 0:
-                    say(f"{child.label} {describe_status(code)}; stopping the job")
-                    self.failed = child
-                    return exit_code(code)
-            if workers_done_at is None:
-                if all(c.poll() == 0 for c in workers):
-                    workers_done_at = time.monotonic()
-                else:
-                    now = time.monotonic()
-                    for child in others:
-                        if child.poll() == 0 and child not in noted_early:
-                            if now - exited_at.setdefault(child, now) > EARLY_EXIT_GRACE_SECONDS:
-                                noted_early.add(child)
-                                say(f"{child.label} exited {EARLY_EXIT_GRACE_SECONDS:g} s before "
-                                    f"the workers finished")
+                return self.interrupted()
+            ended = [c for c in self.children if c.poll() not in (None, 0)]
+            if ended:
+                first = min(ended, key=lambda c: c.exited_at or 0)
+                if stopped_on_request(first.poll()):
+                    return self.wait_for_stop(first)
+                return self.fail(first)
             if all(c.poll() == 0 for c in self.children):
+                say(f"the job finished: {census(self.children)} exited 0 after "
+                    f"{time.monotonic() - began:.1f} s")
                 return 0
-            if workers_done_at is not None and \
-                    time.monotonic() - workers_done_at > self.shutdown_timeout:
+            now = time.monotonic()
+            if workers_done_at is None and all(c.poll() == 0 for c in workers):
+                workers_done_at = now
+            if workers_done_at is not None and now - workers_done_at > self.shutdown_timeout:
                 late = ", ".join(c.label for c in others if c.poll() is None)
                 say(f"the workers finished but {late} did not exit within "
                     f"{self.shutdown_timeout:g} s; stopping the job")
                 return 1
+            # Scheduler and servers exit 0 once the workers have told the scheduler they are
+            # done, a moment before the workers' own processes end: normal, and said only if
+            # a worker is still running long after.
+            if others_done_at is None and all(c.poll() == 0 for c in others):
+                others_done_at = now
+            if not noted_waiting and others_done_at is not None and \
+                    now - others_done_at > self.shutdown_timeout:
+                noted_waiting = True
+                late = ", ".join(c.label for c in workers if c.poll() is None)
+                say(f"the scheduler and servers exited 0 {self.shutdown_timeout:g} s ago; "
+                    f"still waiting for {late}")
             time.sleep(POLL_SECONDS)
+
+    def interrupted(self):
+        say(f"received {signal.Signals(self.received).name}; stopping the job")
+        return 128 + self.received
+
+    def fail(self, child):
+        """Names the process whose failure ends the job, and why; returns the status."""
+        say(f"{child.label} {describe_status(child.poll())}; stopping the job")
+        line = child.last_output()
+        if line:
+            say(f"{child.proc.name}'s last line: {line}")
+        self.failed = child
+        return exit_code(child.poll())
+
+    def wait_for_stop(self, first):
+        """A process stopped on a SIGTERM the launcher did not send (Slurm's scancel
+        --signal=TERM, a spot instance's notice): Tally's workers agree on a step to stop
+        after, worker 0 saves a checkpoint there, and the job ends by itself. The launcher
+        lets it, up to --grace seconds, and does not restart it."""
+        say(f"{first.label} {describe_status(first.poll())}: stopped on SIGTERM; waiting up to "
+            f"{self.grace:g} s for the rest of the job to stop at the same step")
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            if self.received is not None:
+                return self.interrupted()
+            failed = [c for c in self.children
+                      if c.poll() not in (None, 0) and not stopped_on_request(c.poll())]
+            if failed:
+                return self.fail(min(failed, key=lambda c: c.exited_at or 0))
+            if all(c.poll() is not None for c in self.children):
+                say(f"the job stopped on SIGTERM: {census(self.children)} have exited "
+                    f"(workers {STOPPED_STATUS}: stopped at the agreed step, the checkpoint "
+                    f"saved if the command has --model-prefix)")
+                return STOPPED_STATUS
+            time.sleep(POLL_SECONDS)
+        late = ", ".join(c.label for c in self.children if c.poll() is None)
+        say(f"{late} did not stop within {self.grace:g} s of the SIGTERM; stopping the job")
+        return STOPPED_STATUS
 
     def stop(self):
         """Ends every process the job started, including any left in their groups."""

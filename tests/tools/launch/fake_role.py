@@ -101,6 +101,8 @@ def main():
     if action.startswith("exit"):
         status, _, delay = action[4:].partition(":")
         time.sleep(float(delay or 0))
+        if int(status):  # a last line that says why, as a failing program's should
+            print(f"fake_role: exiting with status {status} as planned", file=sys.stderr, flush=True)
         sys.exit(int(status))
     if action == "grandchild":
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({SLEEP_SECONDS})"])

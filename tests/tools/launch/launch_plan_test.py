@@ -228,13 +228,15 @@ class DryRunTest(HostfileCase):
             # So does the job's secret (shown masked by --dry-run).
             self.assertEqual(argv[:6], ["LIST=a,b", "TALLY_JOB_SECRET=<secret>", "srun", "--nodes=1",
                                         "--ntasks=1", f"--nodelist={host}"])
-            self.assertEqual(argv[7], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
+            self.assertEqual(argv[7:9], ["--overlap", f"--job-name={role}" + (
+                f"-{rank}" if role != "scheduler" else "")])
+            self.assertEqual(argv[9], f"--export=ALL,DMLC_ROLE={role},DMLC_PS_ROOT_URI=n1,"
                                       f"DMLC_PS_ROOT_PORT=9091,DMLC_NUM_WORKER=3,"
                                       f"DMLC_NUM_SERVER=2,DMLC_NODE_HOST={host},"
                                       f"TALLY_RANK={rank},{ids},DMLC_NUM_ATTEMPT=0,"
                                       f"DMLC_JOB_CLUSTER=slurm,OMP_WAIT_POLICY=passive,LIST,"
                                       f"TALLY_JOB_SECRET")
-            self.assertEqual(argv[8:], ["train", "--kv-store", "dist_sync"])
+            self.assertEqual(argv[10:], ["train", "--kv-store", "dist_sync"])
 
     def test_mpi_command_lines(self):
         lines = self.dry_run("mpi", "m1\nm2\n", "-n", "2", "-s", "2")

@@ -3,7 +3,8 @@
 Every job's processes carry FAKE_JOB_TAG=<unique id> in their environment, so a test
 can list, by reading /proc, every process of its job still alive after the launcher has
 returned; there must be none. ssh runs against an sshd this file starts on a free port
-of 127.0.0.1, mpi against Debian's OpenMPI; slurm is checked by its command lines.
+of 127.0.0.1, mpi against Debian's OpenMPI; slurm by its command lines here (launch_plan_test.py)
+and on a real cluster in tests/slurm/slurm_launch_test.py.
 """
 
 import os
@@ -202,7 +203,8 @@ class LocalLauncherTest(LaunchCase):
                 printed = [line[len(role) + 3:] for line in (out + err).splitlines()
                            if line.startswith(f"[{role}] ")]
                 self.assertEqual(sorted(text.splitlines()), sorted(printed), name)
-                self.assertRegex(text, r"^role=")
+                # stdout and stderr reach the file through two threads, in either order.
+                self.assertRegex(text, r"(^|\n)role=")
                 self.assertRegex(text, r"\n(scheduler 0|%s) on stderr\n" % role)
 
     def test_a_signal_stops_everything(self):
@@ -222,6 +224,41 @@ class LocalLauncherTest(LaunchCase):
         self.assertIn("the workers finished but scheduler on localhost, server 0 on localhost "
                       "did not exit within 1 s", err)
         self.assertLess(seconds, 8)
+        self.assertNothingLeft()
+
+    def test_a_clean_end_says_the_job_finished_and_nothing_else(self):
+        # The scheduler exits first, then the servers, and the workers 2 s after them: the
+        # normal order of a Tally job's end, which is no failure.
+        rc, _, err, _ = self.launch(["-n", "3", "-s", "2", "--shutdown-timeout", "5"],
+                                    "scheduler=exit0,server=exit0:0.5,worker=exit0:2.5")
+        self.assertEqual(rc, 0, err)
+        said = [line for line in err.splitlines() if line.startswith("launch.py: ")]
+        self.assertEqual(len(said), 1, err)
+        self.assertRegex(said[0], r"^launch.py: the job finished: the scheduler, 2 servers and 3 "
+                                  r"workers exited 0 after \d+\.\d s$")
+        self.assertNothingLeft()
+
+    def test_workers_outliving_the_scheduler_and_servers_are_waited_for(self):
+        rc, _, err, _ = self.launch(["-n", "2", "-s", "1", "--shutdown-timeout", "1"],
+                                    "worker=exit0:3,*=exit0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: the scheduler and servers exited 0 1 s ago; still waiting for "
+                      "worker 0 on localhost, worker 1 on localhost\n", err)
+        self.assertIn("launch.py: the job finished: the scheduler, 1 server and 2 workers", err)
+        self.assertNothingLeft()
+
+    def test_a_failure_names_the_first_process_to_fail_and_its_last_line(self):
+        # Server 0 would fail a second later (as peers of a dead process do): only the first
+        # failure is named.
+        rc, _, err, _ = self.launch(["-n", "2", "-s", "1", "--grace", "1"],
+                                    "worker1=exit3:0.5,server0=exit4:1.5,*=sleep")
+        self.assertEqual(rc, 3, err)
+        said = [line for line in err.splitlines() if line.startswith("launch.py: ")]
+        self.assertEqual(said, ["launch.py: worker 1 on localhost exited with status 3; stopping "
+                                "the job",
+                                "launch.py: worker 1's last line: fake_role: exiting with status 3 "
+                                "as planned"], err)
+        self.assertNotIn("finished", err)
         self.assertNothingLeft()
 
     def test_env_options(self):
@@ -344,6 +381,22 @@ class RestartTest(LaunchCase):
         rc, out, err, _ = self.launch_resumable(["-n", "1", "-s", "1"], "worker0=once:exit3:0.5")
         self.assertEqual(rc, 3, err)
         self.assertNotIn("restart", err)
+        self.assertNothingLeft()
+
+    def test_a_stop_on_sigterm_from_outside_is_waited_for_and_not_restarted(self):
+        # As `scancel --signal=TERM` does under Slurm: every process gets SIGTERM, the workers
+        # exit 143 one after the other once the checkpoint is saved, the others 0.
+        rc, out, err, _ = self.launch_resumable(
+            ["-n", "2", "-s", "1", "--max-restarts", "2", "--grace", "10"],
+            "worker0=exit143:1.5,worker1=exit143:0.5,*=exit0:2")
+        self.assertEqual(rc, 143, err)
+        self.assertIn("launch.py: worker 1 on localhost exited with status 143: stopped on SIGTERM; "
+                      "waiting up to 10 s for the rest of the job to stop at the same step", err)
+        self.assertIn("launch.py: the job stopped on SIGTERM: the scheduler, 1 server and 2 workers "
+                      "have exited", err)
+        self.assertNotIn("restart", err)
+        self.assertNotIn("stopping the job", err)
+        self.assertEqual(self.attempts(out, "worker 0"), ["0"], out)
         self.assertNothingLeft()
 
     def test_a_signal_to_the_launcher_is_not_restarted(self):

@@ -1,0 +1,228 @@
+"""`tools/launch.py --launcher slurm` inside real allocations, on a one-node Slurm cluster
+that this file starts (slurm_cluster.py): jobs of fake_role.py (every role's variables, a
+failure, the job's secret kept off command lines and out of scontrol, cancellation), and
+real `tally train` dist_sync jobs: one that exits 0, and one stopped by
+`scancel --signal=TERM`, requeued with `scontrol requeue` and resumed (`--resume auto`) to
+an uninterrupted run's final weights, bit for bit.
+
+Usage: python3 slurm_launch_test.py TALLY_BINARY [unittest args]
+Without root or without Debian's slurm-wlm and munge, each class prints
+`SKIPPED <Class>: why` and passes.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "fault"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools", "launch"))
+import fault_job  # noqa: E402
+from fault_job import FINAL, MODEL, STEPS_PER_EPOCH, FaultCase  # noqa: E402
+from launch_test import ROLE_LINE, cmdline, tagged_pids  # noqa: E402
+from slurm_cluster import SlurmCluster  # noqa: E402
+
+LAUNCH = os.path.join(ROOT, "tools", "launch.py")
+FAKE = os.path.join(ROOT, "tests", "tools", "launch", "fake_role.py")
+JOB_TIMEOUT_S = 240
+
+
+class ClusterCase(FaultCase):
+    """One cluster for the class; batch scripts, their output and job states."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = SlurmCluster()
+        why = cls.cluster.start()
+        if why:
+            print(f"\nSKIPPED {cls.__name__}: {why}", file=sys.stderr)
+            raise unittest.SkipTest(why.splitlines()[0])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def submit(self, launch_args, command, name, sbatch_args=(), env=None):
+        """sbatch of a script that execs launch.py --launcher slurm; returns (job id, path
+        of its output, which a requeued run appends to)."""
+        out = os.path.join(self.dir, name + ".out")
+        script = os.path.join(self.dir, name + ".sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho \"=== run $SLURM_RESTART_COUNT of job $SLURM_JOB_ID\"\n"
+                    f"exec {sys.executable} {LAUNCH} --launcher slurm "
+                    + " ".join(launch_args + command) + "\n")
+        environ = self.environ(env)
+        environ.update(self.cluster.env)
+        environ.pop("TALLY_JOB_SECRET")  # launch.py makes the job's own
+        result = self.cluster.run(["sbatch", "--parsable", "-N1", "-n2", f"--output={out}",
+                                   "--open-mode=append", f"--chdir={self.dir}"]
+                                  + list(sbatch_args) + [script], env=environ)
+        job = result.stdout.strip().split(";")[0]
+        self.addCleanup(self.cluster.run, ["scancel", job], check=False)
+        return job, out
+
+    def job_field(self, job, name):
+        text = self.cluster.run(["scontrol", "show", "job", job]).stdout
+        match = re.search(rf"\b{name}=(\S+)", text)
+        return match.group(1) if match else None
+
+    def wait_state(self, job, states, timeout=JOB_TIMEOUT_S, out=None):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.job_field(job, "JobState")
+            if state in states:
+                return state
+            time.sleep(0.3)
+        self.fail(f"job {job} not {'/'.join(states)} within {timeout} s (state {state})\n"
+                  + (fault_job.tail(out) if out else "") + "\n" + self.cluster.logs(1500))
+
+    def wait_end(self, job, out):
+        """Waits for the job to end; returns (state, exit status, its output)."""
+        state = self.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                      "NODE_FAIL", "OUT_OF_MEMORY"), out=out)
+        return state, int(self.job_field(job, "ExitCode").split(":")[0]), fault_job.read(out)
+
+    def wait_output(self, out, pattern, count=1, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(out) and len(re.findall(pattern, fault_job.read(out), re.M)) >= count:
+                return
+            time.sleep(0.1)
+        self.fail(f"no {pattern!r} x{count} within {timeout} s:\n"
+                  + (fault_job.tail(out) if os.path.exists(out) else "(no output)"))
+
+
+class SlurmLaunchTest(ClusterCase):
+    """launch.py --launcher slurm on fake_role.py."""
+
+    def fake_job(self, plan, name, launch_args=("-n", "3", "-s", "2")):
+        # fake_role.py ignores its arguments; --max-restarts wants to see these.
+        return self.submit(list(launch_args), [sys.executable, FAKE, "--model-prefix", "m",
+                                               "--resume", "auto"], name,
+                           env={"FAKE_ROLE_PLAN": plan, "FAKE_JOB_TAG": self.tag})
+
+    def test_each_role_is_a_job_step_with_its_variables_and_the_job_exits_0(self):
+        job, out = self.fake_job("worker=exit0:1,*=exit0:2", "ok")
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual((state, code), ("COMPLETED", 0), text)
+        roles = {m.group(1): m.groups()[1:] for m in map(ROLE_LINE.match, text.splitlines()) if m}
+        self.assertEqual(sorted(roles), ["scheduler", "server 0", "server 1", "worker 0",
+                                         "worker 1", "worker 2"], text)
+        for name, (role, rank, root, workers, servers, host, cwd, task, attempt, cluster) \
+                in roles.items():
+            self.assertEqual((workers, servers, host, attempt, cluster),
+                             ("3", "2", "localhost", "0", "slurm"))
+            self.assertRegex(root, r"^localhost:\d+$")
+            self.assertEqual(cwd, self.dir)
+        self.assertIn("launch.py: the job finished: the scheduler, 2 servers and 3 workers "
+                      "exited 0", text)
+        self.assertNotIn("srun:", text)
+
+    def test_a_failing_worker_fails_the_job_naming_it(self):
+        job, out = self.fake_job("worker1=exit3:1,*=sleep", "fail")
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual((state, code), ("FAILED", 3), text)
+        self.assertIn("launch.py: worker 1 on localhost exited with status 3; stopping the job",
+                      text)
+        self.assertIn("launch.py: worker 1's last line: fake_role: exiting with status 3", text)
+        # The others were stopped with SIGTERM through scancel, not cancelled by their srun.
+        self.assertNotIn("srun: forcing job termination", text)
+        self.assertEqual(tagged_pids(self.tag), [])
+
+    def test_the_secret_is_on_no_command_line_nor_in_scontrol_and_scancel_ends_all(self):
+        job, out = self.fake_job("*=grandchild", "secret", ("-n", "2", "-s", "1"))
+        self.wait_output(out, r"^\[\w+( \d)?\] \w+ \d on stderr$", count=4)
+        secret = None
+        for pid in tagged_pids(self.tag):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for item in f.read().split(b"\0"):
+                    if item.startswith(b"TALLY_JOB_SECRET="):
+                        secret = item.split(b"=", 1)[1].decode()
+        self.assertRegex(secret or "", r"^[0-9a-f]{64}$", "the processes have no secret")
+        lines = [cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit()]
+        self.assertGreaterEqual(sum("srun" in line for line in lines), 4)
+        self.assertEqual([line for line in lines if secret in line], [])
+        for query in (["scontrol", "show", "job", "-d", job], ["scontrol", "show", "step", "-d"],
+                      ["squeue", "-s", "-o", "%all"]):
+            shown = self.cluster.run(query).stdout
+            self.assertNotIn(secret, shown, " ".join(query))
+        self.assertIn("worker-1", self.cluster.run(["squeue", "-s", "-h", "-o", "%j"]).stdout)
+        self.cluster.run(["scancel", job])
+        state, _, text = self.wait_end(job, out)
+        self.assertEqual(state, "CANCELLED", text)
+        deadline = time.monotonic() + 10
+        while tagged_pids(self.tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual([cmdline(p) for p in tagged_pids(self.tag)], [],
+                         "processes outlived their allocation")
+
+    def test_a_sigterm_to_the_steps_stops_the_job_without_a_restart(self):
+        job, out = self.fake_job("*=sleep", "term", ("-n", "2", "-s", "1", "--max-restarts", "2",
+                                                     "--grace", "5"))
+        self.wait_output(out, r"^\[\w+( \d)?\] \w+ \d on stderr$", count=4)
+        self.cluster.run(["scancel", "--signal=TERM", job])
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual(code, 143, text)
+        self.assertIn("stopped on SIGTERM", text)
+        self.assertNotIn("restart", text)
+
+    def test_a_sigterm_to_the_batch_script_reaches_every_process_through_slurm(self):
+        # As `#SBATCH --signal=B:TERM@60` does: only launch.py (exec'd by the script) gets it.
+        job, out = self.fake_job("*=sleep", "batchterm", ("-n", "2", "-s", "1", "--grace", "5"))
+        self.wait_output(out, r"^\[\w+( \d)?\] \w+ \d on stderr$", count=4)
+        self.cluster.run(["scancel", "--batch", "--signal=TERM", job])
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual(code, 143, text)
+        self.assertIn("launch.py: received SIGTERM; stopping the job", text)
+        # scancel --signal=TERM of each step, not srun's own cancellation (SIGKILL soon after).
+        self.assertNotIn("forcing job termination", text)
+        self.assertNotIn("still running after", text)
+        self.assertEqual(tagged_pids(self.tag), [])
+
+
+class SlurmTallyTest(ClusterCase):
+    """Real `tally train` dist_sync jobs (fault_job.MODEL) under launch.py --launcher slurm."""
+
+    def tally_job(self, prefix, name, extra=(), sbatch_args=()):
+        command = [fault_job.TALLY, "train", "--kv-store", "dist_sync"] + MODEL + \
+            ["--model-prefix", prefix] + list(extra)
+        return self.submit(["-n", "2", "-s", "1", "--grace", "30"], command, name, sbatch_args)
+
+    def test_a_dist_sync_job_exits_0(self):
+        job, out = self.tally_job(os.path.join(self.dir, "run", "m"), "train")
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+        self.assertIn("launch.py: the job finished: the scheduler, 1 server and 2 workers", text)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "run", "m") + FINAL + ".params"))
+
+    def test_preempted_and_requeued_job_ends_with_the_uninterrupted_weights(self):
+        ref_job, ref_out = self.tally_job(os.path.join(self.dir, "ref", "m"), "reference")
+        state, code, text = self.wait_end(ref_job, ref_out)
+        self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+        prefix = os.path.join(self.dir, "run", "m")
+        job, out = self.tally_job(prefix, "preempted", ["--resume", "auto"], ["--requeue"])
+        self.wait_output(out, rf"^\[worker 0\] Epoch\[1\] Batch \[\d+-{STEPS_PER_EPOCH // 3}\]")
+        self.cluster.run(["scancel", "--signal=TERM", job])
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual(code, 143, text[-4000:])
+        self.assertIn("stopping, the job was asked to (SIGTERM)", text)
+        self.assertIn("launch.py: the job stopped on SIGTERM", text)
+        saved = self.assertLatestLoads(prefix)
+        print(f"  stopped; checkpoint {saved} saved")
+        self.cluster.run(["scontrol", "requeue", job])
+        # Slurm holds a requeued batch job back two minutes (BeginTime); no need to here.
+        self.cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        self.wait_state(job, ("PENDING", "RUNNING", "COMPLETED"), 60, out)
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+        self.assertIn("=== run 1 of job", text)
+        self.assertSameCheckpoint(prefix + FINAL, os.path.join(self.dir, "ref", "m") + FINAL)
+
+
+if __name__ == "__main__":
+    fault_job.main()
