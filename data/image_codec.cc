@@ -250,15 +250,16 @@ Status DecodeImage(const uint8_t* data, size_t size, const DecodeOptions& option
   return Status::InvalidArgument("not a JPEG or PNG image (" + std::to_string(size) + " bytes)");
 }
 
-Status EncodeJpeg(const Image& image, int quality, std::string* out) {
-  if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodeJpeg: empty image");
-  if (quality < 1 || quality > 100) return Status::InvalidArgument("EncodeJpeg: quality must be 1..100");
+namespace {
+
+// Compresses width x height pixels of the given turbojpeg format and subsampling.
+Status CompressJpeg(const uint8_t* pixels, int width, int height, int format, int subsampling, int quality,
+                    std::string* out) {
   tjhandle tj = Compressor();
   if (!tj) return Status::Internal("tjInitCompress failed");
   unsigned char* jpeg = nullptr;
   unsigned long jpeg_size = 0;
-  if (tjCompress2(tj, image.pixels.data(), image.width, 0, image.height, TJPF_RGB, &jpeg, &jpeg_size, TJSAMP_420,
-                  quality, 0) != 0) {
+  if (tjCompress2(tj, pixels, width, 0, height, format, &jpeg, &jpeg_size, subsampling, quality, 0) != 0) {
     std::string what = tjGetErrorStr2(tj);
     tjFree(jpeg);
     return Status::Internal("JPEG encoding failed: " + what);
@@ -268,65 +269,51 @@ Status EncodeJpeg(const Image& image, int quality, std::string* out) {
   return Status::Ok();
 }
 
-Status EncodePng(const Image& image, std::string* out) {
-  if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodePng: empty image");
+// Writes width x height pixels of the given libpng format (stride bytes a row) as a PNG.
+Status WritePng(const uint8_t* pixels, int width, int height, png_uint_32 format, png_int_32 stride,
+                std::string* out) {
   png_image png;
   std::memset(&png, 0, sizeof png);
   png.version = PNG_IMAGE_VERSION;
-  png.width = image.width;
-  png.height = image.height;
-  png.format = PNG_FORMAT_RGB;
-  const png_int_32 stride = image.width * Image::kChannels;
+  png.width = width;
+  png.height = height;
+  png.format = format;
   png_alloc_size_t bytes = 0;
-  if (!png_image_write_get_memory_size(png, bytes, 0, image.pixels.data(), stride, nullptr)) {
+  if (!png_image_write_get_memory_size(png, bytes, 0, pixels, stride, nullptr)) {
     return Status::Internal(std::string("PNG encoding failed: ") + png.message);
   }
   out->resize(bytes);
-  if (!png_image_write_to_memory(&png, out->data(), &bytes, 0, image.pixels.data(), stride, nullptr)) {
+  if (!png_image_write_to_memory(&png, out->data(), &bytes, 0, pixels, stride, nullptr)) {
     return Status::Internal(std::string("PNG encoding failed: ") + png.message);
   }
   out->resize(bytes);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status EncodeJpeg(const Image& image, int quality, std::string* out) {
+  if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodeJpeg: empty image");
+  if (quality < 1 || quality > 100) return Status::InvalidArgument("EncodeJpeg: quality must be 1..100");
+  return CompressJpeg(image.pixels.data(), image.width, image.height, TJPF_RGB, TJSAMP_420, quality, out);
+}
+
+Status EncodePng(const Image& image, std::string* out) {
+  if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodePng: empty image");
+  return WritePng(image.pixels.data(), image.width, image.height, PNG_FORMAT_RGB, image.width * Image::kChannels, out);
 }
 
 Status EncodeGrayJpeg(const Image& image, int quality, std::string* out) {
   if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodeGrayJpeg: empty image");
   if (quality < 1 || quality > 100) return Status::InvalidArgument("EncodeGrayJpeg: quality must be 1..100");
-  std::vector<uint8_t> gray = FirstChannel(image);
-  tjhandle tj = Compressor();
-  if (!tj) return Status::Internal("tjInitCompress failed");
-  unsigned char* jpeg = nullptr;
-  unsigned long jpeg_size = 0;
-  if (tjCompress2(tj, gray.data(), image.width, 0, image.height, TJPF_GRAY, &jpeg, &jpeg_size, TJSAMP_GRAY, quality,
-                  0) != 0) {
-    std::string what = tjGetErrorStr2(tj);
-    tjFree(jpeg);
-    return Status::Internal("JPEG encoding failed: " + what);
-  }
-  out->assign(reinterpret_cast<const char*>(jpeg), jpeg_size);
-  tjFree(jpeg);
-  return Status::Ok();
+  const std::vector<uint8_t> gray = FirstChannel(image);
+  return CompressJpeg(gray.data(), image.width, image.height, TJPF_GRAY, TJSAMP_GRAY, quality, out);
 }
 
 Status EncodeGrayPng(const Image& image, std::string* out) {
   if (image.width <= 0 || image.height <= 0) return Status::InvalidArgument("EncodeGrayPng: empty image");
-  std::vector<uint8_t> gray = FirstChannel(image);
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
-  png.width = image.width;
-  png.height = image.height;
-  png.format = PNG_FORMAT_GRAY;
-  png_alloc_size_t bytes = 0;
-  if (!png_image_write_get_memory_size(png, bytes, 0, gray.data(), image.width, nullptr)) {
-    return Status::Internal(std::string("PNG encoding failed: ") + png.message);
-  }
-  out->resize(bytes);
-  if (!png_image_write_to_memory(&png, out->data(), &bytes, 0, gray.data(), image.width, nullptr)) {
-    return Status::Internal(std::string("PNG encoding failed: ") + png.message);
-  }
-  out->resize(bytes);
-  return Status::Ok();
+  const std::vector<uint8_t> gray = FirstChannel(image);
+  return WritePng(gray.data(), image.width, image.height, PNG_FORMAT_GRAY, image.width, out);
 }
 
 }  // namespace tally
