@@ -3,7 +3,8 @@ that this file starts (slurm_cluster.py): jobs of fake_role.py (every role's var
 failure, the job's secret kept off command lines and out of scontrol, cancellation), and
 real `tally train` dist_sync jobs: one that exits 0, and one stopped by
 `scancel --signal=TERM`, requeued with `scontrol requeue` and resumed (`--resume auto`) to
-an uninterrupted run's final weights, bit for bit.
+an uninterrupted run's final weights, bit for bit; and the README's Fashion-MNIST job,
+shortened, with its accuracy lines.
 
 Usage: python3 slurm_launch_test.py TALLY_BINARY [unittest args]
 Without root or without Debian's slurm-wlm and munge, each class prints
@@ -222,6 +223,32 @@ class SlurmTallyTest(ClusterCase):
         self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
         self.assertIn("=== run 1 of job", text)
         self.assertSameCheckpoint(prefix + FINAL, os.path.join(self.dir, "ref", "m") + FINAL)
+
+    def test_the_readme_job_shortened_reports_its_accuracy(self):
+        # The README's main job (tools/fashion_mnist.sh): Debian's Fashion-MNIST, a ResNet
+        # under dist_device_sync, scheduler + server + 2 workers, here three epochs of 3000
+        # images with 8 layers so that it takes seconds.
+        data = os.path.join(self.dir, "fashion")
+        made = subprocess.run([fault_job.TALLY, "make-data", "fashion-mnist", "--out", data, "--limit", "3000"],
+                              capture_output=True, text=True)
+        if made.returncode != 0 and "fashion-mnist" in made.stderr and "no such" in made.stderr.lower():
+            self.skipTest("Debian's dataset-fashion-mnist is not installed: " + made.stderr.strip())
+        self.assertEqual(made.returncode, 0, made.stderr)
+        command = [fault_job.TALLY, "train", "--kv-store", "dist_device_sync", "--network", "resnet",
+                   "--num-layers", "8", "--image-shape", "3,28,28", "--num-classes", "10",
+                   "--data-train", os.path.join(data, "train.rec"), "--data-val", os.path.join(data, "test.rec"),
+                   "--rgb-mean", "72.94,72.94,72.94", "--rgb-std", "90.0,90.0,90.0",
+                   "--batch-size", "64", "--num-epochs", "3", "--lr", "0.1", "--mom", "0.9", "--wd", "5e-4",
+                   "--data-nthreads", "1", "--disp-batches", "10", "--top-k", "0"]
+        job, out = self.submit(["-n", "2", "-s", "1", "--grace", "30"], command, "fashion")
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+        found = re.findall(r"^\[worker 0\] Epoch\[(\d)\] Validation-accuracy=([0-9.]+)$", text, re.M)
+        self.assertEqual([e for e, _ in found], ["0", "1", "2"], text[-4000:])
+        print(f"  Fashion-MNIST through Slurm, 3 epochs of 3000 images: validation accuracy {found[-1][1]}")
+        # Far from the README's 93% (70 steps, batch-norm statistics still settling), but
+        # well above chance (0.1): the job learned through Slurm.
+        self.assertGreater(float(found[-1][1]), 0.3, "10 classes: chance is 0.1")
 
 
 if __name__ == "__main__":
