@@ -204,8 +204,8 @@ class LocalLauncherTest(LaunchCase):
                            if line.startswith(f"[{role}] ")]
                 self.assertEqual(sorted(text.splitlines()), sorted(printed), name)
                 # stdout and stderr reach the file through two threads, in either order.
-                self.assertRegex(text, r"(^|\n)role=")
-                self.assertRegex(text, r"\n(scheduler 0|%s) on stderr\n" % role)
+                self.assertRegex(text, r"(?m)^role=")
+                self.assertRegex(text, r"(?m)^(scheduler 0|%s) on stderr$" % role)
 
     def test_a_signal_stops_everything(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
