@@ -80,7 +80,7 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
     // priority, so send it from here and spare the wakeup of the sending thread.
     sending_ = true;
     l.unlock();
-    Send(Outgoing{node, std::move(msg)});
+    Send(Outgoing{node, std::move(msg), std::string()});
     l.lock();
     sending_ = false;
     last_direct_small_ = gatherable;
@@ -90,22 +90,20 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
     if (more) send_cv_.notify_one();
     return;
   }
+  std::string shared = gatherable ? Shared(msg.meta) : std::string();
   queue_.emplace(std::make_pair(-static_cast<int64_t>(priority), next_seq_++),
-                 Outgoing{node, std::move(msg)});
+                 Outgoing{node, std::move(msg), std::move(shared)});
   l.unlock();
   send_cv_.notify_one();
 }
 
-
 void DistChannel::Gather(Outgoing* out) {
-  if (!Gatherable(out->msg)) return;
-  const std::string shared = Shared(out->msg.meta);
+  if (out->shared.empty()) return;  // not gatherable
   std::vector<uint64_t> ids{out->msg.meta.request_id()};
   int64_t total = SliceBytes(out->msg);
   for (auto it = queue_.begin(); it != queue_.end() && ids.size() < kGatherSlices;) {
     Message& m = it->second.msg;
-    if (it->second.node != out->node || !Gatherable(m) || total + SliceBytes(m) > kGatherTotal ||
-        Shared(m.meta) != shared) {
+    if (it->second.node != out->node || it->second.shared != out->shared || total + SliceBytes(m) > kGatherTotal) {
       ++it;
       continue;
     }
@@ -133,8 +131,7 @@ void DistChannel::Send(Outgoing out) {
   profile::Tracer& tracer = profile::Tracer::Get();
   const int64_t t0 = tracer.enabled() ? profile::NowUs() : 0;
   const double key = out.msg.meta.slices_size() > 0 ? static_cast<double>(out.msg.meta.slices(0).key()) : -1;
-  int64_t bytes = 0;
-  for (const Tensor& t : out.msg.data) bytes += t.nbytes();
+  const int64_t bytes = static_cast<int64_t>(DataBytes(out.msg));
   Status s = cluster_->Send(out.node, std::move(out.msg));
   if (t0 != 0) {
     tracer.Complete(wire::Command_Name(command).c_str(), "comm", t0, profile::NowUs() - t0, "key", key, "bytes",

@@ -77,6 +77,9 @@ class DistChannel {
   struct Outgoing {
     int node;
     Message msg;
+    // A queued request that may travel with others: its Meta without what differs between
+    // such requests (computed once, when queued); empty: it travels alone.
+    std::string shared;
   };
   void SendLoop();
   // Takes from the queue the small requests that can travel with `out` and adds their

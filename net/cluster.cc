@@ -288,8 +288,7 @@ class Cluster::Impl {
   // steps, so none of them waits behind that work. A small message is handled here, with
   // no thread hop, when nothing is queued or being handled, which keeps the order.
   void Deliver(Message&& m) {
-    size_t bytes = 0;
-    for (const Tensor& t : m.data) bytes += t.nbytes();
+    const size_t bytes = DataBytes(m);
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       if (bytes > kInlineBytes || busy_ || !queue_.empty()) {

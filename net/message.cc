@@ -23,6 +23,12 @@ wire::DType ToWire(DType t) {
   return wire::F32;
 }
 
+size_t DataBytes(const Message& msg) {
+  size_t n = 0;
+  for (const Tensor& t : msg.data) n += t.nbytes();
+  return n;
+}
+
 Status ValidateMessage(const Message& msg) {
   const wire::Meta& m = msg.meta;
   if (!wire::Command_IsValid(m.command()) || m.command() == wire::COMMAND_UNKNOWN) {
@@ -106,6 +112,13 @@ std::string NodeName(wire::Role role, int rank) {
     case wire::WORKER: return "worker " + std::to_string(rank);
     default: return "";
   }
+}
+
+bool JobNames::Has(const std::string& name) const {
+  for (int id = 0; id < size(); ++id) {
+    if (Of(id) == name) return true;
+  }
+  return false;
 }
 
 std::string JobNames::Of(int id) const {

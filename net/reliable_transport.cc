@@ -234,7 +234,7 @@ class ReliableTransport : public Transport {
     auto end = out->unacked.upper_bound(seq);
     for (auto it = out->unacked.begin(); it != end; ++it) {
       // Karn: only messages sent once measure the round trip.
-      if (it->second.resent || Bytes(it->second.msg) > kSmallBytes) continue;
+      if (it->second.resent || DataBytes(it->second.msg) > kSmallBytes) continue;
       const auto sample = now - it->second.sent;
       if (out->srtt.count() == 0) {
         out->srtt = sample;
@@ -257,17 +257,11 @@ class ReliableTransport : public Transport {
     ++resent_;
   }
 
-  static size_t Bytes(const Message& m) {
-    size_t n = 0;
-    for (const Tensor& t : m.data) n += t.nbytes();
-    return n;
-  }
-
   // The first resend of a small message comes after the retransmission timeout measured on
   // this peer (at least kMinWait), of a large one or before any measurement after
   // resend_ms: a large message's acknowledgement waits for all its bytes.
   Clock::duration FirstWait(const Out& out, const Message& m) const {
-    if (out.srtt.count() == 0 || Bytes(m) > kSmallBytes) return resend_;
+    if (out.srtt.count() == 0 || DataBytes(m) > kSmallBytes) return resend_;
     return std::min<Clock::duration>(resend_, std::max<Clock::duration>(kMinWait, out.srtt + 4 * out.rttvar));
   }
 

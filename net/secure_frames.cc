@@ -1,5 +1,6 @@
 #include "net/secure_frames.h"
 
+#include <atomic>
 #include <cstring>
 
 #include <glog/logging.h>
@@ -166,48 +167,49 @@ bool PlainBytes(size_t sealed, size_t* plain) {
   return SealedBytes(*plain) == sealed;
 }
 
+namespace {
+
+// Calls fn(record, its nonce) for every record of the parts: on this thread for a small
+// message, spread over the crypto threads for a large one.
+template <typename Fn>
+void ForEachRecord(const std::vector<PartJob>& parts, uint64_t counter, Fn fn) {
+  size_t total = 0;
+  const std::vector<RecordJob> jobs = Records(parts, &total);
+  auto one = [&](size_t i) {
+    uint8_t iv[kIvBytes];
+    RecordIv(counter, jobs[i].index, iv);
+    fn(jobs[i], iv);
+  };
+  if (total < kParallelBytes) {
+    for (size_t i = 0; i < jobs.size(); ++i) one(i);
+  } else {
+    ParallelRecords(jobs.size(), one);
+  }
+}
+
+}  // namespace
+
 void SealParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts) {
   SealedHeader h;
   CHECK(ParseSealedHeader(header, kSealedHeaderBytes, &h));
   CHECK_EQ(h.parts, parts.size());
-  size_t total = 0;
-  const std::vector<RecordJob> jobs = Records(parts, &total);
-  auto seal = [&](size_t i) {
-    const RecordJob& j = jobs[i];
-    uint8_t iv[kIvBytes];
-    RecordIv(h.counter, j.index, iv);
+  ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
     SealRecord(key, iv, header, kSealedHeaderBytes, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
                j.part->out + j.offset, TagOf(j));
-  };
-  if (total < kParallelBytes) {
-    for (size_t i = 0; i < jobs.size(); ++i) seal(i);
-  } else {
-    ParallelRecords(jobs.size(), seal);
-  }
+  });
 }
 
 bool OpenParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts) {
   SealedHeader h;
   if (!ParseSealedHeader(header, kSealedHeaderBytes, &h) || h.parts != parts.size()) return false;
-  size_t total = 0;
-  const std::vector<RecordJob> jobs = Records(parts, &total);
-  std::vector<uint8_t> ok(jobs.size(), 0);
-  auto open = [&](size_t i) {
-    const RecordJob& j = jobs[i];
-    uint8_t iv[kIvBytes];
-    RecordIv(h.counter, j.index, iv);
-    ok[i] = OpenRecord(key, iv, header, kSealedHeaderBytes, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
-                       TagOf(j), j.part->out + j.offset);
-  };
-  if (total < kParallelBytes) {
-    for (size_t i = 0; i < jobs.size(); ++i) open(i);
-  } else {
-    ParallelRecords(jobs.size(), open);
-  }
-  for (uint8_t b : ok) {
-    if (!b) return false;
-  }
-  return true;
+  std::atomic<bool> all_open{true};
+  ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
+    if (!OpenRecord(key, iv, header, kSealedHeaderBytes, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
+                    TagOf(j), j.part->out + j.offset)) {
+      all_open = false;
+    }
+  });
+  return all_open;
 }
 
 }  // namespace tally

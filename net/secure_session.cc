@@ -74,9 +74,7 @@ std::string ServerSessions::OnHandshake(const std::string& id, const void* data,
     *why = "a handshake frame that is not a HELLO";
     return "";
   }
-  bool member = false;
-  for (int i = 0; i < auth_->job.size() && !member; ++i) member = auth_->job.Of(i) == h.client;
-  if (!member) {
+  if (!auth_->job.Has(h.client)) {
     *why = "a HELLO from '" + h.client + "', not a node of this job";
     return EncodeRefuse(RefuseReason::kNotAMember);
   }

@@ -42,6 +42,9 @@ struct Message {
   std::string peer;
 };
 
+// The bytes of a message's data frames.
+size_t DataBytes(const Message& msg);
+
 // Caps on what the wire may declare, checked before anything is allocated.
 constexpr size_t kMaxMetaBytes = 16u << 20;       // one Meta
 constexpr size_t kMaxFrameBytes = size_t{4} << 30;  // one data frame
@@ -107,6 +110,7 @@ class Transport {
 struct JobNames {
   int num_servers = 0, num_workers = 0;
   std::string Of(int id) const;  // empty for an id outside the job
+  bool Has(const std::string& name) const;  // whether some node of the job has that name
   int size() const { return NodeIds{num_servers, num_workers}.size(); }
 };
 std::string NodeName(wire::Role role, int rank);

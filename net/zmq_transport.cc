@@ -94,7 +94,7 @@ class ZmqTransport : public Transport {
     std::unique_ptr<ClientSession> session;
     if (auth_) {
       const std::string name = peer_name.empty() ? auth_->job.Of(id) : peer_name;
-      if (name.empty() || !IsMember(name)) {
+      if (name.empty() || !auth_->job.Has(name)) {
         return Status::InvalidArgument("connect to node " + std::to_string(id) + ": '" + name +
                                        "' is not a node of this job");
       }
@@ -197,13 +197,6 @@ class ZmqTransport : public Transport {
     std::string endpoint;
   };
 
-  bool IsMember(const std::string& name) const {
-    for (int i = 0; i < auth_->job.size(); ++i) {
-      if (auth_->job.Of(i) == name) return true;
-    }
-    return false;
-  }
-
   std::string Describe(int id, const Peer& peer) const {
     return "node " + std::to_string(id) + " (" + peer.session->server() + ", " + peer.endpoint + ")";
   }
@@ -211,19 +204,29 @@ class ZmqTransport : public Transport {
   // Takes the answers the peer sent on this connection without waiting: a REFUSE for a
   // connection it no longer knows (it restarted) makes the next Send handshake again.
   void TakeReplies(int id, Peer* peer) {
-    int events = 0;
-    size_t len = sizeof events;
-    while (zmq_getsockopt(peer->socket, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN)) {
-      zmq_msg_t reply;
-      zmq_msg_init(&reply);
-      if (zmq_msg_recv(&reply, peer->socket, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&reply);
-        return;
-      }
-      Status s = peer->session->OnReply(zmq_msg_data(&reply), zmq_msg_size(&reply));
-      zmq_msg_close(&reply);
+    std::string reply;
+    while (HasInput(peer->socket) && TakeReply(peer, &reply)) {
+      Status s = peer->session->OnReply(reply.data(), reply.size());
       if (!s.ok()) LOG(WARNING) << Describe(id, *peer) << ": " << s.message();
     }
+  }
+
+  // Whether a socket has something to receive now.
+  static bool HasInput(void* socket) {
+    int events = 0;
+    size_t len = sizeof events;
+    return zmq_getsockopt(socket, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN);
+  }
+
+  // Receives, without waiting, one frame the peer sent back on this connection (a
+  // handshake answer: a few dozen bytes).
+  static bool TakeReply(Peer* peer, std::string* reply) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    const bool got = zmq_msg_recv(&part, peer->socket, ZMQ_DONTWAIT) >= 0;
+    if (got) reply->assign(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+    zmq_msg_close(&part);
+    return got;
   }
 
   // Receives one message; true if it is one for Recv to return, false if it was a
@@ -246,9 +249,7 @@ class ZmqTransport : public Transport {
   void ServeHandshakes() {
     std::unique_lock<std::mutex> lock(recv_mu_, std::try_to_lock);
     if (!lock.owns_lock() || !receiver_) return;
-    int events = 0;
-    size_t len = sizeof events;
-    while (zmq_getsockopt(receiver_, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN)) {
+    while (HasInput(receiver_)) {
       Message m;
       if (TakeOne(&m)) backlog_.push_back(std::move(m));
     }
@@ -272,17 +273,12 @@ class ZmqTransport : public Transport {
         return Status::Unavailable(Describe(id, *peer) + " did not answer the secure handshake within " +
                                    std::to_string(send_timeout_ms_) + " ms (is it up, and does it hold the job's secret?)");
       }
-      zmq_msg_t reply;
-      zmq_msg_init(&reply);
-      if (zmq_msg_recv(&reply, peer->socket, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&reply);
-        continue;
-      }
+      std::string reply;
+      if (!TakeReply(peer, &reply)) continue;
       RefuseReason why;
       // A kNoSession refusal answers data sent before this HELLO: the WELCOME is still to come.
-      const bool stale = ParseRefuse(zmq_msg_data(&reply), zmq_msg_size(&reply), &why) && why == RefuseReason::kNoSession;
-      Status s = stale ? Status::Ok() : peer->session->OnReply(zmq_msg_data(&reply), zmq_msg_size(&reply));
-      zmq_msg_close(&reply);
+      const bool stale = ParseRefuse(reply.data(), reply.size(), &why) && why == RefuseReason::kNoSession;
+      Status s = stale ? Status::Ok() : peer->session->OnReply(reply.data(), reply.size());
       if (!s.ok()) return Status::Unavailable(Describe(id, *peer) + ": " + s.message());
     }
     return Status::Ok();
