@@ -33,8 +33,12 @@ Status ClientSession::OnReply(const void* data, size_t n) {
   }
   Welcome w;
   if (!ParseWelcome(data, n, &w)) return Status::InvalidArgument("a reply from " + server_ + " that is not a WELCOME");
-  // An answer to an older HELLO (one that timed out) is no use and no harm.
-  if (hello_.empty() || std::memcmp(w.client_nonce, sent_.client_nonce, kNonceBytes) != 0) return Status::Ok();
+  // An answer to an older HELLO (one that timed out) is no use and no harm. A repeat of the
+  // accepted one (replayed on the way) must change nothing: its keys are the ones in use,
+  // and starting their counter again would repeat GCM nonces under them.
+  if (ready_ || hello_.empty() || std::memcmp(w.client_nonce, sent_.client_nonce, kNonceBytes) != 0) {
+    return Status::Ok();
+  }
   const ConnectionKeys keys =
       DeriveConnectionKeys(auth_->secret, auth_->self, server_, sent_.client_nonce, w.server_nonce);
   uint8_t proof[kTagBytes];
@@ -42,8 +46,7 @@ Status ClientSession::OnReply(const void* data, size_t n) {
   if (CRYPTO_memcmp(proof, w.proof, kTagBytes) != 0) {
     return Status::InvalidArgument(server_ + " does not hold this job's secret (its WELCOME fails the proof)");
   }
-  key_ = keys.client_to_server;
-  counter_ = 0;
+  key_ = keys.client_to_server;  // counter_ is 0 since Hello()
   ready_ = true;
   return Status::Ok();
 }

@@ -195,6 +195,24 @@ TEST_F(SecureSessionTest, AWelcomeToAnOlderHelloIsIgnored) {
   EXPECT_TRUE(Open(Seal("after", {})).ok());
 }
 
+// A WELCOME replayed after the handshake must not start the counter again: that would
+// seal two messages under one key and one nonce.
+TEST_F(SecureSessionTest, AReplayedWelcomeDoesNotRestartTheCounter) {
+  const std::string hello = client_.Hello();
+  std::string why;
+  const std::string welcome = server_.OnHandshake("conn", hello.data(), hello.size(), &why);
+  ASSERT_TRUE(client_.OnReply(welcome.data(), welcome.size()).ok());
+  const Wire first = Seal("first", {});
+  ASSERT_TRUE(client_.OnReply(welcome.data(), welcome.size()).ok());
+  const Wire second = Seal("second", {});
+  SealedHeader a, b;
+  ASSERT_TRUE(ParseSealedHeader(first[0].data(), first[0].size(), &a));
+  ASSERT_TRUE(ParseSealedHeader(second[0].data(), second[0].size(), &b));
+  EXPECT_EQ(b.counter, a.counter + 1);
+  EXPECT_TRUE(Open(first).ok());
+  EXPECT_TRUE(Open(second).ok());
+}
+
 TEST(SecureFrames, SealedSizesInvertAndOddSizesAreRefused) {
   for (size_t n : {size_t{0}, size_t{1}, kRecordBytes - 1, kRecordBytes, kRecordBytes + 1, 5 * kRecordBytes + 3}) {
     size_t back = 0;
