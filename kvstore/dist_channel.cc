@@ -28,6 +28,11 @@ int64_t SliceBytes(const Message& m) {
   return n;
 }
 
+// The commands whose answer completes the data of one key (WaitKey).
+bool KeyCommand(wire::Command c) {
+  return c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL || c == wire::ROLLBACK;
+}
+
 bool Gatherable(const Message& m) {
   const wire::Command c = m.meta.command();
   return (c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL) && m.meta.slices_size() == 1 &&
@@ -67,6 +72,7 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   msg.meta.set_receiver_id(node);
   msg.meta.set_priority(priority);
   pending.node = node;
+  if (KeyCommand(pending.command)) ++key_pending_[pending.key];
   pending_[id] = std::move(pending);
   // A small request right after another sent from here, that one still unanswered, is
   // likely one of a burst (a model's arrays, key after key): it waits for the sending
@@ -165,11 +171,21 @@ void DistChannel::SendLoop() {
 void DistChannel::Finish(uint64_t id, const Status& s) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (pending_.erase(id) == 0) return;
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    bool key_done = false;
+    if (KeyCommand(it->second.command)) {
+      auto k = key_pending_.find(it->second.key);
+      if (--k->second == 0) {
+        key_done = static_cast<int64_t>(k->first) == waited_key_;
+        key_pending_.erase(k);
+      }
+    }
+    pending_.erase(it);
     if (!s.ok() && error_.ok()) error_ = s;
-    // WaitAll waits for all of them: waking it for each answer would cost a context
-    // switch per key.
-    if (!pending_.empty()) return;
+    // WaitAll waits for all of them and WaitKey for one key: waking them for every answer
+    // would cost a context switch per key.
+    if (!pending_.empty() && !key_done) return;
   }
   done_cv_.notify_all();
 }
@@ -264,6 +280,23 @@ bool DistChannel::TakeSkip(KVStore::SkippedStep* out) {
   *out = skip_;
   skip_ = KVStore::SkippedStep();
   return true;
+}
+
+Status DistChannel::WaitKey(uint64_t key, int timeout_ms) {
+  Status cluster_failure = cluster_->failure();
+  if (!cluster_failure.ok()) OnFailure(cluster_failure);
+  std::unique_lock<std::mutex> l(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  waited_key_ = static_cast<int64_t>(key);
+  while (key_pending_.count(key) && failure_.ok()) {
+    if (done_cv_.wait_until(l, deadline) == std::cv_status::timeout && key_pending_.count(key) && failure_.ok()) {
+      waited_key_ = -1;
+      return Status::Unavailable("kvstore: key " + std::to_string(key) + " unanswered after " +
+                                 std::to_string(timeout_ms) + " ms");
+    }
+  }
+  waited_key_ = -1;
+  return failure_;
 }
 
 Status DistChannel::WaitAll(int timeout_ms) {

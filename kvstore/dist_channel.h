@@ -64,6 +64,11 @@ class DistChannel {
   // the first error answered or met sending since the last call, or Unavailable after
   // timeout_ms.
   Status WaitAll(int timeout_ms);
+  // Waits until every request queued so far for `key` (its PUSH, PULL, PUSHPULL or
+  // ROLLBACK) has been answered: its pulled values are in, its pushed buffers free. Returns
+  // the cluster's failure, or Unavailable after timeout_ms; errors answered are left for
+  // WaitAll to report.
+  Status WaitKey(uint64_t key, int timeout_ms);
   // Whether an answer has carried Meta.stop: some worker asked the job to stop.
   bool stop_seen() const { return stop_seen_.load(); }
   // Whether an answer (not a ROLLBACK's) since the last call said that its step was
@@ -104,6 +109,10 @@ class DistChannel {
   // Ordered by (-priority, call order): begin() is the next to send.
   std::map<std::pair<int64_t, uint64_t>, Outgoing> queue_;  // GUARDED_BY(mu_)
   std::map<uint64_t, PendingRequest> pending_;              // GUARDED_BY(mu_)
+  // Unanswered requests per key (the commands WaitKey waits for), and the key WaitKey is
+  // waiting for (-1: none), so that Finish wakes it only when that key is done.
+  std::map<uint64_t, int> key_pending_;                      // GUARDED_BY(mu_)
+  int64_t waited_key_ = -1;                                  // GUARDED_BY(mu_)
   // Requests sent together: the id the message carries -> every id in it, in slice order.
   std::map<uint64_t, std::vector<uint64_t>> gathered_;      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)

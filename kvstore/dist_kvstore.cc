@@ -81,6 +81,7 @@ class DistKVStore : public KVStore, public MasterWeightStore {
   // After the step's answers: when one said the step was skipped (a non-finite gradient on
   // some server), dist_sync rolls it back on every server first (RollBack).
   Status WaitAll() override;
+  Status WaitKey(int key) override { return channel_->WaitKey(key, kDistWaitTimeoutMs); }
   bool TakeSkippedStep(SkippedStep* out) override {
     if (!has_skipped_) return false;
     *out = skipped_;

@@ -49,7 +49,7 @@ Status GpuDistKVStore::PushPull(int key, const std::vector<Tensor>& grads,
                                      ", expected both on " + devices_[d].ToString() + " and like device 0's");
     }
   }
-  if (pending_.count(key) != 0) {
+  if (pending_.count(key) != 0 || uploaded_.count(key) != 0) {
     return Status::InvalidArgument(what + " pushed twice before WaitAll");
   }
   Staged& staged = staged_[key];
@@ -96,26 +96,51 @@ void GpuDistKVStore::SendLoop() {
   }
 }
 
-Status GpuDistKVStore::Drain() {
+Status GpuDistKVStore::Drain(bool keep_status) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return queue_.empty() && !sending_; });
   Status s = send_status_;
-  send_status_ = Status::Ok();
+  if (!keep_status) send_status_ = Status::Ok();
   return s;
+}
+
+Status GpuDistKVStore::WaitKey(int key) {
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return Status::Ok();  // not pushed this step, or uploaded already
+  TALLY_RETURN_IF_ERROR(Drain(/*keep_status=*/true));
+  TALLY_RETURN_IF_ERROR(inner_->WaitKey(key));
+  const Tensor& host = staged_.at(key).weight;
+  for (Tensor& w : it->second) w.CopyFrom(host);  // queued: page-locked host to device
+  uploaded_.insert(pending_.extract(it));
+  return Status::Ok();
 }
 
 Status GpuDistKVStore::WaitAll() {
   Status sent = Drain();
   Status waited = inner_->WaitAll();
   std::map<int, std::vector<Tensor>> pending = std::move(pending_);
+  std::map<int, std::vector<Tensor>> uploaded = std::move(uploaded_);
   pending_.clear();
+  uploaded_.clear();
   TALLY_RETURN_IF_ERROR(sent);
   TALLY_RETURN_IF_ERROR(waited);
+  // A skipped step's weights were restored into the host buffers after WaitKey uploaded them.
+  if (inner_->TakeSkippedStep(&skipped_)) {
+    has_skipped_ = true;
+    pending.merge(uploaded);
+  }
   for (auto& [key, weights] : pending) {
     const Tensor& host = staged_.at(key).weight;
     for (Tensor& w : weights) w.CopyFrom(host);  // queued: page-locked host to device
   }
   return Status::Ok();
+}
+
+bool GpuDistKVStore::TakeSkippedStep(SkippedStep* out) {
+  if (!has_skipped_) return false;
+  *out = skipped_;
+  has_skipped_ = false;
+  return true;
 }
 
 Status NewDistKVStoreOnGpus(KVStoreType type, const std::vector<Device>& devices, Cluster* cluster,

@@ -80,6 +80,10 @@ class GpuDistKVStore : public KVStore {
   Status PushPull(int key, const std::vector<Tensor>& grads, const std::vector<Tensor>& weights,
                   int priority) override;
   Status WaitAll() override;
+  // Waits for the sending thread to have handed everything over, then for key's answer
+  // alone, and queues the upload of its weights to every GPU; WaitAll uploads the rest (all
+  // of the step's keys again when the step was skipped: the servers restored them).
+  Status WaitKey(int key) override;
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override {
     return inner_->GetOptimizerState(keys, states);
   }
@@ -88,7 +92,7 @@ class GpuDistKVStore : public KVStore {
   }
   Status SetGradientScale(float scale) override { return inner_->SetGradientScale(scale); }
   MasterWeightStore* master_weights() override { return inner_->master_weights(); }
-  bool TakeSkippedStep(SkippedStep* out) override { return inner_->TakeSkippedStep(out); }
+  bool TakeSkippedStep(SkippedStep* out) override;
   void RequestStop() override { inner_->RequestStop(); }
   bool StopAgreed() const override { return inner_->StopAgreed(); }
   Times TakeTimes() override { return inner_->TakeTimes(); }
@@ -106,15 +110,22 @@ class GpuDistKVStore : public KVStore {
   };
 
   void SendLoop();
-  // Waits until the sending thread has handed over everything queued; its first failure.
-  Status Drain();
+  // Waits until the sending thread has handed over everything queued; its first failure
+  // (kept for WaitAll when keep_status).
+  Status Drain(bool keep_status = false);
 
   const std::unique_ptr<KVStore> inner_;
   const std::vector<Device> devices_;
   const std::unique_ptr<NcclComms> comms_;  // null with one GPU
   std::map<int, Staged> staged_;            // by key; made at the key's first push
-  // Pushed since the last WaitAll: the weights to upload to, per key.
+  // Pushed since the last WaitAll: the weights to upload to, per key; those WaitKey has
+  // uploaded already move to uploaded_.
   std::map<int, std::vector<Tensor>> pending_;
+  std::map<int, std::vector<Tensor>> uploaded_;
+  // The skipped step WaitAll took from inner_ (to re-upload the restored weights), until
+  // TakeSkippedStep hands it on.
+  SkippedStep skipped_;
+  bool has_skipped_ = false;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -127,6 +127,13 @@ class KVStore {
   // moved: a pushed tensor must not be written, and a pulled one not read, until WaitAll
   // returns. The single-process types finish every call before returning.
   virtual Status WaitAll() { return Status::Ok(); }
+  // Waits for key's calls alone: once it returns, key's pulled outputs may be read and its
+  // pushed values written, while other keys may still be on their way. The next forward
+  // pass calls it for each parameter just before the layer that reads it, so that layer 1
+  // starts as soon as layer 1's weights are back (communication overlaps the forward pass).
+  // Reports the cluster's failure; a skipped step is found by WaitAll, which must still
+  // follow before the step's results count. The single-process types have nothing to wait for.
+  virtual Status WaitKey(int key) { return Status::Ok(); }
 
   // Checkpoints. GetOptimizerState fills (*states)[i] with a copy of key keys[i]'s optimizer
   // state (SGD momentum), fp32, shaped as the key's value: zeros before its first update,

@@ -72,6 +72,12 @@ class Network {
   // changed from the callback: Backward does not read it again.
   using GradientReadyFn = std::function<void(int param_index)>;
   virtual void SetGradientReadyCallback(GradientReadyFn fn) = 0;
+  // Called during Forward, on the calling thread, once for each trainable parameter just
+  // before the first layer that reads it (in forward order, a residual block's at a time),
+  // so that a parameter's new value may still be arriving while earlier layers compute
+  // (KVStore::WaitKey). Unset: Forward calls nothing.
+  using ParameterNeededFn = std::function<void(int param_index)>;
+  virtual void SetParameterNeededCallback(ParameterNeededFn fn) = 0;
   // Every parameter and auxiliary state, in torchvision's state_dict order. The pointers
   // stay valid for the Network's life.
   virtual const std::vector<Parameter*>& Parameters() = 0;

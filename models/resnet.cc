@@ -166,10 +166,16 @@ class ResNet : public Network {
         << "images " << x.ToString() << " for a " << DTypeName(cfg_.dtype) << " model on "
         << cfg_.device.ToString();
     trained_ = training;
+    Needed(stem_params_);
     Tensor h = bn1_->Forward(conv1_->Forward(x), training, nullptr, /*relu=*/true);
     if (maxpool_) h = maxpool_->Forward(h);
-    for (auto& b : blocks_) h = b->Forward(h, training);
-    return fc_->Forward(pool_.Forward(h));
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      Needed(block_params_[i]);
+      h = blocks_[i]->Forward(h, training);
+    }
+    h = pool_.Forward(h);
+    Needed(fc_params_);
+    return fc_->Forward(h);
   }
 
   void Backward(const Tensor& dlogits) override {
@@ -186,6 +192,7 @@ class ResNet : public Network {
   }
 
   void SetGradientReadyCallback(GradientReadyFn fn) override { grad_ready_ = std::move(fn); }
+  void SetParameterNeededCallback(ParameterNeededFn fn) override { needed_ = std::move(fn); }
 
   const std::vector<Parameter*>& Parameters() override { return params_; }
   const ModelConfig& config() const override { return cfg_; }
@@ -206,10 +213,19 @@ class ResNet : public Network {
     }
   }
 
+  // Announces that a module group's parameters are about to be read, in forward order.
+  void Needed(std::pair<size_t, size_t> range) {
+    if (!needed_) return;
+    for (size_t i = range.first; i < range.second; ++i) {
+      if (params_[i]->trainable) needed_(static_cast<int>(i));
+    }
+  }
+
   std::vector<Parameter*> params_;
   std::pair<size_t, size_t> stem_params_, fc_params_;  // [first, last) in params_
   std::vector<std::pair<size_t, size_t>> block_params_;
   GradientReadyFn grad_ready_;
+  ParameterNeededFn needed_;
   bool trained_ = false;
 };
 

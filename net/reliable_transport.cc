@@ -11,7 +11,8 @@
 // repeated acknowledgement shows that the receiver is waiting for it. The floor matters:
 // a receiver acknowledges when its receiving thread gets to a message, which may be after
 // a sum or an optimizer step, and a healthy connection must not be resent to (TCP below
-// loses nothing while it lives).
+// loses nothing while it lives). Nor before twice the slowest acknowledgement seen lately
+// from that peer: on a loaded link acknowledgements queue behind the peer's own data.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -163,6 +164,11 @@ class ReliableTransport : public Transport {
     uint64_t acked = 0;                   // GUARDED_BY(mu): the highest acknowledgement
     Clock::duration srtt{0};              // GUARDED_BY(mu): smoothed round trip of small messages; 0: none yet
     Clock::duration rttvar{0};            // GUARDED_BY(mu): its mean deviation
+    // A slowly decaying maximum of the acknowledgement delays of messages sent once. On a
+    // loaded link a peer's acknowledgements queue behind the data it sends (seconds on a
+    // slow link): a message is not sent again before twice this, or every large message
+    // would go twice and load the link further.
+    Clock::duration slowest_ack{0};       // GUARDED_BY(mu)
     std::map<uint64_t, Unacked> unacked;  // GUARDED_BY(mu)
   };
   struct In {
@@ -232,10 +238,16 @@ class ReliableTransport : public Transport {
     std::lock_guard<std::mutex> lock(out->mu);
     const auto now = Clock::now();
     auto end = out->unacked.upper_bound(seq);
+    if (out->unacked.begin() != end) out->slowest_ack -= out->slowest_ack / 256;
+    bool after_resent = false;
     for (auto it = out->unacked.begin(); it != end; ++it) {
-      // Karn: only messages sent once measure the round trip.
-      if (it->second.resent || DataBytes(it->second.msg) > kSmallBytes) continue;
+      // Karn: only messages sent once measure the round trip; and none after a message
+      // sent again, whose acknowledgement waited for it.
+      after_resent |= it->second.resent;
+      if (after_resent) continue;
       const auto sample = now - it->second.sent;
+      out->slowest_ack = std::max(out->slowest_ack, sample);
+      if (DataBytes(it->second.msg) > kSmallBytes) continue;
       if (out->srtt.count() == 0) {
         out->srtt = sample;
         out->rttvar = sample / 2;
@@ -293,7 +305,7 @@ class ReliableTransport : public Transport {
         // came after the gap, and one resend usually closes it.
         if (!out->unacked.empty()) {
           auto& [seq, u] = *out->unacked.begin();
-          if (now - u.sent < u.wait) continue;
+          if (now - u.sent < u.wait || (!u.resent && now - u.sent < 2 * out->slowest_ack)) continue;
           Status s = inner_->Send(id, u.msg);
           u.sent = now;
           u.resent = true;

@@ -37,6 +37,8 @@ int BenchCompute(int argc, char** argv);
 int BenchPs(int argc, char** argv);
 int BenchIo(int argc, char** argv);
 int BenchProfile(int argc, char** argv);
+int BenchReplay(int argc, char** argv);
+int BenchScaling(int argc, char** argv);
 
 // Limits measured on this machine in the same run (tools/bench_tcp.cc).
 double TcpStreamGBps(size_t total_bytes);                      // one loopback TCP stream

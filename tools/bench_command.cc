@@ -84,6 +84,16 @@ int BenchCommand(int argc, char** argv) {
     argv[1] = name.data();
     return BenchIo(argc - 1, argv + 1);
   }
+  if (argc >= 2 && std::strcmp(argv[1], "replay") == 0) {
+    std::string name = "tally bench replay";
+    argv[1] = name.data();
+    return BenchReplay(argc - 1, argv + 1);
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "scaling") == 0) {
+    std::string name = "tally bench scaling";
+    argv[1] = name.data();
+    return BenchScaling(argc - 1, argv + 1);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "profile") == 0) {
     std::string name = "tally bench profile";
     argv[1] = name.data();
@@ -93,7 +103,8 @@ int BenchCommand(int argc, char** argv) {
                "usage: tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20]\n"
                "       tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20]\n"
                "       tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec]\n"
-               "       tally bench profile [--json] [--workers=2] [--servers=1] [--runs=3]\n");
+               "       tally bench profile [--json] [--workers=2] [--servers=1] [--runs=3]\n"
+               "       tally bench scaling [--json] [--workers 1,2,4,8] [--wires fp16,fp32] [--scale 40] ...\n");
   return 2;
 }
 

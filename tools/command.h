@@ -18,6 +18,12 @@ int MakeDataCommand(int argc, char** argv);
 int ExportCommand(int argc, char** argv);
 int ReportCommand(int argc, char** argv);
 
+struct ClusterConfig;  // net/cluster.h
+// A job command started by tools/launch.py as a scheduler or a server (DMLC_ROLE) runs that
+// role until the job ends, as in MXNet; returns the process's exit code. With --run-dir it
+// profiles itself too (the profiler's flags).
+int RunRole(const ClusterConfig& c);
+
 // gflags wants underscores; MXNet's users type dashes (--num-layers). Rewrites every
 // "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; an unknown
 // flag is refused naming it. `--help` (or -h) prints `usage` and the flags defined in

@@ -56,6 +56,8 @@ DEFINE_bool(last_gamma, false, "zero the last BN gamma of every residual block")
 DEFINE_int32(benchmark, 0, "1: train on one synthetic batch reused every step (compute only)");
 DEFINE_bool(cuda_graph, true, "with --gpus and --kv-store local/device: record the training step as a CUDA "
             "graph after its first step and replay it");
+DEFINE_bool(overlap, true, "with a dist_* --kv-store: the next forward pass waits for each weight just before its "
+            "layer instead of every pull at the step's end");
 DEFINE_uint64(seed, 0, "seed of initialisation and synthetic data");
 DEFINE_int32(num_threads, 0, "CPU threads for the ops; 0: one per core");
 DEFINE_string(model_prefix, "", "checkpoint files PREFIX-NNNN.params and .states (empty: none)");
@@ -83,6 +85,7 @@ Status BuildConfig(TrainerConfig* cfg) {
   cfg->dtype = dtype;
   cfg->reuse_device_batch = FLAGS_benchmark != 0;
   cfg->cuda_graph = FLAGS_cuda_graph;
+  cfg->overlap = FLAGS_overlap;
   if (FLAGS_cpu_devices < 1 || FLAGS_cpu_devices > 64) return Status::InvalidArgument("--cpu-devices must be in 1..64");
   if (FLAGS_num_epochs < 1) return Status::InvalidArgument("--num-epochs must be positive");
   if (FLAGS_disp_batches < 1) return Status::InvalidArgument("--disp-batches must be positive");
@@ -164,55 +167,6 @@ profile::NodeMeta MakeNodeMeta(const std::string& role, int rank, const std::str
               {"dtype", FLAGS_dtype},              {"data_train", FLAGS_data_train},
               {"gpus", FLAGS_gpus}};
   return m;
-}
-
-// As in MXNet, the training command started by tools/launch.py as a scheduler or a server
-// runs that role instead, until the job ends. With --run-dir, it profiles itself too.
-int RunRole(const ClusterConfig& c) {
-  const bool scheduler = c.role == wire::SCHEDULER;
-  const char* name = scheduler ? "scheduler" : "server";
-  ProfilerOptions options;
-  Status s = ProfilerOptionsFromFlags(&options);
-  std::unique_ptr<NodeProfiler> prof;
-  if (s.ok() && scheduler && !options.run_dir.empty()) {
-    s = NodeProfiler::Start(options, MakeNodeMeta("scheduler", 0, c.scheduler_host), &prof);
-  }
-  std::unique_ptr<Transport> transport;
-  if (s.ok()) s = NewJobTransport(c, &transport);
-  if (s.ok() && scheduler) {
-    s = RunScheduler(c, std::move(transport));
-  } else if (s.ok()) {
-    ServerObserver observer;
-    if (!options.run_dir.empty()) {
-      observer.joined = [&](const Cluster& cluster) {
-        Status started = NodeProfiler::Start(options, MakeNodeMeta("server", cluster.me().rank(), cluster.me().host()), &prof);
-        if (!started.ok()) {
-          std::fprintf(stderr, "tally server: profiler: %s\n", started.ToString().c_str());
-          return;
-        }
-        prof->SetClock([&cluster](int64_t* offset, int64_t* rtt) { return cluster.ClockOffset(offset, rtt); });
-      };
-      observer.step = [&](const profile::StepRecord& r) {
-        if (prof) prof->AddStep(r);
-      };
-      observer.step_begins = [&](int64_t step) {
-        if (prof) prof->BeginStep(step);
-      };
-      observer.ending = [&](const Cluster&) {
-        if (prof) prof->Finish().ok();
-      };
-    }
-    s = RunServer(c, std::move(transport), observer);
-  }
-  if (prof) {
-    Status f = prof->Finish();
-    if (s.ok()) s = f;
-  }
-  if (!s.ok()) {
-    std::fprintf(stderr, "tally %s: %s\n", name, s.ToString().c_str());
-    return 1;
-  }
-  return 0;
 }
 
 // Joins the job as a worker when the kvstore is distributed.
@@ -375,6 +329,55 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
 }
 
 }  // namespace
+
+// As in MXNet, the training command started by tools/launch.py as a scheduler or a server
+// runs that role instead, until the job ends. With --run-dir, it profiles itself too.
+int RunRole(const ClusterConfig& c) {
+  const bool scheduler = c.role == wire::SCHEDULER;
+  const char* name = scheduler ? "scheduler" : "server";
+  ProfilerOptions options;
+  Status s = ProfilerOptionsFromFlags(&options);
+  std::unique_ptr<NodeProfiler> prof;
+  if (s.ok() && scheduler && !options.run_dir.empty()) {
+    s = NodeProfiler::Start(options, MakeNodeMeta("scheduler", 0, c.scheduler_host), &prof);
+  }
+  std::unique_ptr<Transport> transport;
+  if (s.ok()) s = NewJobTransport(c, &transport);
+  if (s.ok() && scheduler) {
+    s = RunScheduler(c, std::move(transport));
+  } else if (s.ok()) {
+    ServerObserver observer;
+    if (!options.run_dir.empty()) {
+      observer.joined = [&](const Cluster& cluster) {
+        Status started = NodeProfiler::Start(options, MakeNodeMeta("server", cluster.me().rank(), cluster.me().host()), &prof);
+        if (!started.ok()) {
+          std::fprintf(stderr, "tally server: profiler: %s\n", started.ToString().c_str());
+          return;
+        }
+        prof->SetClock([&cluster](int64_t* offset, int64_t* rtt) { return cluster.ClockOffset(offset, rtt); });
+      };
+      observer.step = [&](const profile::StepRecord& r) {
+        if (prof) prof->AddStep(r);
+      };
+      observer.step_begins = [&](int64_t step) {
+        if (prof) prof->BeginStep(step);
+      };
+      observer.ending = [&](const Cluster&) {
+        if (prof) prof->Finish().ok();
+      };
+    }
+    s = RunServer(c, std::move(transport), observer);
+  }
+  if (prof) {
+    Status f = prof->Finish();
+    if (s.ok()) s = f;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "tally %s: %s\n", name, s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
 
 int TrainCommand(int argc, char** argv) {
   ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "profile/node_profiler.cc"});

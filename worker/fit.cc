@@ -82,6 +82,7 @@ class FitLoop {
       TALLY_RETURN_IF_ERROR(RunBatch(epoch, b));
       if (trainer_->StopAgreed()) return Stop(epoch, b);
     }
+    TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, batches_));
     BeforePrint();
     std::fputs(EpochMetricLines(epoch, "Train-", epoch_stats_, o_.top_k).c_str(), o_.log);
     std::fprintf(o_.log, "Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start_);
@@ -114,17 +115,36 @@ class FitLoop {
                       std::to_string(b) + ": ",
                   s);
     }
-    if (trainer_->last_skip() != nullptr) {
-      BeforePrint();
-      std::fprintf(o_.log, "%s\n", SkipLine(o_.kv_store, epoch, b + 1, step_, *trainer_->last_skip()).c_str());
-      std::fflush(o_.log);
-    }
+    PrintSkip(epoch, b + 1, step_);
     if (cb_.step_ends) cb_.step_ends(Record(epoch, b, step_start, data_end, step_stats));
     ++step_;
     ++run_done_;
     epoch_stats_.Add(step_stats);
     window_.Add(step_stats);
-    EndBatch(epoch, b);
+    return EndBatch(epoch, b);
+  }
+
+  // The skip the trainer's last Step or Finish found, if any: a step up to one behind the
+  // step of batch `batch` (1-based), `step`, when the steps overlap (Trainer::Step).
+  void PrintSkip(int epoch, int64_t batch, int64_t step) {
+    if (trainer_->last_skip() == nullptr) return;
+    const int64_t skipped = trainer_->last_skip_step();
+    BeforePrint();
+    std::fprintf(o_.log, "%s\n", SkipLine(o_.kv_store, epoch, batch - (step - skipped), skipped, *trainer_->last_skip()).c_str());
+    std::fflush(o_.log);
+  }
+
+  // Settles the step the trainer left in flight, whose batch `batch` (1-based) ended the run
+  // so far, before the weights are read (epoch end, checkpoint, stop).
+  Status FinishInFlight(int epoch, int64_t batch) {
+    if (!trainer_->in_flight()) return Status::Ok();
+    StepStats settled;
+    Status s = trainer_->Finish(&settled);
+    if (!s.ok()) return Fail("worker " + std::to_string(o_.rank) + ", epoch " + std::to_string(epoch) + " batch " +
+                                 std::to_string(batch - 1) + ": ", s);
+    PrintSkip(epoch, batch, step_ - 1);
+    epoch_stats_.Add(settled);
+    window_.Add(settled);
     return Status::Ok();
   }
 
@@ -144,9 +164,12 @@ class FitLoop {
   }
 
   // The Speedometer and the progress display, after batch b's step.
-  void EndBatch(int epoch, int64_t b) {
+  Status EndBatch(int epoch, int64_t b) {
     const bool display = (b + 1) % o_.disp_batches == 0;
     if (display || b + 1 == batches_) {
+      // A window's figures include its last step's skip, which overlap leaves for the next
+      // step to find: that step is settled now (one step in disp_batches without overlap).
+      TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, b + 1));
       // GPU steps keep their loss and accuracy on the device: one wait brings the window's.
       StepStats on_device;
       trainer_->ReadStats(&on_device);
@@ -173,6 +196,7 @@ class FitLoop {
       cb_.progress(epoch, b + 1, batches_, static_cast<double>(epoch_stats_.samples) / (now - epoch_start_),
                    per_batch * static_cast<double>(run_batches_ - run_done_));
     }
+    return Status::Ok();
   }
 
   // The job agreed to stop after batch b: the checkpoint there (the next epoch's start when
@@ -183,6 +207,7 @@ class FitLoop {
     std::fprintf(o_.log, "Epoch[%d] Batch [%ld]: stopping, the job was asked to (SIGTERM)\n", epoch,
                  static_cast<long>(b + 1));
     std::fflush(o_.log);
+    TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, b + 1));
     result_->stopped = true;
     result_->steps = step_;
     if (!cb_.checkpoint) return Status::Ok();

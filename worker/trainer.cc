@@ -91,6 +91,8 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   }
   Trainer* self = t.get();
   t->replicas_.back()->SetGradientReadyCallback([self](int key) { self->PushGradient(key); });
+  t->overlap_ = config.overlap && t->distributed();
+  if (t->overlap_) t->replicas_[0]->SetParameterNeededCallback([self](int key) { self->WaitForKey(key); });
   *out = std::move(t);
   return Status::Ok();
 }
@@ -214,6 +216,8 @@ Status Trainer::LoadParameters(const Checkpoint& c) {
 }
 
 Status Trainer::Snapshot(Checkpoint* c) {
+  StepStats settled;
+  TALLY_RETURN_IF_ERROR(Finish(&settled));
   c->params.clear();
   c->states.clear();
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
@@ -300,54 +304,119 @@ void Trainer::Count(const Tensor& logits, const Tensor& labels, StepStats* stats
 }
 
 Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stats) {
+  const int batch = static_cast<int>(images.dim(0));
+  TALLY_RETURN_IF_ERROR(CheckBatchSplit(batch, num_devices()));
+  if (on_device_) return StepOnDevice(images, labels, stats);
+  push_status_ = Status::Ok();
+  needed_status_ = Status::Ok();
+  push_us_ = 0;
+  key_wait_us_ = 0;
+  grad_sumsq_ = 0;
+  nan_written_ = false;
+  skipped_ = false;
+  last_step_ = profile::StepRecord();
+  std::vector<Tensor> logits, targets;
+  // With the last step still in flight, replica 0's forward pass waits for each weight just
+  // before its layer (WaitForKey); once it is over every pull is in, and the last step is
+  // settled. A skipped one had its weights restored meanwhile: the forward pass runs again.
+  const bool settle = in_flight_;
+  Forward(images, labels, &logits, &targets);
+  if (settle) {
+    TALLY_RETURN_IF_ERROR(needed_status_);
+    TALLY_RETURN_IF_ERROR(Settle(stats));
+    if (skipped_) Forward(images, labels, &logits, &targets);
+  }
+  BackwardAndPush(batch, logits, targets, stats);
+  TALLY_RETURN_IF_ERROR(push_status_);
+  ++step_;
+  if (overlap_) {
+    RecordStoreTimes(0);
+    in_flight_ = true;
+    return Status::Ok();
+  }
+  return Settle(stats);
+}
+
+Status Trainer::Finish(StepStats* stats) {
+  if (!in_flight_) return Status::Ok();
+  skipped_ = false;
+  return Settle(stats);
+}
+
+Status Trainer::Settle(StepStats* stats) {
+  const int64_t t_wait = profile::NowUs();
+  Status waited = kv_->WaitAll();
+  if (config_.synchronize_phases) {
+    for (const Device& d : devices_) Synchronize(d);  // the GPU kvstore's update, queued by WaitAll
+  }
+  const int64_t wait = profile::NowUs() - t_wait;
+  profile::Tracer::Get().Complete("wait", "comm", t_wait, wait);
+  const bool was_in_flight = in_flight_;
+  in_flight_ = false;
+  if (!was_in_flight) RecordStoreTimes(wait);
+  else last_step_.phase(profile::Phase::kWait) += wait;
+  TALLY_RETURN_IF_ERROR(waited);
+  stop_agreed_ = kv_->StopAgreed();
+  skipped_ = kv_->TakeSkippedStep(&last_skip_);
+  // The step settled is the last one Step began: step_ has counted it already.
+  skipped_step_ = step_ - 1;
+  if (skipped_) stats->skipped_steps += 1;
+  scaler_.Update(skipped_);
+  return Status::Ok();
+}
+
+void Trainer::Forward(const Tensor& images, const Tensor& labels, std::vector<Tensor>* logits,
+                      std::vector<Tensor>* targets) {
   using profile::NowUs;
   using profile::Phase;
-  const int batch = static_cast<int>(images.dim(0));
   const int devices = num_devices();
-  TALLY_RETURN_IF_ERROR(CheckBatchSplit(batch, devices));
-  if (on_device_) return StepOnDevice(images, labels, stats);
-  const int per_device = batch / devices;
+  const int per_device = static_cast<int>(images.dim(0)) / devices;
+  const bool keep_batch = config_.reuse_device_batch && !devices_[0].is_cpu();
+  const bool have_batch = keep_batch && static_cast<int>(device_images_.size()) == devices;
+  logits->assign(devices, Tensor());
+  targets->assign(devices, Tensor());
+  // Every replica's forward pass is queued before any loss is read back (which waits for
+  // its device), so that GPUs compute their forward passes at the same time.
+  for (int d = 0; d < devices; ++d) {
+    Tensor x;
+    if (have_batch) {
+      x = device_images_[d];
+      (*targets)[d] = device_labels_[d];
+    } else {
+      PrepareSlice(d, images.Slice(d * per_device, (d + 1) * per_device),
+                   labels.Slice(d * per_device, (d + 1) * per_device), &x, &(*targets)[d]);
+      if (keep_batch && static_cast<int>(device_images_.size()) < devices) {
+        device_images_.push_back(x);
+        device_labels_.push_back((*targets)[d]);
+      }
+    }
+    const int64_t t0 = NowUs();
+    const int64_t waited_before = key_wait_us_;
+    (*logits)[d] = replicas_[d]->Forward(x, /*training=*/true);
+    const int64_t t1 = NowUs();
+    last_step_.phase(Phase::kForward) += t1 - t0 - (key_wait_us_ - waited_before);
+    profile::Tracer::Get().Complete("fwd", "compute", t0, t1 - t0, "device", d);
+  }
+}
+
+void Trainer::BackwardAndPush(int batch, const std::vector<Tensor>& logits, const std::vector<Tensor>& targets,
+                              StepStats* stats) {
+  using profile::NowUs;
+  using profile::Phase;
   // The mean over the global batch: synchronous types sum every worker's gradients on the
   // servers; dist_async applies each worker's push on its own (MXNet's rescale_grad).
   const bool global = IsDistributedSync(kv_->type());
   const float grad_scale =
       1.0f / (static_cast<float>(batch) * static_cast<float>(global ? kv_->num_workers() : 1));
+  // fp16: the loss's gradient is scaled up, and the kvstore's update divides it back. Read
+  // after the last step was settled: an overflow there has halved it.
+  const float loss_scale = scaler_.scale();
+  push_status_ = kv_->SetGradientScale(loss_scale);
+  if (!push_status_.ok()) return;
+  profile::Tracer& tracer = profile::Tracer::Get();
   // The last replica's backward pass pushes each gradient as soon as it is final
   // (PushGradient, through the network's callback): the earlier replicas are done by then.
-  push_status_ = Status::Ok();
-  push_us_ = 0;
-  grad_sumsq_ = 0;
-  nan_written_ = false;
-  last_step_ = profile::StepRecord();
-  profile::Tracer& tracer = profile::Tracer::Get();
-  // fp16: the loss's gradient is scaled up, and the kvstore's update divides it back.
-  const float loss_scale = scaler_.scale();
-  TALLY_RETURN_IF_ERROR(kv_->SetGradientScale(loss_scale));
-  const bool keep_batch = config_.reuse_device_batch && !devices_[0].is_cpu();
-  const bool have_batch = keep_batch && static_cast<int>(device_images_.size()) == devices;
-  // Every replica's forward pass is queued before any loss is read back (which waits for
-  // its device), so that GPUs compute their forward passes at the same time.
-  std::vector<Tensor> logits(devices), targets(devices);
-  for (int d = 0; d < devices; ++d) {
-    Tensor x;
-    if (have_batch) {
-      x = device_images_[d];
-      targets[d] = device_labels_[d];
-    } else {
-      PrepareSlice(d, images.Slice(d * per_device, (d + 1) * per_device),
-                   labels.Slice(d * per_device, (d + 1) * per_device), &x, &targets[d]);
-      if (keep_batch) {
-        device_images_.push_back(x);
-        device_labels_.push_back(targets[d]);
-      }
-    }
-    const int64_t t0 = NowUs();
-    logits[d] = replicas_[d]->Forward(x, /*training=*/true);
-    const int64_t t1 = NowUs();
-    last_step_.phase(Phase::kForward) += t1 - t0;
-    tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);
-  }
-  for (int d = 0; d < devices; ++d) {
+  for (int d = 0; d < num_devices(); ++d) {
     const int64_t t0 = NowUs();
     Tensor dlogits = Tensor::Empty(logits[d].shape(), logits[d].dtype(), logits[d].device());
     stats->loss_sum += SoftmaxCrossEntropy(logits[d], targets[d], config_.label_smoothing,
@@ -363,25 +432,20 @@ Status Trainer::Step(const Tensor& images, const Tensor& labels, StepStats* stat
     tracer.Complete("fwd", "compute", t0, t1 - t0, "device", d);  // its loss and accuracy
     tracer.Complete("bwd", "compute", t1, t2 - t1, "device", d);
   }
-  TALLY_RETURN_IF_ERROR(push_status_);
-  const Status waited = WaitForStore();
-  ++step_;
-  TALLY_RETURN_IF_ERROR(waited);
-  skipped_ = kv_->TakeSkippedStep(&last_skip_);
-  if (skipped_) stats->skipped_steps += 1;
-  scaler_.Update(skipped_);
-  return Status::Ok();
 }
 
-Status Trainer::WaitForStore() {
+void Trainer::WaitForKey(int key) {
+  if (!in_flight_ || !needed_status_.ok()) return;
+  const int64_t t0 = profile::NowUs();
+  needed_status_ = kv_->WaitKey(key);
+  const int64_t dur = profile::NowUs() - t0;
+  key_wait_us_ += dur;
+  last_step_.phase(profile::Phase::kWait) += dur;
+  if (dur > 0) profile::Tracer::Get().Complete("wait", "comm", t0, dur, "key", key);
+}
+
+void Trainer::RecordStoreTimes(int64_t wait) {
   using profile::Phase;
-  const int64_t t_wait = profile::NowUs();
-  Status waited = kv_->WaitAll();
-  if (config_.synchronize_phases) {
-    for (const Device& d : devices_) Synchronize(d);  // the GPU kvstore's update, queued by WaitAll
-  }
-  const int64_t wait = profile::NowUs() - t_wait;
-  profile::Tracer::Get().Complete("wait", "comm", t_wait, wait);
   // The pushes ran inside the backward pass; with a single-process kvstore, so did the
   // optimizer and the copies back.
   const KVStore::Times kv = kv_->TakeTimes();
@@ -391,9 +455,8 @@ Status Trainer::WaitForStore() {
   last_step_.phase(Phase::kPush) = push;
   last_step_.phase(Phase::kPull) = kv.pull_us;
   last_step_.phase(Phase::kUpdate) = kv.update_us;
-  last_step_.phase(Phase::kWait) = wait;
+  last_step_.phase(Phase::kWait) += wait;
   last_step_.grad_norm = grad_sumsq_ >= 0 ? std::sqrt(grad_sumsq_) : -1;
-  return waited;
 }
 
 Status Trainer::StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats) {
@@ -561,6 +624,8 @@ void Trainer::PushGradient(int key) {
 }
 
 Status Trainer::Evaluate(const Tensor& images, const Tensor& labels, StepStats* stats) {
+  StepStats settled;
+  TALLY_RETURN_IF_ERROR(Finish(&settled));
   Tensor x, y;
   PrepareSlice(0, images, labels, &x, &y);
   Tensor logits = replicas_[0]->Forward(x, /*training=*/false);

@@ -64,6 +64,12 @@ struct TrainerConfig {
   // that graphs of several devices launched from one thread may deadlock).
   bool cuda_graph = true;
   KVStoreType kv_store = KVStoreType::kDevice;  // --kv-store (ParseKVStoreType)
+  // The distributed types (--overlap): Step returns once its gradients are pushed, and the
+  // next Step's forward pass waits for each weight just before the layer that reads it
+  // (KVStore::WaitKey), so that the pulls overlap the forward pass as the pushes overlap the
+  // backward pass. Off: each Step waits for every pull before it returns. The weights each
+  // step computes with are the same either way.
+  bool overlap = true;
   // The job this worker has joined; required by the dist_* kvstore types. Not owned; must
   // outlive the Trainer.
   Cluster* cluster = nullptr;
@@ -102,7 +108,19 @@ class Trainer {
   // images: [B, H, W, C] fp32; labels: [B] int32. Fails naming --batch-size when B does not
   // divide across the devices. When stats_on_device(), Step adds only the samples to
   // *stats: the rest comes from ReadStats.
+  //
+  // With TrainerConfig::overlap over the parameter server, Step leaves its communication
+  // in flight and the next Step (or Finish) settles it: that call then reports the step's
+  // skip (last_skip(), stats->skipped_steps), and StopAgreed refers to it, so a stop asked
+  // before step t is agreed after step t + 1. A step after a skipped one runs its forward
+  // pass again on the restored weights (its batch-norm running statistics see it twice).
   Status Step(const Tensor& images, const Tensor& labels, StepStats* stats);
+  // Settles the step left in flight (above): waits for its pulls and reports its skip as
+  // Step would. Call before reading the weights or the kvstore between steps, and at the
+  // end; Snapshot and Evaluate call it themselves. Does nothing when no step is in flight.
+  Status Finish(StepStats* stats);
+  // Whether a step's communication is still in flight (Finish would wait for it).
+  bool in_flight() const { return in_flight_; }
   // Whether Step keeps its figures on the GPUs (TrainerConfig::step_on_device took effect).
   bool stats_on_device() const { return on_device_; }
   // Adds the loss sum, the accuracy counts and the skipped steps of the Steps since the last
@@ -123,6 +141,8 @@ class Trainer {
   const profile::StepRecord& last_step() const { return last_step_; }
   // Whether the last Step was skipped for a non-finite gradient, and why (nullptr: it was not).
   const KVStore::SkippedStep* last_skip() const { return skipped_ ? &last_skip_ : nullptr; }
+  // The job's step that last_skip() is about (the one Step or Finish settled).
+  int64_t last_skip_step() const { return skipped_step_; }
 
   // Copies replica 0's parameters and the optimizer state (read from the servers in dist
   // modes) into c->params and c->states. Between steps only.
@@ -130,7 +150,7 @@ class Trainer {
   // Stopping together (KVStore::RequestStop): ask before a step; after it, StopAgreed says
   // whether the job stops there.
   void RequestStop() { kv_->RequestStop(); }
-  bool StopAgreed() const { return kv_->StopAgreed(); }
+  bool StopAgreed() const { return overlap_ ? stop_agreed_ : kv_->StopAgreed(); }
   Network& replica(int d) { return *replicas_[d]; }
   const LossScaler& loss_scaler() const { return scaler_; }
   int num_devices() const { return static_cast<int>(replicas_.size()); }
@@ -155,9 +175,19 @@ class Trainer {
   // Uploads host images to *x (shape want) through page-locked memory, converting and padding.
   void StageUpload(const Tensor& images, const Shape& want, Device device, Tensor* x) const;
   void PushGradient(int key);
-  // Step's end: the kvstore's WaitAll, and the step record's push, pull, update and wait
-  // times and gradient norm. Returns WaitAll's status.
-  Status WaitForStore();
+  // Step's parts: every replica's forward pass (replica 0's waiting per weight when a step
+  // is in flight); the loss, the backward passes and their pushes.
+  void Forward(const Tensor& images, const Tensor& labels, std::vector<Tensor>* logits,
+               std::vector<Tensor>* targets);
+  void BackwardAndPush(int batch, const std::vector<Tensor>& logits, const std::vector<Tensor>& targets,
+                       StepStats* stats);
+  // The network's parameter-needed callback: waits for key's pull of the step in flight.
+  void WaitForKey(int key);
+  // The kvstore's WaitAll for the last step, its skip and the loss scale's update; the step
+  // record's times (RecordStoreTimes) when the step was not left in flight.
+  Status Settle(StepStats* stats);
+  // The step record's push, pull, update and wait times and gradient norm.
+  void RecordStoreTimes(int64_t wait);
   // The device-resident step (step_on_device): the batch in step_x_/step_y_, queued whole.
   Status StepOnDevice(const Tensor& images, const Tensor& labels, StepStats* stats);
   // Queues forward, loss, backward, the kvstore's sum and update and the loss scale's update
@@ -188,6 +218,15 @@ class Trainer {
   int64_t skipped_read_ = 0;        // skipped steps ReadStats has reported
   std::vector<int> trainable_;  // indices into Parameters() that are kvstore keys
   Status push_status_;          // the first failed push of the current step
+  Status needed_status_;        // the first failed WaitKey of the current forward pass
+  bool overlap_ = false;        // TrainerConfig::overlap took effect (a distributed type)
+  bool in_flight_ = false;      // the last Step's communication has not been waited for
+  int64_t key_wait_us_ = 0;     // in WaitForKey during this step
+  int64_t skipped_step_ = -1;   // the step last_skip_ is about
+  // With overlap: the kvstore's StopAgreed when the last step was settled. Read then, not
+  // when asked, because answers of the step in flight may carry the request already, and
+  // not every worker would have seen them by the time it asks.
+  bool stop_agreed_ = false;
   profile::StepRecord last_step_;
   int64_t push_us_ = 0;         // inside PushGradient during this step
   double grad_sumsq_ = 0;       // of this step's gradients so far

@@ -1,5 +1,8 @@
 // The gradient-ready callback: once per trainable parameter, last layers first, and only
-// when the gradient is final.
+// when the gradient is final. The parameter-needed callback: once per trainable parameter,
+// first layers first, before anything reads it.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "models/network.h"
@@ -43,6 +46,40 @@ TEST(GradientReady, EveryTrainableParameterOnceInBackwardOrderWithItsFinalGradie
     for (int64_t j = 0; j < final_grad.numel(); ++j) {
       ASSERT_EQ(seen[k].data<float>()[j], final_grad.data<float>()[j]) << params[order[k]]->name;
     }
+  }
+}
+
+// The callback writes each parameter's value as it is announced, from another network: if
+// any layer read a parameter before its announcement, the output would differ from that
+// network's.
+TEST(ParameterNeeded, EveryTrainableParameterOnceInForwardOrderBeforeItIsRead) {
+  ModelConfig cfg;
+  cfg.num_layers = 20;
+  cfg.num_classes = 5;
+  cfg.image_shape = {3, 8, 8};
+  std::unique_ptr<Network> net, other;
+  ASSERT_TRUE(CreateNetwork(cfg, &net).ok());
+  cfg.seed = 7;
+  ASSERT_TRUE(CreateNetwork(cfg, &other).ok());
+  const auto& params = net->Parameters();
+  std::vector<int> order;
+  net->SetParameterNeededCallback([&](int i) {
+    order.push_back(i);
+    params[i]->value.CopyFrom(other->Parameters()[i]->value);
+  });
+  Tensor x = Tensor::Empty({2, 8, 8, 3}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 11) / 11.0f - 0.5f;
+  const Tensor got = net->Forward(x, /*training=*/true);
+  const Tensor want = other->Forward(x, /*training=*/true);
+
+  int trainable = 0;
+  for (const Parameter* p : params) trainable += p->trainable;
+  ASSERT_EQ(static_cast<int>(order.size()), trainable);
+  EXPECT_EQ(params[order.front()]->name, "conv1.weight");
+  EXPECT_EQ(params[order.back()]->name, "fc.bias");
+  for (size_t k = 1; k < order.size(); ++k) EXPECT_GT(order[k], order[k - 1]) << "not in forward order";
+  for (int64_t j = 0; j < want.numel(); ++j) {
+    ASSERT_EQ(got.data<float>()[j], want.data<float>()[j]) << "logit " << j << ": a layer read a parameter before it was announced";
   }
 }
 

@@ -108,7 +108,8 @@ class HealthyRunTest(Case):
         code, out, err = run(["train"] + NET + [
             "--image-shape", "3,16,16", "--batch-size", "16", "--num-examples", "2560", "--num-epochs", "1",
             "--lr", "0.05", "--disp-batches", "20", "--run-dir", run_dir, "--profile", "--num-val-examples", "16",
-            "--progress=false"])
+            # The run may take less than the default interval (500 ms): sample more often.
+            "--progress=false", "--monitor-interval-ms", "50"])
         self.assertEqual(code, 0, out + err)
         self.assertEqual(FINDING.findall(err), [], err)
         self.assertEqual(read_jsonl(os.path.join(run_dir, "worker-0.findings.jsonl")), [])

@@ -82,6 +82,8 @@ TEST_P(DistTrainerTest, TwoWorkersWithHalfTheBatchTrainLikeOneProcess) {
       std::lock_guard<std::mutex> l(mu);
       loss[step] += s.loss_sum;
     }
+    StepStats last;
+    ASSERT_TRUE(t->Finish(&last).ok());  // the last step's pulls (overlap leaves them in flight)
     EXPECT_LT(MaxRelativeDifference(t->replica(0), ref->replica(0)), 1e-5) << "worker " << rank;
   });
   for (int step = 0; step < kSteps; ++step) {
@@ -161,35 +163,75 @@ TEST_P(DistTrainerTest, ASnapshotFromTheServersResumesExactly) {
   EXPECT_LT(MaxRelativeDifference(end.params, ref_end.params), 1e-5);
 }
 
-// SIGTERM reaches one worker: its request rides on its pushes, and every worker learns
-// of it in the answers of the same step.
-TEST_P(DistTrainerTest, AStopAskedByOneWorkerIsAgreedByAllAtTheSameStep) {
-  std::mutex mu;
-  std::vector<int> stopped_after(2, -1);
-  LocalJob job(GetParam(), 2, 1);
-  job.Run([&](int rank, Cluster* cluster) {
-    TrainerConfig cfg = SmallConfig(KVStoreType::kDistSync);
-    cfg.cluster = cluster;
-    std::unique_ptr<Trainer> t;
-    Status st = Trainer::Create(cfg, &t);
-    ASSERT_TRUE(st.ok()) << st;
-    SyntheticData data(cfg.model.image_shape, 4, 5, /*stream=*/rank);
-    for (int step = 0; step < 8; ++step) {
-      if (rank == 1 && step == 3) t->RequestStop();
-      Tensor x, y;
-      data.NextBatch(8, &x, &y);
-      StepStats s;
-      st = t->Step(x, y, &s);
+// Overlap changes when the weights are waited for, not which: with it on and off, two
+// workers end with the same weights, bit for bit.
+TEST_P(DistTrainerTest, OverlapOnAndOffGiveTheSameWeights) {
+  constexpr int kSteps = 6, kBatch = 8;
+  std::vector<std::vector<float>> weights[2];  // [overlap][rank 0's parameters]
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    LocalJob job(GetParam(), 2, 2);
+    job.Run([&](int rank, Cluster* cluster) {
+      TrainerConfig cfg = SmallConfig(KVStoreType::kDistSync);
+      cfg.cluster = cluster;
+      cfg.overlap = overlap == 1;
+      std::unique_ptr<Trainer> t;
+      Status st = Trainer::Create(cfg, &t);
       ASSERT_TRUE(st.ok()) << st;
-      if (t->StopAgreed()) {
-        std::lock_guard<std::mutex> l(mu);
-        stopped_after[rank] = step;
-        break;
+      SyntheticData data(cfg.model.image_shape, 4, 5, /*stream=*/rank);
+      StepStats s;
+      for (int step = 0; step < kSteps; ++step) {
+        Tensor x, y;
+        data.NextBatch(kBatch, &x, &y);
+        st = t->Step(x, y, &s);
+        ASSERT_TRUE(st.ok()) << st;
+        EXPECT_EQ(t->in_flight(), overlap == 1) << "step " << step;
       }
-    }
-  });
-  EXPECT_EQ(stopped_after[0], 3);
-  EXPECT_EQ(stopped_after[1], 3);
+      ASSERT_TRUE(t->Finish(&s).ok());
+      EXPECT_FALSE(t->in_flight());
+      if (rank != 0) return;
+      for (const Parameter* p : t->replica(0).Parameters()) {
+        weights[overlap].emplace_back(p->value.data<float>(), p->value.data<float>() + p->value.numel());
+      }
+    });
+  }
+  ASSERT_EQ(weights[0].size(), weights[1].size());
+  for (size_t i = 0; i < weights[0].size(); ++i) EXPECT_EQ(weights[0][i], weights[1][i]) << "parameter " << i;
+}
+
+// SIGTERM reaches one worker: its request rides on its pushes, and every worker learns
+// of it in the answers of the same step — the step itself with overlap off, the next one
+// with it on (the answers of step t are waited for in step t + 1's forward pass).
+TEST_P(DistTrainerTest, AStopAskedByOneWorkerIsAgreedByAllAtTheSameStep) {
+  for (const bool overlap : {false, true}) {
+    std::mutex mu;
+    std::vector<int> stopped_after(2, -1);
+    LocalJob job(GetParam(), 2, 1);
+    job.Run([&](int rank, Cluster* cluster) {
+      TrainerConfig cfg = SmallConfig(KVStoreType::kDistSync);
+      cfg.cluster = cluster;
+      cfg.overlap = overlap;
+      std::unique_ptr<Trainer> t;
+      Status st = Trainer::Create(cfg, &t);
+      ASSERT_TRUE(st.ok()) << st;
+      SyntheticData data(cfg.model.image_shape, 4, 5, /*stream=*/rank);
+      for (int step = 0; step < 8; ++step) {
+        if (rank == 1 && step == 3) t->RequestStop();
+        Tensor x, y;
+        data.NextBatch(8, &x, &y);
+        StepStats s;
+        st = t->Step(x, y, &s);
+        ASSERT_TRUE(st.ok()) << st;
+        if (t->StopAgreed()) {
+          ASSERT_TRUE(t->Finish(&s).ok());
+          std::lock_guard<std::mutex> l(mu);
+          stopped_after[rank] = step;
+          break;
+        }
+      }
+    });
+    EXPECT_EQ(stopped_after[0], overlap ? 4 : 3) << "overlap " << overlap;
+    EXPECT_EQ(stopped_after[1], overlap ? 4 : 3) << "overlap " << overlap;
+  }
 }
 
 // dist_async: each push is applied when it arrives; two workers still learn the classes.
@@ -211,6 +253,8 @@ TEST_P(DistTrainerTest, AsyncTrainingLearnsTheSyntheticClasses) {
       ASSERT_TRUE(st.ok()) << st;
     }
     // Every worker's pushes are in once both have passed this barrier; pull the result.
+    StepStats last;
+    ASSERT_TRUE(t->Finish(&last).ok());
     ASSERT_TRUE(t->kvstore().Barrier().ok());
     for (size_t i = 0; i < t->replica(0).Parameters().size(); ++i) {
       Parameter* p = t->replica(0).Parameters()[i];

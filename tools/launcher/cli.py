@@ -31,6 +31,9 @@ def build_parser():
     parser.add_argument("-H", "--hostfile",
                         help="hosts, one per line: `host`, `host:port` (ssh port) or either "
                              "followed by `slots=N`, as in MXNet's launcher (ssh, mpi, slurm)")
+    parser.add_argument("--server-hostfile", metavar="FILE",
+                        help="put the servers on these hosts (the format of -H) and the "
+                             "workers on -H's: CPU server nodes apart from the GPU nodes (ssh)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
                         help="how processes are started (default: local)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME[:VALUE]",
@@ -128,6 +131,7 @@ def plan(args):
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         raise UsageError(f"--ssh-port {args.ssh_port}: not a TCP port")
     hosts, root_uri, node_host = plan_hosts(args)
+    server_hosts = plan_server_hosts(args)
     port = args.port if args.port is not None else free_port()
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: not a TCP port")
@@ -135,9 +139,20 @@ def plan(args):
     extra = forwarded_env(os.environ) if args.launcher in ("ssh", "mpi") else {}
     extra.update(parse_env_options(args.env, os.environ))
     procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host,
-                     cluster=args.launcher)
+                     cluster=args.launcher, server_hosts=server_hosts)
     cwd = args.sync_dst_dir or os.getcwd()
-    return procs, cwd, hosts
+    return procs, cwd, hosts + (server_hosts or [])
+
+
+def plan_server_hosts(args):
+    """The hosts of --server-hostfile, or None: the servers share -H's hosts."""
+    if not args.server_hostfile:
+        return None
+    if args.launcher != "ssh":
+        raise UsageError("--server-hostfile is for --launcher ssh")
+    if not args.hostfile:
+        raise UsageError("--server-hostfile needs -H HOSTFILE for the workers")
+    return with_default_port(parse_hostfile(args.server_hostfile, warn=say), args.ssh_port)
 
 
 def make_child(args, proc, cwd, out_lock):

@@ -160,17 +160,19 @@ def task_ids(role, rank, num_workers, num_servers):
 
 
 def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_host=None,
-             cluster="local"):
+             cluster="local", server_hosts=None):
     """Returns every process of the job, scheduler first, then servers, then workers.
 
     `hosts` is [hosts.Host]; the scheduler goes on the first host, servers and workers
     each follow `rotation(hosts)`. `node_host`, when given, replaces the host name in
     DMLC_NODE_HOST (the local launcher gives 127.0.0.1). `cluster` is the launcher's name,
-    for DMLC_JOB_CLUSTER.
+    for DMLC_JOB_CLUSTER. `server_hosts`, when given, takes the servers (in their own
+    rotation) and leaves `hosts` to the scheduler and the workers.
     """
     order = rotation(hosts, max(num_workers, num_servers))
+    server_order = rotation(server_hosts, num_servers) if server_hosts else order
     placed = [("scheduler", 0, hosts[0])]
-    placed += [("server", r, order[r % len(order)]) for r in range(num_servers)]
+    placed += [("server", r, server_order[r % len(server_order)]) for r in range(num_servers)]
     placed += [("worker", r, order[r % len(order)]) for r in range(num_workers)]
     procs = []
     for role, rank, host in placed:

@@ -165,6 +165,30 @@ class DryRunTest(HostfileCase):
             self.assertIn(" DMLC_NUM_ATTEMPT=0 DMLC_JOB_CLUSTER=ssh ", remote)
             self.assertIn("OMP_NUM_THREADS=4 train --kv-store dist_sync", remote)
 
+    def test_a_server_hostfile_puts_the_servers_apart_from_the_workers(self):
+        servers = self.write("s1\ns2:2202\n")
+        lines = self.dry_run("ssh", "w1\nw2\n", "-n", "3", "-s", "3", "--server-hostfile", servers)
+        placed = [(argv[-2], re.search(r"DMLC_ROLE=(\w+)", argv[-1]).group(1),
+                   re.search(r"DMLC_NODE_HOST=(\S+)", argv[-1]).group(1),
+                   "-p" in argv and argv[argv.index("-p") + 1]) for argv in lines]
+        self.assertEqual(placed, [("w1", "scheduler", "w1", False),
+                                  ("s1", "server", "s1", False), ("s2", "server", "s2", "2202"),
+                                  ("s1", "server", "s1", False),
+                                  ("w1", "worker", "w1", False), ("w2", "worker", "w2", False),
+                                  ("w1", "worker", "w1", False)])
+        for argv in lines:
+            self.assertIn("DMLC_PS_ROOT_URI=w1 ", argv[-1])
+
+    def test_a_server_hostfile_needs_ssh_and_a_hostfile(self):
+        servers = self.write("s1\n")
+        err, _ = self.refused("mpi", "w1\n", "-n", "1", "--server-hostfile", servers)
+        self.assertIn("--server-hostfile is for --launcher ssh", err)
+        result = subprocess.run([sys.executable, LAUNCH, "--launcher", "ssh", "--dry-run", "-n", "1",
+                                 "--server-hostfile", servers, "train"], capture_output=True, text=True,
+                                timeout=20)
+        self.assertEqual(result.returncode, 2, result.stdout)
+        self.assertIn("--launcher ssh needs -H HOSTFILE", result.stderr)
+
     def test_ssh_ports_per_host(self):
         text = "h1:2201\nh2 slots=2\n"
         for extra, h2_port in (([], []), (["--ssh-port", "2222"], ["-p", "2222"])):
