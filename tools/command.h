@@ -17,6 +17,7 @@ int RecCommand(int argc, char** argv);
 int MakeDataCommand(int argc, char** argv);
 int ExportCommand(int argc, char** argv);
 int ReportCommand(int argc, char** argv);
+int PlanCommand(int argc, char** argv);
 
 // gflags wants underscores; MXNet's users type dashes (--num-layers). Rewrites every
 // "--a-b[=v]" argument's name in place to "--a_b[=v]", then parses the flags; an unknown
