@@ -51,7 +51,10 @@ Status Validate(const PlanInputs& in) {
     return Status::InvalidArgument("--latency-us must be a number of microseconds >= 0 (got " +
                                    Number(in.latency_us) + ")");
   }
-  if (in.steps < 2) return Status::InvalidArgument("plan steps must be at least 2 (got " + std::to_string(in.steps) + ")");
+  if (in.steps <= kWarmupSteps) {
+    return Status::InvalidArgument("plan steps must be more than " + std::to_string(kWarmupSteps) + " (got " +
+                                   std::to_string(in.steps) + ")");
+  }
   return Status::Ok();
 }
 
@@ -85,7 +88,7 @@ Requests BuildRequests(const PlanInputs& in) {
 
 // The compute side of one step: forward group by group, each waiting for its answers (or,
 // overlap off, for all of them), then backward in reverse. Returns the forward's start.
-double RunCompute(const PlanInputs& in, const std::vector<double>& forward_s, const std::vector<double>& group_ready,
+double RunCompute(const std::vector<double>& forward_s, const std::vector<double>& group_ready,
                   double* now, std::vector<double>* backward_done) {
   const size_t groups = forward_s.size();
   double start = 0;
@@ -144,7 +147,8 @@ Status Predict(const PlanInputs& inputs, PlanResult* out) {
   std::vector<double> cpu_free(in.servers, 0), answered(n, 0), arrived, answer_ready;
   std::vector<double> group_ready(in.groups.size()), backward_done(in.groups.size());
   std::vector<Transfer> answers = req.transfers;
-  double now = 0, last_start = 0, start = 0;
+  double now = 0;
+  std::vector<double> starts;
   for (int step = 0; step <= in.steps; ++step) {
     std::fill(group_ready.begin(), group_ready.end(), 0.0);
     const double all = n == 0 ? 0 : *std::max_element(answered.begin(), answered.end());
@@ -152,8 +156,7 @@ Status Predict(const PlanInputs& inputs, PlanResult* out) {
       double& ready = group_ready[req.group[i]];
       ready = std::max(ready, in.overlap ? answered[i] : all);
     }
-    last_start = start;
-    start = RunCompute(in, forward_s, group_ready, &now, &backward_done);
+    starts.push_back(RunCompute(forward_s, group_ready, &now, &backward_done));
     if (step == in.steps) break;  // only this forward's start was wanted: it ends the last step
     for (size_t i = 0; i < n; ++i) req.transfers[i].ready = backward_done[req.group[i]];
     plan_internal::SendAll(req.transfers, in.workers, bytes_per_s, latency_s, &up, &arrived);
@@ -161,7 +164,7 @@ Status Predict(const PlanInputs& inputs, PlanResult* out) {
     for (size_t i = 0; i < n; ++i) answers[i].ready = answer_ready[i];
     plan_internal::SendAll(answers, in.workers, bytes_per_s, latency_s, &down, &answered);
   }
-  out->step_s = start - last_start;
+  out->step_s = (starts.back() - starts[kWarmupSteps]) / (in.steps - kWarmupSteps);
   out->compute_s = compute_s;
   out->exposed_s = out->step_s - compute_s;
   out->img_per_s = in.workers * in.batch / out->step_s;

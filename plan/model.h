@@ -24,6 +24,8 @@
 
 namespace tally {
 
+constexpr int kWarmupSteps = 2;
+
 struct PlanInputs {
   int workers = 1;          // --workers: N
   int servers = 1;          // --servers: S (Predict needs >= 1)
@@ -36,8 +38,10 @@ struct PlanInputs {
   double server_gbs = 2.0;  // --server-gbs: a server's sum + SGD update speed, GB/s of pushes in
   // The network's groups in forward order; empty: ResNet-50 (LayerGroups of ModelConfig{}).
   std::vector<LayerGroup> groups;
-  // Steps replayed; the last one is reported (the first ones start from idle links).
-  int steps = 6;
+  // Steps replayed. The first kWarmupSteps start from idle links and no answers; the step
+  // reported is the mean of the others (when communication is the bound, consecutive steps
+  // differ by a few tenths of a percent as the order of requests shifts).
+  int steps = 8;
 };
 
 // Per-step occupancy of the busiest instance of each kind of resource, in seconds.
@@ -49,7 +53,7 @@ struct PlanBusy {
 
 struct PlanResult {
   PlanInputs inputs;         // as given, groups filled in
-  double step_s = 0;         // the last replayed step, forward start to the next forward start
+  double step_s = 0;         // a step in steady state, forward start to the next forward start
   double compute_s = 0;      // batch / img_per_s
   double exposed_s = 0;      // step_s - compute_s
   double img_per_s = 0;      // the whole job: workers * batch / step_s

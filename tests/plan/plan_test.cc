@@ -88,6 +88,20 @@ TEST(Plan, ALinkFarTooSlowMakesTheStepItsBytesOverBandwidth) {
   EXPECT_LE(r.step_s, 1.05 * r.busy.worker_link);
 }
 
+// The replay reports the mean step after the warm-up; replaying more steps must not move it
+// by more than the small wobble of a communication-bound job.
+TEST(Plan, TheReportedStepIsTheSteadyState) {
+  for (double gbps : {5.0, 25.0, 100.0}) {
+    for (bool overlap : {true, false}) {
+      PlanInputs in = Job(16, 8, gbps);
+      in.overlap = overlap;
+      const double usual = MustPredict(in).step_s;
+      in.steps = 30;
+      EXPECT_NEAR(MustPredict(in).step_s, usual, 2e-3 * usual) << gbps << " Gb/s, overlap " << overlap;
+    }
+  }
+}
+
 TEST(Plan, OverlapIsNeverSlowerAndHelpsWhenCommunicationIsHeavy) {
   for (int workers : {8, 16, 64}) {
     for (int servers : {1, 2, workers / 2, workers}) {
