@@ -17,6 +17,7 @@ int RecCommand(int argc, char** argv);
 int MakeDataCommand(int argc, char** argv);
 int ExportCommand(int argc, char** argv);
 int ReportCommand(int argc, char** argv);
+int PlanCommand(int argc, char** argv);
 
 struct ClusterConfig;  // net/cluster.h
 // A job command started by tools/launch.py as a scheduler or a server (DMLC_ROLE) runs that
