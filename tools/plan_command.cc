@@ -15,10 +15,12 @@ DECLARE_int32(workers);
 DECLARE_int32(servers);
 DECLARE_bool(json);
 DEFINE_double(gbps, 0, "plan: each node's link to the switch, each way, in Gb/s");
-DEFINE_double(img_per_s, 0, "plan: one worker's training speed alone (no communication), images/s");
-DEFINE_string(wire, "fp16", "plan: what pushes and answers carry: fp16 or fp32");
+// Shared with `tally bench replay` (the speed it emulates, the dtype it sends) and `tally
+// train` (--overlap): one executable, one set of flags.
+DECLARE_double(img_per_s);
+DECLARE_string(wire);
 DEFINE_int32(batch, 256, "plan: images per worker per step");
-DEFINE_bool(overlap, true, "plan: the next forward waits per layer group for its answers (0: for all)");
+DECLARE_bool(overlap);
 DEFINE_double(latency_us, 50, "plan: one-way latency of a message, microseconds");
 DEFINE_double(server_gbs, 2.0, "plan: a server's sum + SGD update speed, GB/s of pushed bytes taken in");
 DEFINE_bool(table, false, "plan: the table of docs/plan.md: 8/16/64/256 workers at 25 and 100 Gb/s");
@@ -172,6 +174,9 @@ int PlanCommand(int argc, char** argv) {
   if (FLAGS_table) return RunTable(in);
   if (gflags::GetCommandLineFlagInfoOrDie("workers").is_default) {
     return Fail(Status::InvalidArgument("--workers is required: the job's worker count"));
+  }
+  if (gflags::GetCommandLineFlagInfoOrDie("img_per_s").is_default) {
+    return Fail(Status::InvalidArgument("--img-per-s is required: one worker's training speed alone, images/s"));
   }
   if (FLAGS_servers < 0) {
     return Fail(Status::InvalidArgument("--servers must be 0 (every count from 1 to --workers) or more (got " +
