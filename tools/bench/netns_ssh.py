@@ -28,7 +28,7 @@ def main():
     if host not in hosts:
         print(f"netns ssh: no namespace for host {host} (TALLY_NETNS_HOSTS)", file=sys.stderr)
         return 255
-    os.execvp("ip", ["ip", "netns", "exec", hosts[host], "setsid", "sh", "-c", command])
+    os.execvp("ip", ["ip", "netns", "exec", hosts[host], "setsid", "--wait", "sh", "-c", command])
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=5, help="measured steps per job (default: 5)")
     p.add_argument("--warmup", type=int, default=2, help="steps left out first (default: 2)")
     p.add_argument("--plain", action="store_true", help="jobs without authentication and encryption")
+    p.add_argument("--server-gbs", type=float, default=2.0,
+                   help="what `tally plan` is told a server sums and updates per second, GB of pushed "
+                        "bytes (not scaled: the servers' CPUs are this machine's; default: 2)")
     p.add_argument("--timeline", action="store_true", help="print every worker's step timeline")
     p.add_argument("--json", action="store_true", help="one JSON object per measurement")
     args = p.parse_args(argv)
@@ -145,6 +148,18 @@ def summarise(args, records, reference):
             "timeline": timeline}
 
 
+def predict(args, n, s, wire, overlap):
+    """`tally plan`'s prediction for the job as run here (scaled links and compute)."""
+    cmd = [args.tally, "plan", "--json", "--workers", str(n), "--servers", str(s),
+           "--gbps", repr(args.gbps / args.scale), "--img-per-s", repr(args.img_per_s / args.scale),
+           "--wire", wire, "--batch", str(args.batch), f"--overlap={int(overlap)}",
+           "--server-gbs", repr(args.server_gbs)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"tally bench scaling: `{' '.join(cmd)}` failed: {out.stderr}")
+    return json.loads(out.stdout)
+
+
 def row(name, value, unit, peer, peer_name, note, lower=False):
     ratio = (peer / value if lower else value / peer) if peer else None
     return {"bench": "scaling", "case": name, "value": round(value, 4), "unit": unit,
@@ -185,11 +200,15 @@ def main(argv):
         for i, (n, s, wire, overlap) in enumerate(configs):
             records = run_job(args, n, s, wire, overlap, workdir)
             r = summarise(args, records, reference)
+            plan = predict(args, n, s, wire, overlap)
+            r["plan_step_s"] = plan["step_ms"] / 1e3
+            r["plan_error"] = r["plan_step_s"] / r["step_s"] - 1
             results[(n, s, wire, overlap)] = r
             elapsed = time.time() - started
             left = elapsed / (i + 1) * (len(configs) - i - 1)
             print(f"[{i + 1}/{len(configs)}] {n} workers, {s} servers, {wire}, overlap {'on' if overlap else 'off'}: "
-                  f"step {r['step_s']:.3f} s, efficiency {100 * r['efficiency']:.1f}% "
+                  f"step {r['step_s']:.3f} s, efficiency {100 * r['efficiency']:.1f}%; plan "
+                  f"{r['plan_step_s']:.3f} s ({100 * r['plan_error']:+.1f}%) "
                   f"(about {left / 60:.0f} min left)", file=sys.stderr)
             tl = r["timeline"]
             timeline = (f"fwd {tl['fwd']:.0f} ms (waits {tl['fwd_wait']:.0f}), bwd {tl['bwd']:.0f} ms, "
@@ -198,12 +217,16 @@ def main(argv):
                 print(f"    timeline: {timeline}", file=sys.stderr)
             name = f"{n}w{s}s-{wire}-overlap-{'on' if overlap else 'off'}"
             rows.append(row(name, r["img_s"], "img/s", n * args.batch / reference,
-                            f"{n} x compute alone", f"efficiency {100 * r['efficiency']:.1f}%; {timeline}"))
+                            f"{n} x compute alone", f"efficiency {100 * r['efficiency']:.1f}%; plan's step "
+                            f"{100 * r['plan_error']:+.1f}% off; {timeline}"))
     for (n, s, wire, overlap), r in results.items():
         off = results.get((n, s, wire, False))
         if overlap and off:
             rows.append(row(f"{n}w{s}s-{wire}-overlap-gain", r["step_s"], "s/step", off["step_s"],
                             "the step with overlap off", "ratio > 1: overlap shortens the step", lower=True))
+    worst = max(results.values(), key=lambda r: abs(r["plan_error"]))
+    rows.append(row("plan-worst-error", 100 * abs(worst["plan_error"]), "%", 5.0, "the goal, 5%",
+                    f"the largest |plan - measured| / measured step over {len(results)} jobs", lower=True))
     print_rows(rows, args.json)
     return 0
 
