@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include <glog/logging.h>
 
@@ -19,6 +20,22 @@ constexpr int kGatherSlices = 64;
 constexpr int64_t kGatherTotal = 256 << 10;
 // Requests sent from the caller's thread less than this apart make a burst.
 constexpr auto kBurstGap = std::chrono::microseconds(100);
+// Unanswered bytes allowed per server (TALLY_SEND_CREDIT_MB overrides): enough to keep a
+// fast link busy for a round trip and the other workers' lag, little enough that a backlog
+// waits in the priority queue rather than in the connection.
+constexpr int64_t kSendCreditBytes = 8 << 20;
+
+int64_t SendCredit() {
+  const char* mb = std::getenv("TALLY_SEND_CREDIT_MB");
+  if (mb == nullptr || *mb == '\0') return kSendCreditBytes;
+  const long v = std::strtol(mb, nullptr, 10);
+  if (v < 1) {
+    LOG(WARNING) << "TALLY_SEND_CREDIT_MB='" << mb << "' is not a positive number of MB; using "
+                 << (kSendCreditBytes >> 20);
+    return kSendCreditBytes;
+  }
+  return static_cast<int64_t>(v) << 20;
+}
 
 // A request's bytes each way at most (a PULL sends none but is answered with its values):
 // its slice's values at 4 bytes, the widest dtype.
@@ -50,7 +67,7 @@ std::string Shared(const wire::Meta& meta) {
 
 }  // namespace
 
-DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster) {}
+DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster), credit_(SendCredit()) {}
 
 DistChannel::~DistChannel() { CHECK(!sender_.joinable()) << "DistChannel destroyed before Stop"; }
 
@@ -72,7 +89,11 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   msg.meta.set_receiver_id(node);
   msg.meta.set_priority(priority);
   pending.node = node;
-  if (KeyCommand(pending.command)) ++key_pending_[pending.key];
+  if (KeyCommand(pending.command)) {
+    ++key_pending_[pending.key];
+    pending.charge = SliceBytes(msg);
+  }
+  const int64_t charge = pending.charge;
   pending_[id] = std::move(pending);
   // A small request right after another sent from here, that one still unanswered, is
   // likely one of a burst (a model's arrays, key after key): it waits for the sending
@@ -81,9 +102,10 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   const bool gatherable = Gatherable(msg);
   const bool burst = gatherable && last_direct_small_ && pending_.size() > 1 &&
                      std::chrono::steady_clock::now() - last_direct_end_ < kBurstGap;
-  if (queue_.empty() && !sending_ && !burst) {
+  if (queue_.empty() && !sending_ && !burst && HasCredit(node, charge)) {
     // Nothing waits and nothing is on its way: this message goes first whatever its
     // priority, so send it from here and spare the wakeup of the sending thread.
+    Charge(node, msg);
     sending_ = true;
     l.unlock();
     Send(Outgoing{node, std::move(msg), std::string()});
@@ -151,15 +173,39 @@ void DistChannel::Send(Outgoing out) {
   }
 }
 
+bool DistChannel::HasCredit(int node, int64_t bytes) const {
+  auto it = in_flight_.find(node);
+  return it == in_flight_.end() || it->second == 0 || it->second + bytes <= credit_;
+}
+
+DistChannel::Queue::iterator DistChannel::NextSendable() {
+  if (stop_) return queue_.begin();
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (HasCredit(it->second.node, SliceBytes(it->second.msg))) return it;
+  }
+  return queue_.end();
+}
+
+void DistChannel::Charge(int node, const Message& msg) {
+  const uint64_t id = msg.meta.request_id();
+  auto g = gathered_.find(id);
+  for (uint64_t each : g == gathered_.end() ? std::vector<uint64_t>{id} : g->second) {
+    auto p = pending_.find(each);
+    if (p != pending_.end()) in_flight_[node] += p->second.charge;
+  }
+}
+
 void DistChannel::SendLoop() {
   profile::Tracer::Get().NameThread("sender");
   for (;;) {
     std::unique_lock<std::mutex> l(mu_);
-    send_cv_.wait(l, [&] { return !sending_ && (stop_ || !queue_.empty()); });
+    Queue::iterator next;
+    send_cv_.wait(l, [&] { return (!sending_ && (next = NextSendable()) != queue_.end()) || (stop_ && queue_.empty()); });
     if (queue_.empty()) return;  // stop_, and everything is sent
-    Outgoing out = std::move(queue_.begin()->second);
-    queue_.erase(queue_.begin());
+    Outgoing out = std::move(next->second);
+    queue_.erase(next);
     Gather(&out);
+    Charge(out.node, out.msg);
     sending_ = true;
     l.unlock();
     Send(std::move(out));
@@ -169,11 +215,16 @@ void DistChannel::SendLoop() {
 }
 
 void DistChannel::Finish(uint64_t id, const Status& s) {
+  bool credit_freed = false, wake_waiters = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
     bool key_done = false;
+    if (it->second.charge > 0) {
+      in_flight_[it->second.node] -= it->second.charge;
+      credit_freed = !queue_.empty();
+    }
     if (KeyCommand(it->second.command)) {
       auto k = key_pending_.find(it->second.key);
       if (--k->second == 0) {
@@ -185,9 +236,10 @@ void DistChannel::Finish(uint64_t id, const Status& s) {
     if (!s.ok() && error_.ok()) error_ = s;
     // WaitAll waits for all of them and WaitKey for one key: waking them for every answer
     // would cost a context switch per key.
-    if (!pending_.empty() && !key_done) return;
+    wake_waiters = pending_.empty() || key_done;
   }
-  done_cv_.notify_all();
+  if (credit_freed) send_cv_.notify_one();
+  if (wake_waiters) done_cv_.notify_all();
 }
 
 void DistChannel::OnFailure(const Status& s) {

@@ -51,6 +51,12 @@ Status Validate(const PlanInputs& in) {
     return Status::InvalidArgument("--latency-us must be a number of microseconds >= 0 (got " +
                                    Number(in.latency_us) + ")");
   }
+  if (in.mtu < 576 || in.mtu > 65536) {
+    return Status::InvalidArgument("--mtu must be between 576 and 65536 bytes (got " + std::to_string(in.mtu) + ")");
+  }
+  if (in.frame_bytes < 0 || in.frame_bytes > 1000) {
+    return Status::InvalidArgument("--frame-bytes must be between 0 and 1000 (got " + std::to_string(in.frame_bytes) + ")");
+  }
   if (in.steps <= kWarmupSteps) {
     return Status::InvalidArgument("plan steps must be more than " + std::to_string(kWarmupSteps) + " (got " +
                                    std::to_string(in.steps) + ")");
@@ -140,7 +146,8 @@ Status Predict(const PlanInputs& inputs, PlanResult* out) {
   for (const LayerGroup& g : in.groups) forward_s.push_back(compute_s / 3 * g.flops / flops);
   Requests req = BuildRequests(in);
   const size_t n = req.transfers.size();
-  const double bytes_per_s = in.gbps * 1e9 / 8;
+  // Data bytes per second: the link's rate less the packets' headers and framing.
+  const double bytes_per_s = in.gbps * 1e9 / 8 * (in.mtu - 52.0) / (in.mtu + in.frame_bytes);
   const double latency_s = in.latency_us * 1e-6;
 
   Links up{0, std::vector<double>(in.servers, 0)}, down{0, std::vector<double>(in.servers, 0)};

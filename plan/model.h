@@ -35,6 +35,13 @@ struct PlanInputs {
   int batch = 256;          // --batch: images per worker per step
   bool overlap = true;      // --overlap: the next forward waits per group, not for every answer
   double latency_us = 50;   // --latency-us: one way, per message
+  // --mtu: packets of this many IP bytes; each carries mtu - 52 bytes of data (IPv4 and TCP
+  // headers with timestamps) in mtu + 38 bytes on the wire (Ethernet's header, FCS,
+  // preamble and gap), so a link moves data at B * (mtu - 52) / (mtu + 38).
+  int mtu = 1500;
+  // --frame-bytes: the wire bytes per packet besides the IP packet (38 on Ethernet; 14 where
+  // a shaper such as `tc tbf` counts only the Ethernet header).
+  int frame_bytes = 38;
   double server_gbs = 2.0;  // --server-gbs: a server's sum + SGD update speed, GB/s of pushes in
   // The network's groups in forward order; empty: ResNet-50 (LayerGroups of ModelConfig{}).
   std::vector<LayerGroup> groups;

@@ -22,6 +22,8 @@ DECLARE_string(wire);
 DEFINE_int32(batch, 256, "plan: images per worker per step");
 DECLARE_bool(overlap);
 DEFINE_double(latency_us, 50, "plan: one-way latency of a message, microseconds");
+DEFINE_int32(mtu, 1500, "plan: the links' MTU; each packet carries mtu - 52 bytes of data");
+DEFINE_int32(frame_bytes, 38, "plan: wire bytes per packet besides the IP packet (Ethernet: 38; tc tbf counts 14)");
 DEFINE_double(server_gbs, 2.0, "plan: a server's sum + SGD update speed, GB/s of pushed bytes taken in");
 DEFINE_bool(table, false, "plan: the table of docs/plan.md: 8/16/64/256 workers at 25 and 100 Gb/s");
 
@@ -31,7 +33,7 @@ namespace {
 const char kCmd[] = "tally plan";
 const char kUsage[] =
     "tally plan --workers N [--servers S] --gbps B --img-per-s R [--wire fp16|fp32] [--batch 256]\n"
-    "           [--overlap 1|0] [--latency-us 50] [--server-gbs 2] [--json]\n"
+    "           [--overlap 1|0] [--latency-us 50] [--server-gbs 2] [--mtu 1500] [--frame-bytes 38] [--json]\n"
     "tally plan --table [--json]\n"
     "\n"
     "Predicts the step time, the job's img/s and the scaling efficiency (img/s / (N * R)) of a\n"
@@ -61,13 +63,14 @@ Json ResultJson(const PlanResult& r) {
 Json InputsJson(const PlanInputs& in) {
   return Json{{"model", "resnet-50"}, {"workers", in.workers},     {"gbps", in.gbps},
               {"worker_img_per_s", in.img_per_s}, {"wire", in.wire}, {"batch", in.batch},
-              {"overlap", in.overlap},  {"latency_us", in.latency_us}, {"server_gbs", in.server_gbs}};
+              {"overlap", in.overlap},  {"latency_us", in.latency_us}, {"server_gbs", in.server_gbs},
+              {"mtu", in.mtu}, {"frame_bytes", in.frame_bytes}};
 }
 
 void PrintInputs(const PlanInputs& in) {
-  std::printf("%s: ResNet-50, %d workers x %g img/s, batch %d, %s wire, %g Gb/s links, %g us latency, "
+  std::printf("%s: ResNet-50, %d workers x %g img/s, batch %d, %s wire, %g Gb/s links (MTU %d), %g us latency, "
               "servers update at %g GB/s, overlap %s\n\n",
-              kCmd, in.workers, in.img_per_s, in.batch, in.wire.c_str(), in.gbps, in.latency_us, in.server_gbs,
+              kCmd, in.workers, in.img_per_s, in.batch, in.wire.c_str(), in.gbps, in.mtu, in.latency_us, in.server_gbs,
               in.overlap ? "on" : "off");
 }
 
@@ -120,6 +123,8 @@ PlanInputs InputsFromFlags() {
   in.batch = FLAGS_batch;
   in.overlap = FLAGS_overlap;
   in.latency_us = FLAGS_latency_us;
+  in.mtu = FLAGS_mtu;
+  in.frame_bytes = FLAGS_frame_bytes;
   in.server_gbs = FLAGS_server_gbs;
   return in;
 }

@@ -12,6 +12,11 @@
 namespace tally {
 namespace {
 
+// The links' data rate, bytes/s: Gb/s less the packets' headers and framing (PlanInputs::mtu).
+double DataRate(double gbps, const PlanInputs& in = PlanInputs()) {
+  return gbps * 1e9 / 8 * (in.mtu - 52.0) / (in.mtu + in.frame_bytes);
+}
+
 // ResNet-50's groups, built once: building the network takes a noticeable fraction of a second.
 const std::vector<LayerGroup>& ResNet50() {
   static const std::vector<LayerGroup>* groups = [] {
@@ -57,33 +62,33 @@ TEST(Plan, OneKeyStepIsComputeThenPushUpdateAnswer) {
   PlanInputs in;
   in.workers = 4;
   in.servers = 1;
-  in.gbps = 8;  // 10^9 bytes/s
+  in.gbps = 8;  // 10^9 bytes/s, less framing
   in.img_per_s = 1000;
   in.batch = 100;
   in.latency_us = 30;
   in.server_gbs = 0.5;
   in.groups = {LayerGroup{"only", {0}, {1000000}, 1.0}};
   const PlanResult r = MustPredict(in);
-  const double bytes = 2e6, link = 4 * bytes / 1e9, update = 4 * bytes / 0.5e9;
+  const double bytes = 2e6, link = 4 * bytes / DataRate(8), update = 4 * bytes / 0.5e9;
   EXPECT_NEAR(r.step_s, 0.1 + 2 * (link + 30e-6) + update, 1e-9);
   EXPECT_EQ(r.busiest, "server CPU");
   EXPECT_NEAR(r.busy.server_cpu, update, 1e-12);
 }
 
-// 0.2 Gb/s: a worker's 51 MB of fp16 take 2 s each way, some 22 times the compute. Each
+// 0.2 Gb/s: a worker's 51 MB of fp16 take over 2 s each way, some 22 times the compute. Each
 // direction then runs back to back, and the step is the busiest link's bytes over its
 // bandwidth plus the drain of the last answers.
 TEST(Plan, ALinkFarTooSlowMakesTheStepItsBytesOverBandwidth) {
   // One server takes every worker's bytes: its link is N times busier than a worker's.
   PlanResult r = MustPredict(Job(8, 1, 0.2));
   EXPECT_EQ(r.busiest, "server link");
-  EXPECT_NEAR(r.busy.server_link, 8 * 25557032.0 * 2 * 8 / 0.2e9, 1e-6);
+  EXPECT_NEAR(r.busy.server_link, 8 * 25557032.0 * 2 / DataRate(0.2), 1e-6);
   EXPECT_GE(r.step_s, r.busy.server_link);
   EXPECT_LE(r.step_s, 1.05 * r.busy.server_link);
   // Four times as many servers as workers: each worker's own link is the bound.
   r = MustPredict(Job(8, 32, 0.2));
   EXPECT_EQ(r.busiest, "worker link");
-  EXPECT_NEAR(r.busy.worker_link, 25557032.0 * 2 * 8 / 0.2e9, 1e-6);
+  EXPECT_NEAR(r.busy.worker_link, 25557032.0 * 2 / DataRate(0.2), 1e-6);
   EXPECT_GE(r.step_s, r.busy.worker_link);
   EXPECT_LE(r.step_s, 1.05 * r.busy.worker_link);
 }
@@ -126,7 +131,7 @@ TEST(Plan, MoreServersNeverMakeTheServerLinkBusier) {
   for (int servers = 1; servers <= 64; servers *= 2) {
     const PlanResult r = MustPredict(Job(64, servers, 25));
     EXPECT_LT(r.busy.server_link, last) << servers << " servers";
-    EXPECT_DOUBLE_EQ(r.busy.server_cpu * 2e9, r.busy.server_link * 25e9 / 8);
+    EXPECT_DOUBLE_EQ(r.busy.server_cpu * 2e9, r.busy.server_link * DataRate(25));
     last = r.busy.server_link;
   }
 }
@@ -181,6 +186,8 @@ TEST(Plan, BadInputsFailNamingTheFlag) {
       {"--wire", [](PlanInputs* in) { in->wire = "fp8"; }},
       {"--batch", [](PlanInputs* in) { in->batch = 0; }},
       {"--latency-us", [](PlanInputs* in) { in->latency_us = -1; }},
+      {"--mtu", [](PlanInputs* in) { in->mtu = 100; }},
+      {"--frame-bytes", [](PlanInputs* in) { in->frame_bytes = -1; }},
       {"--server-gbs", [](PlanInputs* in) { in->server_gbs = 0; }},
   };
   for (const Case& c : cases) {

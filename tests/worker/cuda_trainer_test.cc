@@ -192,6 +192,7 @@ void ExpectDistJobTrainsLikeOneProcess(KVStoreType kv_store, const std::vector<i
       std::lock_guard<std::mutex> l(mu);
       got_stats[rank].Add(s);
     }
+    ASSERT_TRUE(t->Finish(&got_stats[rank]).ok());  // the last step, left in flight by --overlap
     t->ReadStats(&got_stats[rank]);
     Checkpoint c;
     ASSERT_TRUE(t->Snapshot(&c).ok());

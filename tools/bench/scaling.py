@@ -153,7 +153,9 @@ def predict(args, n, s, wire, overlap):
     cmd = [args.tally, "plan", "--json", "--workers", str(n), "--servers", str(s),
            "--gbps", repr(args.gbps / args.scale), "--img-per-s", repr(args.img_per_s / args.scale),
            "--wire", wire, "--batch", str(args.batch), f"--overlap={int(overlap)}",
-           "--server-gbs", repr(args.server_gbs)]
+           "--server-gbs", repr(args.server_gbs),
+           # tc tbf counts each packet's IP bytes and its 14-byte Ethernet header; veth's MTU is 1500.
+           "--mtu", "1500", "--frame-bytes", "14"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise SystemExit(f"tally bench scaling: `{' '.join(cmd)}` failed: {out.stderr}")
