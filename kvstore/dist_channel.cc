@@ -89,11 +89,7 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   msg.meta.set_receiver_id(node);
   msg.meta.set_priority(priority);
   pending.node = node;
-  if (KeyCommand(pending.command)) {
-    ++key_pending_[pending.key];
-    pending.charge = SliceBytes(msg);
-  }
-  const int64_t charge = pending.charge;
+  if (KeyCommand(pending.command)) ++key_pending_[pending.key];
   pending_[id] = std::move(pending);
   // A small request right after another sent from here, that one still unanswered, is
   // likely one of a burst (a model's arrays, key after key): it waits for the sending
@@ -102,10 +98,9 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   const bool gatherable = Gatherable(msg);
   const bool burst = gatherable && last_direct_small_ && pending_.size() > 1 &&
                      std::chrono::steady_clock::now() - last_direct_end_ < kBurstGap;
-  if (queue_.empty() && !sending_ && !burst && HasCredit(node, charge)) {
+  if (queue_.empty() && !sending_ && !burst && HasCredit(node, static_cast<int64_t>(DataBytes(msg)))) {
     // Nothing waits and nothing is on its way: this message goes first whatever its
     // priority, so send it from here and spare the wakeup of the sending thread.
-    Charge(node, msg);
     sending_ = true;
     l.unlock();
     Send(Outgoing{node, std::move(msg), std::string()});
@@ -174,38 +169,39 @@ void DistChannel::Send(Outgoing out) {
 }
 
 bool DistChannel::HasCredit(int node, int64_t bytes) const {
-  auto it = in_flight_.find(node);
-  return it == in_flight_.end() || it->second == 0 || it->second + bytes <= credit_;
+  const int64_t unacked = cluster_->UnacknowledgedBytes(node);
+  return unacked == 0 || unacked + bytes <= credit_;
 }
 
 DistChannel::Queue::iterator DistChannel::NextSendable() {
   if (stop_) return queue_.begin();
+  std::map<int, bool> blocked;  // per node: its credit is spent (asked once per scan)
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (HasCredit(it->second.node, SliceBytes(it->second.msg))) return it;
+    const int node = it->second.node;
+    if (blocked.count(node) != 0) continue;
+    if (HasCredit(node, static_cast<int64_t>(DataBytes(it->second.msg)))) return it;
+    blocked[node] = true;
   }
   return queue_.end();
-}
-
-void DistChannel::Charge(int node, const Message& msg) {
-  const uint64_t id = msg.meta.request_id();
-  auto g = gathered_.find(id);
-  for (uint64_t each : g == gathered_.end() ? std::vector<uint64_t>{id} : g->second) {
-    auto p = pending_.find(each);
-    if (p != pending_.end()) in_flight_[node] += p->second.charge;
-  }
 }
 
 void DistChannel::SendLoop() {
   profile::Tracer::Get().NameThread("sender");
   for (;;) {
     std::unique_lock<std::mutex> l(mu_);
-    Queue::iterator next;
-    send_cv_.wait(l, [&] { return (!sending_ && (next = NextSendable()) != queue_.end()) || (stop_ && queue_.empty()); });
+    Queue::iterator next = queue_.end();
+    // Acknowledgements free credit without a word to this thread: while credit holds the
+    // queue back, look again every millisecond.
+    while (!(stop_ && queue_.empty())) {
+      if (!sending_ && (next = NextSendable()) != queue_.end()) break;
+      const bool held_back = !sending_ && !queue_.empty();
+      if (held_back) send_cv_.wait_for(l, std::chrono::milliseconds(1));
+      else send_cv_.wait(l);
+    }
     if (queue_.empty()) return;  // stop_, and everything is sent
     Outgoing out = std::move(next->second);
     queue_.erase(next);
     Gather(&out);
-    Charge(out.node, out.msg);
     sending_ = true;
     l.unlock();
     Send(std::move(out));
@@ -215,16 +211,12 @@ void DistChannel::SendLoop() {
 }
 
 void DistChannel::Finish(uint64_t id, const Status& s) {
-  bool credit_freed = false, wake_waiters = false;
+  bool wake_waiters = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
     bool key_done = false;
-    if (it->second.charge > 0) {
-      in_flight_[it->second.node] -= it->second.charge;
-      credit_freed = !queue_.empty();
-    }
     if (KeyCommand(it->second.command)) {
       auto k = key_pending_.find(it->second.key);
       if (--k->second == 0) {
@@ -238,7 +230,6 @@ void DistChannel::Finish(uint64_t id, const Status& s) {
     // would cost a context switch per key.
     wake_waiters = pending_.empty() || key_done;
   }
-  if (credit_freed) send_cv_.notify_one();
   if (wake_waiters) done_cv_.notify_all();
 }
 

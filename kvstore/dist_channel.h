@@ -7,11 +7,14 @@
 // as one request of several slices (docs/wire.md, "Several slices in one request"): a
 // round trip per server instead of one per key for a model's many small arrays.
 //
-// Credit: at most kSendCredit bytes (TALLY_SEND_CREDIT_MB) of unanswered requests per
-// server leave at once, the rest waiting in the queue. Without it every request would be
-// handed to the connection at once and travel in call order behind a link's backlog, and
-// priorities would change nothing; with it, the first layers' requests overtake the backlog
-// of the last layers' (what lets the next forward pass start before every pull is in).
+// Credit: a request leaves only while less than the credit (8 MB, TALLY_SEND_CREDIT_MB) of
+// what was sent to its server is unacknowledged by the server's transport (still in the
+// connection: Cluster::UnacknowledgedBytes); the rest waits in the priority queue. Without
+// it every request would be handed to the connection at once and travel in call order
+// behind a link's backlog, and priorities would change nothing; with it, the first layers'
+// requests overtake the backlog of the last layers' (what lets the next forward pass start
+// before every pull is in). Receipt, not the answer, frees credit: an answer of a
+// synchronous step waits for the other workers, which may be waiting for credit in turn.
 //
 // Ownership: held by shared_ptr, also by the callbacks given to the Cluster, so that an
 // answer or failure notice arriving late finds it alive. Thread-safety: all methods may be
@@ -49,7 +52,6 @@ struct PendingRequest {
   std::vector<Tensor> keep;     // the request's data frames, alive until answered
   std::shared_ptr<PullOp> pull;  // PULL, PUSHPULL, ROLLBACK: where the values go (ROLLBACK: may be null)
   int64_t offset = 0, length = 0;
-  int64_t charge = 0;  // bytes counted against its server's credit while it is unanswered
 };
 
 class DistChannel {
@@ -96,13 +98,11 @@ class DistChannel {
   // Ordered by (-priority, call order): begin() is the next to send.
   using Queue = std::map<std::pair<int64_t, uint64_t>, Outgoing>;
   void SendLoop();
-  // Whether `bytes` more may go to `node` now (at least one request always may); REQUIRES: mu_ held.
+  // Whether `bytes` more may go to `node` now (at least one request always may).
   bool HasCredit(int node, int64_t bytes) const;
   // The first queued request (in priority order) that may go now, or queue_.end(); every
   // one once stop_ (what is queued is sent whatever the answers); REQUIRES: mu_ held.
   Queue::iterator NextSendable();
-  // Counts the requests of msg against its node's credit; REQUIRES: mu_ held.
-  void Charge(int node, const Message& msg);
   // Takes from the queue the small requests that can travel with `out` and adds their
   // slices and data frames to it; REQUIRES: mu_ held.
   void Gather(Outgoing* out);
@@ -127,8 +127,7 @@ class DistChannel {
   // Unanswered requests per key (the commands WaitKey waits for), and the key WaitKey is
   // waiting for (-1: none), so that Finish wakes it only when that key is done.
   std::map<uint64_t, int> key_pending_;                      // GUARDED_BY(mu_)
-  std::map<int, int64_t> in_flight_;  // GUARDED_BY(mu_): charged bytes unanswered, per node
-  const int64_t credit_;              // bytes of unanswered requests allowed per node
+  const int64_t credit_;  // unacknowledged bytes allowed per node
   int64_t waited_key_ = -1;                                  // GUARDED_BY(mu_)
   // Requests sent together: the id the message carries -> every id in it, in slice order.
   std::map<uint64_t, std::vector<uint64_t>> gathered_;      // GUARDED_BY(mu_)

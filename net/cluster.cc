@@ -154,6 +154,7 @@ class Cluster::Impl {
     return failure_;
   }
 
+  int64_t UnacknowledgedBytes(int id) const { return transport_->UnacknowledgedBytes(id); }
   Status failure() const {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_;
@@ -407,6 +408,7 @@ Status Cluster::Barrier(uint32_t group, int timeout_ms) { return impl_->Barrier(
 Status Cluster::Finish(int timeout_ms) { return impl_->Finish(timeout_ms); }
 Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
 Status Cluster::failure() const { return impl_->failure(); }
+int64_t Cluster::UnacknowledgedBytes(int id) const { return impl_->UnacknowledgedBytes(id); }
 void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
 bool Cluster::ClockOffset(int64_t* offset_us, int64_t* rtt_us) const { return impl_->ClockOffset(offset_us, rtt_us); }
 

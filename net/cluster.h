@@ -97,6 +97,8 @@ class Cluster {
   void SetDataHandler(std::function<void(Message&&)> handler);
   // Sends to node `id`; meta.sender_id is filled in.
   Status Send(int id, Message msg);
+  // Data bytes sent to node id that it has not acknowledged yet (Transport::UnacknowledgedBytes).
+  int64_t UnacknowledgedBytes(int id) const;
 
   // Waits until every node of `group` has called Barrier with the same group.
   Status Barrier(uint32_t group, int timeout_ms);

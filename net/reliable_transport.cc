@@ -4,7 +4,7 @@
 // sends with an id (sender_id >= 0) gets a number per receiver; the receiver delivers
 // numbers in order and once, holding early ones back, and acknowledges the highest number
 // it has delivered (on its next message back to the sender, or in an ACK of its own at the
-// next tick when none goes back, or at once after a repeat or a gap); the sender keeps each message until it is acknowledged and sends the
+// next tick when none goes back, or at once after a repeat or a gap or a message over 64 KB); the sender keeps each message until it is acknowledged and sends the
 // oldest one again after a retransmission timeout computed as TCP's (RFC 6298: the smoothed
 // round trip plus four times its variation, at least 200 ms; messages up to 64 KB) or
 // resend_ms (larger ones), then twice that, and so on up to kMaxBackoff, or at once when a
@@ -59,8 +59,21 @@ class ReliableTransport : public Transport {
     if (s.ok() && acked > 0) AckSent(id, acked);
     // Kept even when the send failed: a later message's number would otherwise wait forever
     // for this one at the receiver. The caller learns of the failure all the same.
+    out->unacked_bytes += static_cast<int64_t>(DataBytes(m));
     out->unacked.emplace(seq, Unacked{std::move(m), Clock::now(), FirstWait(*out, msg), false});
     return s;
+  }
+
+  int64_t UnacknowledgedBytes(int id) override {
+    Out* out = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = out_.find(id);
+      if (it == out_.end()) return 0;
+      out = it->second.get();
+    }
+    std::lock_guard<std::mutex> lock(out->mu);
+    return out->unacked_bytes;
   }
 
   Status Recv(Message* msg, int timeout_ms) override {
@@ -83,6 +96,7 @@ class ReliableTransport : public Transport {
         continue;
       }
       const uint64_t seq = m.meta.seq();
+      const bool large = DataBytes(m) > kSmallBytes;
       if (seq == 0) {
         *msg = std::move(m);
         return Status::Ok();
@@ -114,7 +128,12 @@ class ReliableTransport : public Transport {
       // In order, the acknowledgement rides on the next message back to the sender, or
       // goes alone at the next tick; a repeat or a gap is answered at once (the sender may
       // be resending for want of it, or waits for the oldest: fast retransmit).
-      if (MarkDelivered(me, from, in.delivered, in_order)) Acknowledge(me, from, in.delivered);
+      // A large message is acknowledged at once too: its sender's credit (the bytes it lets
+      // into the connection, UnacknowledgedBytes) waits for it.
+      if (MarkDelivered(me, from, in.delivered, in_order) || (in_order && large)) {
+        Acknowledge(me, from, in.delivered);
+        AckSent(from, in.delivered);
+      }
     }
   }
 
@@ -169,6 +188,7 @@ class ReliableTransport : public Transport {
     // slow link): a message is not sent again before twice this, or every large message
     // would go twice and load the link further.
     Clock::duration slowest_ack{0};       // GUARDED_BY(mu)
+    int64_t unacked_bytes = 0;            // GUARDED_BY(mu): data bytes of `unacked`
     std::map<uint64_t, Unacked> unacked;  // GUARDED_BY(mu)
   };
   struct In {
@@ -257,6 +277,7 @@ class ReliableTransport : public Transport {
         out->srtt = (7 * out->srtt + sample) / 8;
       }
     }
+    for (auto it = out->unacked.begin(); it != end; ++it) out->unacked_bytes -= static_cast<int64_t>(DataBytes(it->second.msg));
     out->unacked.erase(out->unacked.begin(), end);
     const bool repeat = explicit_ack && seq == out->acked;
     out->acked = std::max(out->acked, seq);

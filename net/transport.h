@@ -99,6 +99,9 @@ class Transport {
   // Messages sent but not yet acknowledged by their receivers (the reliable transport's
   // Recv takes the acknowledgements in); 0 for transports that do not track them.
   virtual size_t Unacknowledged() { return 0; }
+  // Data bytes sent to node `id` and not yet acknowledged: what is still on its way in that
+  // connection (the kvstore's send credit); 0 for transports that do not track them.
+  virtual int64_t UnacknowledgedBytes(int id) { return 0; }
   // Resends, duplicates and rejected messages so far, this transport's and those it wraps.
   virtual TransportCounters Counters() { return {}; }
   // Closes every socket; pending sends are dropped after the linger time.
