@@ -236,6 +236,8 @@ class ErrorTest(unittest.TestCase):
 # Every role runs this script: `import tally` serves the scheduler's and the server's role.
 DIST_SCRIPT = textwrap.dedent("""
     import sys
+    import threading
+    import time
     import numpy as np
     import tally
 
@@ -257,7 +259,23 @@ DIST_SCRIPT = textwrap.dedent("""
             want0, want1 = total, 2 * total
         assert np.allclose(w0, want0, rtol=1e-5), (step, w0[:3], want0)
         assert np.allclose(w1, want1, rtol=1e-2), (step, w1[:3], want1)
+    # The GIL is released while Tally waits: a ticking thread goes on during a barrier that
+    # waits half a second for worker 1.
+    ticks, stop = [0], threading.Event()
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    if r == 1:
+        time.sleep(0.5)
+    before = ticks[0]
     kv.barrier()
+    during = ticks[0] - before
+    stop.set()
+    ticker.join()
+    assert r == 1 or during > 50, ("the GIL was held during barrier: %d ticks" % during)
     print("worker %d of %d: summed values OK" % (r, n), flush=True)
 """)
 
