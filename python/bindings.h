@@ -4,7 +4,7 @@
 //   PYBIND11_MODULE(_tally, m) {
 //     tally::python::BindErrors(m);   // first: the others raise tally.TallyError
 //     tally::python::BindKVStore(m);
-//     tally::python::BindRoles(m);
+//     tally::python::BindRoles(m);      // run_role, RoleThreads (tally.bench)
 //   }
 //
 // Values travel without copying: ArrayToTensor wraps a NumPy array's memory in a Tensor
