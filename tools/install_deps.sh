@@ -25,6 +25,8 @@ packages=(
   # zlib reads its gzipped IDX files.
   dataset-fashion-mnist zlib1g-dev
   python3 python3-numpy
+  # The tally Python extension (python/, docs/python.md): pybind11 and the interpreter's headers.
+  pybind11-dev python3-dev
   # tools/bundle.sh compresses the relocatable bundle with zstd.
   zstd
   # tests/tools/export_test.py loads `tally export`'s files into PyTorch's ResNets; `tally

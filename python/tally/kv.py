@@ -1,0 +1,300 @@
+"""tally.kv: Tally's KVStore from Python, with MXNet's method names (docs/python.md).
+
+    import numpy as np
+    import tally
+
+    kv = tally.kv.create("dist_sync")       # joins the job tools/launch.py started
+    kv.set_optimizer(type="sgd", lr=0.1, momentum=0.9, wd=1e-4)
+    kv.init([0, 1], [w0, w1])               # every key in one call (dist types)
+    kv.pushpull(0, g0, out=w0, priority=0)  # w0 receives the updated weights...
+    kv.wait_all()                           # ...once this returns
+    kv.close()                              # or `with tally.kv.create(...) as kv:`
+
+Values are NumPy arrays (float32, float16) or CPU torch tensors (float32, float16,
+bfloat16), contiguous, used without copying: a pushed array must not be written, and a
+pulled one not read, until wait(key) or wait_all() returns. The store holds a reference to
+each array for as long as it uses the array's memory.
+"""
+import atexit
+import os
+import struct
+import sys
+
+import numpy as np
+
+from . import _tally
+from ._tally import TallyError
+
+TYPES = ("local", "device", "dist_sync", "dist_device_sync", "dist_async")
+
+# The optimizer-states file (docs/python.md, "Optimizer states file"), little-endian.
+STATES_MAGIC = b"TALLYOPT"
+STATES_VERSION = 1
+_STATES_HEADER = struct.Struct("<8sII")   # magic, version, number of keys
+_STATES_ENTRY = struct.Struct("<iIq")     # key, flags, number of float32 values
+_STATES_HAS_STATE = 1                     # flags: the values follow (else none: momentum 0)
+
+# Distributed stores not yet closed: kept alive to the end of the process (the worker's
+# membership of the job lasts as long), when they finish the job.
+_open_stores = set()
+
+
+def create(type="local", num_devices=1):
+    """A KVStore of `type` (one of TYPES). The dist_* types join the job described by the
+    DMLC_* environment that tools/launch.py sets, as a worker; each push and pull then
+    takes one value per device of this process (num_devices)."""
+    if type not in TYPES:
+        raise ValueError("tally.kv.create: type %r is not one of %s" % (type, ", ".join(TYPES)))
+    if type.startswith("dist") and "DMLC_ROLE" not in os.environ:
+        raise TallyError("tally.kv.create(%r): environment variable DMLC_ROLE is not set; a distributed "
+                         "store joins a job: start the script with tools/launch.py, e.g. "
+                         "tools/launch.py -n 2 -s 1 --launcher local python3 script.py" % type)
+    store = KVStore(_tally.KVStore(type, num_devices), type)
+    if type.startswith("dist"):
+        _open_stores.add(store)
+    return store
+
+
+def _key(op, key):
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return int(key)
+    raise TypeError("tally.kv %s: key %r is not an int" % (op, key))
+
+
+def _array(op, key, value):
+    """value as a NumPy array over the same memory (torch tensors included)."""
+    if type(value) is np.ndarray:
+        if value.dtype.kind == "u":  # the extension reads uint16 as bfloat16 bits
+            raise TypeError("tally.kv %s: key %d: dtype %s is not supported; expected float32 or float16 "
+                            "(NumPy or torch) or bfloat16 (torch)" % (op, key, value.dtype))
+        return value
+    torch = sys.modules.get("torch")  # never imported here: only a loaded torch can have made value
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise ValueError("tally.kv %s: key %d: the tensor is on %s; tally.kv takes CPU tensors"
+                             % (op, key, value.device))
+        if not value.is_contiguous():
+            raise ValueError("tally.kv %s: key %d: the tensor is not contiguous; pass tensor.contiguous()"
+                             % (op, key))
+        value = value.detach()
+        if value.dtype == torch.bfloat16:
+            return value.view(torch.int16).numpy().view(np.uint16)
+        if value.dtype in (torch.float32, torch.float16):
+            return value.numpy()
+        raise TypeError("tally.kv %s: key %d: dtype %s is not supported; expected float32, float16 or bfloat16"
+                        % (op, key, value.dtype))
+    if isinstance(value, np.ndarray):
+        return value
+    raise TypeError("tally.kv %s: key %d: expected a NumPy array or a CPU torch tensor, got %s"
+                    % (op, key, type(value).__name__))
+
+
+class KVStore:
+    """One store; made by create(). Driven by one thread at a time."""
+
+    def __init__(self, impl, type):
+        self._kv = impl
+        self._type = type
+
+    # -- what the store is --------------------------------------------------------------
+    @property
+    def type(self):
+        return self._type
+
+    @property
+    def rank(self):
+        return self._kv.rank
+
+    @property
+    def num_workers(self):
+        return self._kv.num_workers
+
+    @property
+    def num_devices(self):
+        return self._kv.num_devices
+
+    def barrier(self):
+        """Waits until every worker of the job has called barrier()."""
+        self._kv.barrier()
+
+    # -- the optimizer --------------------------------------------------------------------
+    def set_optimizer(self, type="sgd", **settings):
+        """The servers' (or this store's) optimizer: type "sgd" or "nag", and keyword settings
+        lr, momentum, wd, rescale_grad, clip_gradient (<= 0: none), multi_precision. Before
+        init. Without one, a push replaces the stored value with the pushed sum."""
+        known = ("lr", "momentum", "wd", "rescale_grad", "clip_gradient", "multi_precision")
+        for name in settings:
+            if name not in known:
+                raise TypeError("tally.kv set_optimizer: unknown setting %r (expected %s)" % (name, ", ".join(known)))
+        if type not in ("sgd", "nag"):
+            raise ValueError("tally.kv set_optimizer: type %r is not supported (sgd or nag)" % (type,))
+        for name, ok, rule in (("lr", lambda v: v >= 0, ">= 0"), ("momentum", lambda v: 0 <= v < 1, "in [0, 1)"),
+                               ("wd", lambda v: v >= 0, ">= 0")):
+            if name in settings and not ok(settings[name]):
+                raise ValueError("tally.kv set_optimizer: %s=%r must be %s" % (name, settings[name], rule))
+        self._kv.set_optimizer(type=type, **settings)
+
+    def set_learning_rate(self, lr):
+        self._kv.set_learning_rate(float(lr))
+
+    # -- keys and values ------------------------------------------------------------------
+    def _flat(self, op, keys, values):
+        """([key, ...], [key 0's device 0, key 0's device 1, ..., key 1's device 0, ...])"""
+        nd = self._kv.num_devices
+        if isinstance(keys, (list, tuple)):
+            ks = [_key(op, k) for k in keys]
+            if not isinstance(values, (list, tuple)) or len(values) != len(ks):
+                raise ValueError("tally.kv %s: %d keys need a list of %d values" % (op, len(ks), len(ks)))
+        else:
+            ks, values = [_key(op, keys)], [values]
+        flat = []
+        for k, v in zip(ks, values):
+            if isinstance(v, (list, tuple)):
+                if len(v) != nd:
+                    raise ValueError("tally.kv %s: key %d: %d values for %d devices" % (op, k, len(v), nd))
+                flat.extend(_array(op, k, x) for x in v)
+            elif nd == 1:
+                flat.append(_array(op, k, v))
+            else:
+                raise ValueError("tally.kv %s: key %d: one value per device (%d) expected" % (op, k, nd))
+        return ks, flat
+
+    def init(self, key, value):
+        """Registers key(s) with initial value(s), copied: one value per key, whatever the
+        number of devices. The distributed types need every key in one call, on every worker
+        (worker 0's values are the ones the servers keep)."""
+        if isinstance(key, (list, tuple)):
+            keys = [_key("init", k) for k in key]
+            if not isinstance(value, (list, tuple)) or len(value) != len(keys):
+                raise ValueError("tally.kv init: %d keys need a list of %d values" % (len(keys), len(keys)))
+            values = [_array("init", k, v) for k, v in zip(keys, value)]
+        else:
+            keys = [_key("init", key)]
+            values = [_array("init", keys[0], value)]
+        self._kv.init(keys, values)
+
+    def push(self, key, value, priority=0):
+        """Pushes value(s) of key(s): per key, one value or one per device, summed in device
+        order (and, in the dist_sync types, over the workers) before the optimizer."""
+        keys, values = self._flat("push", key, value)
+        self._kv.push(keys, values, int(priority))
+
+    def pull(self, key, out=None, priority=0):
+        """Copies the stored value of key(s) into `out` (one array, or one per device),
+        converting the dtype. out is ready once wait(key) or wait_all() returns."""
+        if out is None:
+            raise ValueError("tally.kv pull: out= is required (the arrays that receive the values)")
+        keys, outs = self._flat("pull", key, out)
+        self._kv.pull(keys, outs, int(priority))
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """push then pull in one round trip; out=None pulls into value itself."""
+        keys, values = self._flat("pushpull", key, value)
+        outs = values if out is None else self._flat("pushpull", key, out)[1]
+        self._kv.pushpull(keys, values, outs, int(priority))
+
+    def wait(self, key):
+        """Waits for the calls of key(s) alone (KVStore::WaitKey); the GIL is released."""
+        keys = [_key("wait", k) for k in key] if isinstance(key, (list, tuple)) else [_key("wait", key)]
+        self._kv.wait(keys)
+
+    def wait_all(self):
+        """Waits for every push and pull; raises TallyError when the job failed."""
+        self._kv.wait_all()
+
+    # -- optimizer states -----------------------------------------------------------------
+    def save_optimizer_states(self, fname):
+        """Writes every key's optimizer state (momentum) to fname. The distributed types read
+        it from the servers as of this worker's last push; it waits for every call first."""
+        self._kv.wait_all()
+        keys = self._kv.keys()
+        states = self._kv.get_optimizer_states(keys)
+        with open(fname, "wb") as f:
+            f.write(_STATES_HEADER.pack(STATES_MAGIC, STATES_VERSION, len(keys)))
+            for k, s in zip(keys, states):
+                n = self._kv.key_size(k)
+                f.write(_STATES_ENTRY.pack(k, 0 if s is None else _STATES_HAS_STATE, n))
+                if s is not None:
+                    f.write(s.astype("<f4", copy=False).tobytes())
+
+    def load_optimizer_states(self, fname):
+        """Restores what save_optimizer_states wrote, after init and before the first push.
+        The distributed types: every worker calls it."""
+        keys, states = read_optimizer_states(fname)
+        known = set(self._kv.keys())
+        for k, s in zip(keys, states):
+            if k not in known:
+                raise KeyError("tally.kv load_optimizer_states: %s has key %d, which was not initialised" % (fname, k))
+            if s is not None and s.size != self._kv.key_size(k):
+                raise ValueError("tally.kv load_optimizer_states: %s: key %d has %d values; the key has %d"
+                                 % (fname, k, s.size, self._kv.key_size(k)))
+        self._kv.set_optimizer_states(keys, states)
+
+    # -- the end --------------------------------------------------------------------------
+    def close(self):
+        """Waits for every call, and, for the distributed types, finishes this worker's part
+        of the job (the job ends when every worker has). Idempotent."""
+        _open_stores.discard(self)
+        self._kv.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.close()
+        except TallyError:
+            if exc_type is None:
+                raise  # otherwise the first failure is the one worth reporting
+
+    def __repr__(self):
+        if self._kv.closed:
+            return "<tally.kv.KVStore %s, closed>" % self._type
+        return "<tally.kv.KVStore %s, rank %d of %d>" % (self._type, self.rank, self.num_workers)
+
+
+def read_optimizer_states(fname):
+    """(keys, states) of an optimizer-states file: states[i] is a float32 array or None."""
+    with open(fname, "rb") as f:
+        data = f.read()
+
+    def fail(why):
+        raise ValueError("tally.kv load_optimizer_states: %s: %s" % (fname, why))
+
+    if len(data) < _STATES_HEADER.size:
+        fail("too short for the header")
+    magic, version, count = _STATES_HEADER.unpack_from(data, 0)
+    if magic != STATES_MAGIC:
+        fail("not an optimizer-states file (magic %r, expected %r)" % (magic, STATES_MAGIC))
+    if version != STATES_VERSION:
+        fail("version %d (this tally reads %d)" % (version, STATES_VERSION))
+    pos, keys, states = _STATES_HEADER.size, [], []
+    for i in range(count):
+        if pos + _STATES_ENTRY.size > len(data):
+            fail("truncated in entry %d of %d" % (i, count))
+        key, flags, n = _STATES_ENTRY.unpack_from(data, pos)
+        pos += _STATES_ENTRY.size
+        if n < 0 or flags & ~_STATES_HAS_STATE:
+            fail("entry %d (key %d) is malformed" % (i, key))
+        state = None
+        if flags & _STATES_HAS_STATE:
+            if pos + 4 * n > len(data):
+                fail("key %d's %d values are truncated" % (key, n))
+            state = np.frombuffer(data, dtype="<f4", count=n, offset=pos).astype(np.float32)
+            pos += 4 * n
+        keys.append(key)
+        states.append(state)
+    if pos != len(data):
+        fail("%d bytes after the last entry" % (len(data) - pos))
+    return keys, states
+
+
+@atexit.register
+def _finish_open_stores():
+    # A worker that leaves without finishing would look dead to the job and fail it; like
+    # MXNet's, a script need not close its store.
+    for store in list(_open_stores):
+        try:
+            store.close()
+        except TallyError as e:
+            print("tally.kv: closing the %s store at exit: %s" % (store.type, e), file=sys.stderr)

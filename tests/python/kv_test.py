@@ -1,0 +1,386 @@
+"""Tests of the tally Python extension (python/, docs/python.md): tally.kv's semantics, its
+zero-copy arrays (NumPy and torch), its errors, a dist_sync job of Python workers under
+tools/launch.py, and a killed server making every worker raise.
+
+Usage: /usr/bin/python3 kv_test.py BUILD/python [unittest args]
+Without the extension in BUILD/python/tally (pybind11 or the Python headers were missing
+when the build was configured) it prints why and reports itself skipped.
+"""
+import gc
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCH = os.path.join(HERE, "..", "..", "tools", "launch.py")
+sys.path.insert(0, os.path.join(HERE, ".."))
+from testutil import free_port  # noqa: E402 (tests/testutil.py)
+
+PACKAGE_ROOT = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else ""
+if not glob.glob(os.path.join(PACKAGE_ROOT, "tally", "_tally*.so")):
+    print("SKIPPED python: no extension in %s/tally (configure found no pybind11 or no Python "
+          "headers: tools/install_deps.sh installs them)" % PACKAGE_ROOT)
+    sys.exit(0)
+sys.path.insert(0, PACKAGE_ROOT)
+import tally  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+needs_torch = unittest.skipIf(torch is None, "torch is not importable from %s" % sys.executable)
+
+# Within this after a node dies, every other node knows (TALLY_DEAD_TIMEOUT_MS below, plus
+# the heartbeat and the process start): docs/faults.md.
+DEAD_TIMEOUT_MS = 1000
+RAISE_WITHIN_S = 5.0
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+class LocalTest(unittest.TestCase):
+    def test_without_optimizer_a_push_replaces_the_value_and_pull_copies_it(self):
+        kv = tally.kv.create("local")
+        kv.init(3, f32(1, 2, 3, 4))
+        out = np.zeros(4, np.float32)
+        kv.pull(3, out=out)
+        np.testing.assert_array_equal(out, f32(1, 2, 3, 4))
+        kv.push(3, f32(5, 6, 7, 8))
+        kv.pull(3, out=out)
+        kv.wait_all()
+        np.testing.assert_array_equal(out, f32(5, 6, 7, 8))
+        self.assertEqual((kv.type, kv.rank, kv.num_workers), ("local", 0, 1))
+
+    def test_the_devices_values_are_summed(self):
+        for kind in ("local", "device"):
+            kv = tally.kv.create(kind, num_devices=2)
+            kv.init(0, np.zeros(3, np.float32))
+            kv.push(0, [f32(1, 2, 3), f32(10, 20, 30)])
+            outs = [np.zeros(3, np.float32), np.zeros(3, np.float32)]
+            kv.pull(0, out=outs)
+            for out in outs:
+                np.testing.assert_array_equal(out, f32(11, 22, 33), kind)
+
+    def test_pushpull_applies_sgd_to_each_key_of_a_list(self):
+        kv = tally.kv.create("local")
+        kv.set_optimizer(type="sgd", lr=0.5, momentum=0.0, wd=0.0, rescale_grad=2.0)
+        kv.init([0, 1], [f32(1, 1), f32(4, 4, 4)])
+        outs = [np.zeros(2, np.float32), np.zeros(3, np.float32)]
+        kv.pushpull([0, 1], [f32(1, 2), f32(0.5, 0.5, 0.5)], out=outs)
+        kv.wait_all()
+        np.testing.assert_allclose(outs[0], f32(0, -1))        # 1 - 0.5 * 2 * g
+        np.testing.assert_allclose(outs[1], f32(3.5, 3.5, 3.5))
+
+    def test_pushpull_without_out_updates_the_value_in_place(self):
+        kv = tally.kv.create("local")
+        kv.init(0, f32(0, 0))
+        grads = f32(3, 4)
+        kv.pushpull(0, grads)
+        np.testing.assert_array_equal(grads, f32(3, 4))
+
+    def test_float16_values_on_a_float32_key(self):
+        kv = tally.kv.create("local")
+        kv.init(0, np.zeros(3, np.float32))
+        kv.push(0, np.array([0.5, 1.5, -2], np.float16))
+        out = np.zeros(3, np.float16)
+        kv.pull(0, out=out)
+        np.testing.assert_array_equal(out, np.array([0.5, 1.5, -2], np.float16))
+
+    def test_optimizer_states_survive_a_file(self):
+        def store(w):
+            kv = tally.kv.create("local")
+            kv.set_optimizer(type="sgd", lr=0.1, momentum=0.9, wd=0.0)
+            kv.init(0, w.copy())
+            return kv
+
+        g = f32(1, -1, 2)
+        w = f32(0, 0, 0)
+        kv = store(w)
+        for _ in range(2):
+            kv.pushpull(0, g, out=w)
+        path = os.path.join(tempfile.mkdtemp(), "m.states")
+        kv.save_optimizer_states(path)
+        keys, states = tally.kv.read_optimizer_states(path)
+        self.assertEqual(keys, [0])
+        self.assertTrue(np.any(states[0] != 0), "the momentum after two steps is zero")
+        at_step2 = w.copy()
+        kv.pushpull(0, g, out=w)  # step 3, uninterrupted
+
+        resumed_w = at_step2.copy()
+        resumed = store(resumed_w)
+        resumed.load_optimizer_states(path)
+        resumed.pushpull(0, g, out=resumed_w)
+        np.testing.assert_array_equal(resumed_w, w)
+        # Without the states the third step differs: the file is what made them equal.
+        fresh_w = at_step2.copy()
+        store(fresh_w).pushpull(0, g, out=fresh_w)
+        self.assertFalse(np.allclose(fresh_w, w))
+
+
+class ZeroCopyTest(unittest.TestCase):
+    def test_a_pull_writes_into_the_callers_memory(self):
+        kv = tally.kv.create("local")
+        kv.init(7, f32(1, 2, 3))
+        buf = np.zeros(8, np.float32)
+        kv.pull(7, out=buf[2:5])  # a contiguous view: the values must land in buf itself
+        np.testing.assert_array_equal(buf, f32(0, 0, 1, 2, 3, 0, 0, 0))
+
+    def test_the_store_holds_a_reference_while_it_uses_the_array(self):
+        kv = tally.kv.create("local")
+        kv.init(0, f32(1, 2))
+        out = np.zeros(2, np.float32)
+        before = sys.getrefcount(out)
+        kv.pull(0, out=out)  # the local store keeps its last pull's outputs (rollback)
+        self.assertEqual(sys.getrefcount(out), before + 1)
+        kv.close()
+        gc.collect()
+        self.assertEqual(sys.getrefcount(out), before)
+
+    @needs_torch
+    def test_torch_tensors_of_every_dtype(self):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            kv = tally.kv.create("local")
+            kv.init(0, torch.tensor([1.0, 2.0, 3.0], dtype=dtype))
+            kv.push(0, torch.tensor([0.5, -4.0, 8.0], dtype=dtype))
+            out = torch.zeros(2, 3, dtype=dtype)
+            kv.pull(0, out=out[1])  # row 1 of out: its memory, not a copy
+            self.assertEqual(out[1].tolist(), [0.5, -4.0, 8.0], dtype)
+            self.assertEqual(out[0].tolist(), [0.0, 0.0, 0.0], dtype)
+
+    @needs_torch
+    def test_a_tensor_that_requires_grad_is_used_as_it_is(self):
+        kv = tally.kv.create("local")
+        w = torch.zeros(4, requires_grad=True)
+        kv.init(0, torch.ones(4))
+        kv.pull(0, out=w)
+        self.assertEqual(w.tolist(), [1.0] * 4)
+
+
+class ErrorTest(unittest.TestCase):
+    def setUp(self):
+        self.kv = tally.kv.create("local")
+        self.kv.init(5, f32(1, 2, 3, 4))
+
+    def assertRaisesWith(self, exc, words, fn, *args, **kwargs):
+        with self.assertRaises(exc) as c:
+            fn(*args, **kwargs)
+        for w in words:
+            self.assertIn(w, str(c.exception))
+
+    def test_a_value_of_another_dtype(self):
+        self.assertRaisesWith(TypeError, ["push", "key 5", "float64", "float32"],
+                              self.kv.push, 5, np.zeros(4))
+        self.assertRaisesWith(TypeError, ["key 5", "int32"], self.kv.push, 5, np.zeros(4, np.int32))
+        self.assertRaisesWith(TypeError, ["key 5", "uint16"], self.kv.push, 5, np.zeros(4, np.uint16))
+        self.assertRaisesWith(TypeError, ["key 5", "list"], self.kv.pull, 5, out=[[1, 2, 3, 4]])
+
+    def test_a_non_contiguous_array(self):
+        self.assertRaisesWith(ValueError, ["pull", "key 5", "contiguous"],
+                              self.kv.pull, 5, out=np.zeros(8, np.float32)[::2])
+
+    def test_the_wrong_size(self):
+        self.assertRaisesWith(ValueError, ["key 5", "3 values", "the key has 4"], self.kv.push, 5, f32(1, 2, 3))
+
+    def test_an_unknown_key(self):
+        self.assertRaisesWith(KeyError, ["key 9", "init"], self.kv.pull, 9, out=f32(0))
+        self.assertRaisesWith(TypeError, ["'w'", "not an int"], self.kv.push, "w", f32(0))
+
+    def test_a_key_initialised_twice(self):
+        self.assertRaisesWith(ValueError, ["key 5", "already"], self.kv.init, 5, f32(1, 2, 3, 4))
+
+    def test_a_read_only_output(self):
+        out = np.zeros(4, np.float32)
+        out.setflags(write=False)
+        self.assertRaisesWith(ValueError, ["key 5", "read-only"], self.kv.pull, 5, out=out)
+
+    def test_bad_store_types_and_optimizer_settings(self):
+        self.assertRaisesWith(ValueError, ["'mxnet'", "dist_sync"], tally.kv.create, "mxnet")
+        self.assertRaisesWith(ValueError, ["set_optimizer", "adam"], self.kv.set_optimizer, type="adam")
+        self.assertRaisesWith(TypeError, ["'beta1'"], self.kv.set_optimizer, beta1=0.9)
+
+    def test_a_distributed_store_outside_a_job(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
+        run = subprocess.run([sys.executable, "-c", "import tally; tally.kv.create('dist_sync')"],
+                             env=dict(env, PYTHONPATH=PACKAGE_ROOT), capture_output=True, text=True)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("TallyError", run.stderr)
+        self.assertIn("DMLC_ROLE is not set", run.stderr)
+        self.assertTrue(issubclass(tally.TallyError, RuntimeError))
+
+    def test_a_broken_optimizer_states_file(self):
+        path = os.path.join(tempfile.mkdtemp(), "bad.states")
+        with open(path, "wb") as f:
+            f.write(b"NOTSTATES" + bytes(20))
+        self.assertRaisesWith(ValueError, [path, "magic"], self.kv.load_optimizer_states, path)
+        self.kv.save_optimizer_states(path)
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 1)
+        self.assertRaisesWith(ValueError, [path, "truncated"], self.kv.load_optimizer_states, path)
+
+    @needs_torch
+    def test_torch_tensors_it_cannot_take(self):
+        self.assertRaisesWith(TypeError, ["key 5", "torch.int32"], self.kv.push, 5, torch.zeros(4, dtype=torch.int32))
+        self.assertRaisesWith(ValueError, ["key 5", "contiguous"], self.kv.push, 5, torch.zeros(2, 4).t()[0])
+
+
+# Every role runs this script: `import tally` serves the scheduler's and the server's role.
+DIST_SCRIPT = textwrap.dedent("""
+    import sys
+    import threading
+    import time
+    import numpy as np
+    import tally
+
+    kv = tally.kv.create("dist_sync")
+    r, n = kv.rank, kv.num_workers
+    if sys.argv[1] == "sgd":
+        kv.set_optimizer(type="sgd", lr=0.1, momentum=0.0, wd=0.0)
+    w0 = np.zeros(1000, np.float32)
+    w1 = np.zeros(7, np.float16)
+    kv.init([0, 1], [w0, w1])
+    total = sum(range(1, n + 1))  # worker r pushes r + 1
+    for step in range(3):
+        kv.pushpull(0, np.full(1000, r + 1, np.float32), out=w0, priority=0)
+        kv.pushpull(1, np.full(7, 2 * (r + 1), np.float16), out=w1, priority=-1)
+        kv.wait_all()
+        if sys.argv[1] == "sgd":
+            want0, want1 = -0.1 * total * (step + 1), -0.1 * 2 * total * (step + 1)
+        else:
+            want0, want1 = total, 2 * total
+        assert np.allclose(w0, want0, rtol=1e-5), (step, w0[:3], want0)
+        assert np.allclose(w1, want1, rtol=1e-2), (step, w1[:3], want1)
+    # The GIL is released while Tally waits: a ticking thread goes on during a barrier that
+    # waits half a second for worker 1.
+    ticks, stop = [0], threading.Event()
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    if r == 1:
+        time.sleep(0.5)
+    before = ticks[0]
+    kv.barrier()
+    during = ticks[0] - before
+    stop.set()
+    ticker.join()
+    assert r == 1 or during > 50, ("the GIL was held during barrier: %d ticks" % during)
+    print("worker %d of %d: summed values OK" % (r, n), flush=True)
+""")
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tally
+
+    kv = tally.kv.create("dist_sync")
+    w = np.zeros(100000, np.float32)
+    kv.init(0, w)
+    step = 0
+    try:
+        while True:
+            kv.pushpull(0, np.ones(100000, np.float32), out=w)
+            kv.wait_all()
+            print("step %d" % step, flush=True)
+            step += 1
+    except tally.TallyError as e:
+        print("raised TallyError: %s" % e, flush=True)
+        sys.exit(3)
+""")
+
+
+def write_script(text):
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "job.py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def job_env():
+    return dict(os.environ, PYTHONPATH=PACKAGE_ROOT, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+
+
+class DistSyncTest(unittest.TestCase):
+    def launch(self, mode):
+        script = write_script(DIST_SCRIPT)
+        cmd = [sys.executable, LAUNCH, "-n", "2", "-s", "1", "--launcher", "local", "--",
+               sys.executable, script, mode]
+        run = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=90)
+        out = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, out[-4000:])
+        for r in (0, 1):
+            self.assertIn("worker %d of 2: summed values OK" % r, out)
+
+    def test_two_workers_sum_without_optimizer(self):
+        self.launch("none")
+
+    def test_two_workers_sum_through_sgd_on_the_server(self):
+        self.launch("sgd")
+
+
+class KilledServerTest(unittest.TestCase):
+    def test_every_worker_raises_when_the_server_dies(self):
+        script = write_script(KILL_SCRIPT)
+        port = free_port()
+        secret = os.urandom(32).hex()
+        procs, logs = {}, {}
+        roles = [("scheduler", 0), ("server", 0), ("worker", 0), ("worker", 1)]
+        try:
+            for role, rank in roles:
+                env = dict(job_env(), DMLC_ROLE=role, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port),
+                           DMLC_NUM_WORKER="2", DMLC_NUM_SERVER="1", DMLC_NODE_HOST="127.0.0.1",
+                           TALLY_RANK=str(rank), TALLY_JOB_SECRET=secret,
+                           TALLY_DEAD_TIMEOUT_MS=str(DEAD_TIMEOUT_MS))
+                logs[role, rank] = tempfile.TemporaryFile("w+")
+                procs[role, rank] = subprocess.Popen([sys.executable, script], env=env, stdout=logs[role, rank],
+                                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+            def output(key):
+                logs[key].flush()
+                logs[key].seek(0)
+                return logs[key].read()
+
+            deadline = time.time() + 60
+            while not all("step 3" in output(("worker", r)) for r in (0, 1)):
+                for key, p in procs.items():
+                    self.assertIsNone(p.poll(), "%s %d exited early:\n%s" % (key[0], key[1], output(key)))
+                self.assertLess(time.time(), deadline, "the job did not run 3 steps in 60 s")
+                time.sleep(0.05)
+            os.kill(procs["server", 0].pid, signal.SIGKILL)
+            killed = time.time()
+            for r in (0, 1):
+                p = procs["worker", r]
+                try:
+                    p.wait(timeout=max(0.1, killed + RAISE_WITHIN_S - time.time()))
+                except subprocess.TimeoutExpired:
+                    self.fail("worker %d still running %.0f s after the server was killed:\n%s"
+                              % (r, RAISE_WITHIN_S, output(("worker", r))[-2000:]))
+                out = output(("worker", r))
+                self.assertIn("raised TallyError", out, out[-2000:])
+                self.assertIn("server 0", out[out.index("raised TallyError"):], out[-2000:])
+                self.assertNotEqual(p.returncode, 0)
+            said = next(line for line in output(("worker", 0)).splitlines() if "raised TallyError" in line)
+            print("both workers raised within %.1f s of the kill; worker 0: %s" % (time.time() - killed, said))
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            for f in logs.values():
+                f.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
