@@ -6,6 +6,7 @@
 
 #include <glog/logging.h>
 
+#include "net/priority_sender.h"
 #include "profile/trace.h"
 
 namespace tally {
@@ -20,22 +21,6 @@ constexpr int kGatherSlices = 64;
 constexpr int64_t kGatherTotal = 256 << 10;
 // Requests sent from the caller's thread less than this apart make a burst.
 constexpr auto kBurstGap = std::chrono::microseconds(100);
-// Unanswered bytes allowed per server (TALLY_SEND_CREDIT_MB overrides): enough to keep a
-// fast link busy for a round trip and the other workers' lag, little enough that a backlog
-// waits in the priority queue rather than in the connection.
-constexpr int64_t kSendCreditBytes = 8 << 20;
-
-int64_t SendCredit() {
-  const char* mb = std::getenv("TALLY_SEND_CREDIT_MB");
-  if (mb == nullptr || *mb == '\0') return kSendCreditBytes;
-  const long v = std::strtol(mb, nullptr, 10);
-  if (v < 1) {
-    LOG(WARNING) << "TALLY_SEND_CREDIT_MB='" << mb << "' is not a positive number of MB; using "
-                 << (kSendCreditBytes >> 20);
-    return kSendCreditBytes;
-  }
-  return static_cast<int64_t>(v) << 20;
-}
 
 // A request's bytes each way at most (a PULL sends none but is answered with its values):
 // its slice's values at 4 bytes, the widest dtype.
@@ -67,7 +52,7 @@ std::string Shared(const wire::Meta& meta) {
 
 }  // namespace
 
-DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster), credit_(SendCredit()) {}
+DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster), credit_(SendCreditBytes(cluster->num_workers())) {}
 
 DistChannel::~DistChannel() { CHECK(!sender_.joinable()) << "DistChannel destroyed before Stop"; }
 

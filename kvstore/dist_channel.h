@@ -7,7 +7,8 @@
 // as one request of several slices (docs/wire.md, "Several slices in one request"): a
 // round trip per server instead of one per key for a model's many small arrays.
 //
-// Credit: a request leaves only while less than the credit (8 MB, TALLY_SEND_CREDIT_MB) of
+// Credit: a request leaves only while less than the credit (SendCreditBytes: 64 MB over the
+// job's workers, who share each server's link, at least 1 MB) of
 // what was sent to its server is unacknowledged by the server's transport (still in the
 // connection: Cluster::UnacknowledgedBytes); the rest waits in the priority queue. Without
 // it every request would be handed to the connection at once and travel in call order

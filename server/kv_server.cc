@@ -63,6 +63,7 @@ void KVServer::Respond(const wire::Meta& request, const std::string& error, bool
   r.meta.set_command(wire::RESPONSE);
   r.meta.set_receiver_id(request.sender_id());
   r.meta.set_request_id(request.request_id());
+  r.meta.set_priority(request.priority());
   r.meta.set_step(request.step());
   if (!error.empty()) r.meta.set_error(error);
   if (not_applied) {
@@ -356,6 +357,7 @@ void KVServer::AnswerPull(const PendingPull& p) {
   r.meta.set_command(wire::RESPONSE);
   r.meta.set_receiver_id(p.request.sender_id());
   r.meta.set_request_id(p.request.request_id());
+  r.meta.set_priority(p.request.priority());  // the order answers leave in (RunServer)
   r.meta.set_step(p.request.step());
   r.meta.set_dtype(p.request.pull_dtype());
   *r.meta.mutable_slices() = p.request.slices();

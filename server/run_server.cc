@@ -5,6 +5,7 @@
 // timeout (docs/wire.md).
 #include <glog/logging.h>
 
+#include "net/priority_sender.h"
 #include "server/server.h"
 
 namespace tally {
@@ -17,8 +18,13 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
             << cluster->num_workers() << " workers, " << cluster->num_servers() << " servers";
   Cluster* c = cluster.get();
   if (observer.joined) observer.joined(*c);
-  KVServer server(c->num_servers(), c->num_workers(),
-                  [c](int id, Message m) { return c->Send(id, std::move(m)); });
+  // Answers leave by priority (the request's) within a credit per worker, so that the
+  // first layers' weights overtake a backlog of the others' (net/priority_sender.h).
+  PrioritySender sender(c, SendCreditBytes(c->num_workers()));
+  KVServer server(c->num_servers(), c->num_workers(), [&sender](int id, Message m) {
+    const int priority = m.meta.priority();
+    return sender.Send(id, std::move(m), priority);
+  });
   if (observer.step) server.SetStepRecorder(observer.step, observer.step_begins);
   c->SetDataHandler([&server](Message&& m) { server.Handle(std::move(m)); });
   Status s = c->WaitForShutdown();

@@ -53,6 +53,9 @@ def parse_args(argv):
     p.add_argument("--server-gbs", type=float, default=2.0,
                    help="what `tally plan` is told a server sums and updates per second, GB of pushed "
                         "bytes (not scaled: the servers' CPUs are this machine's; default: 2)")
+    p.add_argument("--credit-kb", type=int,
+                   help="the send credit per connection (TALLY_SEND_CREDIT_KB); default: Tally's for N "
+                        "workers divided by --scale, as a queue of bytes scales with the link's rate")
     p.add_argument("--timeline", action="store_true", help="print every worker's step timeline")
     p.add_argument("--json", action="store_true", help="one JSON object per measurement")
     args = p.parse_args(argv)
@@ -124,6 +127,8 @@ def run_job(args, n, s, wire, overlap, workdir):
         cmd = [sys.executable, os.path.join(HOME, "tools", "launch.py"), "-n", str(n), "-s", str(s),
                "--launcher", "ssh", "-H", whosts, "--server-hostfile", shosts]
         cmd += ["--plain"] if args.plain else []
+        credit_kb = args.credit_kb or max(1, round(65536 / n / args.scale))  # net/priority_sender.h
+        cmd += ["--env", f"TALLY_SEND_CREDIT_KB:{credit_kb}"]
         cmd += ["--", args.tally] + replay_args(args, wire, overlap)
         timeout = 120 + 20 * (args.warmup + args.steps) * args.batch / (args.img_per_s / args.scale)
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
