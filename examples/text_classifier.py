@@ -27,7 +27,7 @@ import torch.nn.functional as F
 LICENSES = ("GPL-3", "GFDL-1.3", "MPL-2.0", "Apache-2.0")
 LICENSE_DIR = "/usr/share/common-licenses"
 WORDS, STRIDE = 24, 4
-VOCAB = 4096          # words are hashed into this many ids; 0 is [PAD]... unused, 1 is [CLS]
+VOCAB = 4096          # ids 2.. are hashed words, 1 is [CLS]; 0 is unused (passages are all one length)
 CLS = 1
 
 
