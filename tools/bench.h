@@ -32,6 +32,8 @@ std::string RunCapture(const std::string& command, bool* ok);
 // (the relocatable bundle's bin/tally sets it to the bundle), else the source tree this
 // binary was built from.
 std::string TallyHome();
+// This executable's path (/proc/self/exe), or "" when it cannot be read.
+std::string SelfExecutable();
 
 int BenchCompute(int argc, char** argv);
 int BenchPs(int argc, char** argv);

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +63,14 @@ std::string RunCapture(const std::string& command, bool* ok) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   *ok = pclose(p) == 0;
   return out;
+}
+
+std::string SelfExecutable() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return std::string();
+  self[n] = '\0';
+  return self;
 }
 
 std::string TallyHome() {

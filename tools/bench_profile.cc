@@ -58,13 +58,11 @@ int BenchProfile(int argc, char** argv) {
   // Two workers unless --workers says otherwise (its default, 1, is bench ps's).
   const int workers = gflags::GetCommandLineFlagInfoOrDie("workers").is_default ? 2 : std::max(1, FLAGS_workers);
   const int servers = std::max(1, FLAGS_servers);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
+  const std::string self = SelfExecutable();
+  if (self.empty()) {
     std::fprintf(stderr, "tally bench profile: cannot find this executable\n");
     return 1;
   }
-  self[n] = '\0';
   char dir_template[] = "/tmp/tally-bench-profile-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::fprintf(stderr, "tally bench profile: cannot make a temporary directory\n");

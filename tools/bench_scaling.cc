@@ -12,13 +12,11 @@
 namespace tally {
 
 int BenchScaling(int argc, char** argv) {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
+  const std::string self = SelfExecutable();
+  if (self.empty()) {
     std::fprintf(stderr, "tally bench scaling: cannot find this executable\n");
     return 1;
   }
-  self[n] = '\0';
   const std::string script = TallyHome() + "/tools/bench/scaling.py";
   std::vector<std::string> args = {"python3", script, "--tally", self};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);

@@ -55,7 +55,7 @@ def parse_args(argv):
                         "bytes (not scaled: the servers' CPUs are this machine's; default: 2)")
     p.add_argument("--credit-kb", type=int,
                    help="the send credit per connection (TALLY_SEND_CREDIT_KB); default: Tally's for N "
-                        "workers divided by --scale, as a queue of bytes scales with the link's rate")
+                        "workers divided by --scale (a queue's bytes scale with the link's rate), at least 1 MB")
     p.add_argument("--timeline", action="store_true", help="print every worker's step timeline")
     p.add_argument("--json", action="store_true", help="one JSON object per measurement")
     args = p.parse_args(argv)
@@ -127,7 +127,10 @@ def run_job(args, n, s, wire, overlap, workdir):
         cmd = [sys.executable, os.path.join(HOME, "tools", "launch.py"), "-n", str(n), "-s", str(s),
                "--launcher", "ssh", "-H", whosts, "--server-hostfile", shosts]
         cmd += ["--plain"] if args.plain else []
-        credit_kb = args.credit_kb or max(1, round(65536 / n / args.scale))  # net/priority_sender.h
+        # Tally's default for N workers (net/priority_sender.h) scaled with the link, but not
+        # below its floor of 1 MB: the acknowledgements' delay, which the credit must cover,
+        # is this machine's and does not scale.
+        credit_kb = args.credit_kb or max(1024, round(65536 / n / args.scale))
         cmd += ["--env", f"TALLY_SEND_CREDIT_KB:{credit_kb}"]
         cmd += ["--", args.tally] + replay_args(args, wire, overlap)
         timeout = 120 + 20 * (args.warmup + args.steps) * args.batch / (args.img_per_s / args.scale)
@@ -226,6 +229,7 @@ def main(argv):
             rows.append(row(name, r["img_s"], "img/s", n * args.batch / reference,
                             f"{n} x compute alone", f"efficiency {100 * r['efficiency']:.1f}%; plan's step "
                             f"{100 * r['plan_error']:+.1f}% off; {timeline}"))
+            rows[-1]["plan_error_pct"] = round(100 * r["plan_error"], 2)
     for (n, s, wire, overlap), r in results.items():
         off = results.get((n, s, wire, False))
         if overlap and off:
