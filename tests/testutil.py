@@ -7,8 +7,10 @@
     tensors, meta = read_tensors(prefix + "-0001.params")
 """
 import json
+import os
 import socket
 import struct
+import sys
 
 
 def free_port():
@@ -26,3 +28,18 @@ def read_tensors(path):
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
     return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}, meta
+
+
+def import_tally(package_root):
+    """The `tally` Python package built in package_root (build/python), imported; when the
+    extension was not built, prints why the test is skipped and exits 0 (ctest reads the
+    SKIPPED line)."""
+    import glob
+    if not glob.glob(os.path.join(package_root, "tally", "_tally*.so")):
+        print("SKIPPED python: no extension in %s/tally (configure found no pybind11 or no Python "
+              "headers: tools/install_deps.sh installs them)" % package_root)
+        sys.exit(0)
+    sys.path.insert(0, package_root)
+    import tally
+    return tally
+

@@ -7,7 +7,6 @@ Without the extension in BUILD/python/tally (pybind11 or the Python headers were
 when the build was configured) it prints why and reports itself skipped.
 """
 import gc
-import glob
 import os
 import signal
 import subprocess
@@ -22,15 +21,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH = os.path.join(HERE, "..", "..", "tools", "launch.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testutil import free_port  # noqa: E402 (tests/testutil.py)
+from testutil import free_port, import_tally  # noqa: E402 (tests/testutil.py)
 
 PACKAGE_ROOT = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else ""
-if not glob.glob(os.path.join(PACKAGE_ROOT, "tally", "_tally*.so")):
-    print("SKIPPED python: no extension in %s/tally (configure found no pybind11 or no Python "
-          "headers: tools/install_deps.sh installs them)" % PACKAGE_ROOT)
-    sys.exit(0)
-sys.path.insert(0, PACKAGE_ROOT)
-import tally  # noqa: E402
+tally = import_tally(PACKAGE_ROOT)
 
 try:
     import torch

@@ -8,7 +8,6 @@ Usage: /usr/bin/python3 torch_test.py BUILD/python [unittest args]
 Without the extension in BUILD/python/tally, or without torch, it prints why and reports
 itself skipped.
 """
-import glob
 import os
 import subprocess
 import sys
@@ -19,21 +18,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH = os.path.join(HERE, "..", "..", "tools", "launch.py")
 JOB = os.path.join(HERE, "torch_job.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testutil import free_port  # noqa: E402 (tests/testutil.py)
+from testutil import free_port, import_tally  # noqa: E402 (tests/testutil.py)
 
 PACKAGE_ROOT = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else ""
-if not glob.glob(os.path.join(PACKAGE_ROOT, "tally", "_tally*.so")):
-    print("SKIPPED python: no extension in %s/tally (configure found no pybind11 or no Python "
-          "headers: tools/install_deps.sh installs them)" % PACKAGE_ROOT)
-    sys.exit(0)
+tally = import_tally(PACKAGE_ROOT)
 try:
     import torch
 except ImportError:
     print("SKIPPED python: torch is not importable from %s (Debian's python3-torch is, from "
           "/usr/bin/python3)" % sys.executable)
     sys.exit(0)
-sys.path.insert(0, PACKAGE_ROOT)
-import tally  # noqa: E402
 import tally.torch  # noqa: E402
 
 TOLERANCE = 1e-5
