@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 
 #include <glog/logging.h>
 
@@ -83,7 +82,7 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   const bool gatherable = Gatherable(msg);
   const bool burst = gatherable && last_direct_small_ && pending_.size() > 1 &&
                      std::chrono::steady_clock::now() - last_direct_end_ < kBurstGap;
-  if (queue_.empty() && !sending_ && !burst && HasCredit(node, static_cast<int64_t>(DataBytes(msg)))) {
+  if (queue_.empty() && !sending_ && !burst && HasSendCredit(*cluster_, node, static_cast<int64_t>(DataBytes(msg)), credit_)) {
     // Nothing waits and nothing is on its way: this message goes first whatever its
     // priority, so send it from here and spare the wakeup of the sending thread.
     sending_ = true;
@@ -153,21 +152,8 @@ void DistChannel::Send(Outgoing out) {
   }
 }
 
-bool DistChannel::HasCredit(int node, int64_t bytes) const {
-  const int64_t unacked = cluster_->UnacknowledgedBytes(node);
-  return unacked == 0 || unacked + bytes <= credit_;
-}
-
 DistChannel::Queue::iterator DistChannel::NextSendable() {
-  if (stop_) return queue_.begin();
-  std::map<int, bool> blocked;  // per node: its credit is spent (asked once per scan)
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    const int node = it->second.node;
-    if (blocked.count(node) != 0) continue;
-    if (HasCredit(node, static_cast<int64_t>(DataBytes(it->second.msg)))) return it;
-    blocked[node] = true;
-  }
-  return queue_.end();
+  return stop_ ? queue_.begin() : FirstWithCredit(queue_, *cluster_, credit_);
 }
 
 void DistChannel::SendLoop() {

@@ -99,8 +99,6 @@ class DistChannel {
   // Ordered by (-priority, call order): begin() is the next to send.
   using Queue = std::map<std::pair<int64_t, uint64_t>, Outgoing>;
   void SendLoop();
-  // Whether `bytes` more may go to `node` now (at least one request always may).
-  bool HasCredit(int node, int64_t bytes) const;
   // The first queued request (in priority order) that may go now, or queue_.end(); every
   // one once stop_ (what is queued is sent whatever the answers); REQUIRES: mu_ held.
   Queue::iterator NextSendable();

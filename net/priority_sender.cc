@@ -43,25 +43,18 @@ PrioritySender::~PrioritySender() {
   thread_.join();
 }
 
-bool PrioritySender::HasCredit(int id, int64_t bytes) const {
-  const int64_t unacked = cluster_->UnacknowledgedBytes(id);
-  return unacked == 0 || unacked + bytes <= credit_;
+bool HasSendCredit(const Cluster& cluster, int id, int64_t bytes, int64_t credit) {
+  const int64_t unacked = cluster.UnacknowledgedBytes(id);
+  return unacked == 0 || unacked + bytes <= credit;
 }
 
 PrioritySender::Queue::iterator PrioritySender::Next() {
-  if (stop_) return queue_.begin();
-  std::map<int, bool> blocked;  // receivers found without credit in this scan
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (blocked.count(it->second.id) != 0) continue;
-    if (HasCredit(it->second.id, static_cast<int64_t>(DataBytes(it->second.msg)))) return it;
-    blocked[it->second.id] = true;
-  }
-  return queue_.end();
+  return stop_ ? queue_.begin() : FirstWithCredit(queue_, *cluster_, credit_);
 }
 
 Status PrioritySender::Send(int id, Message msg, int priority) {
   std::unique_lock<std::mutex> l(mu_);
-  if (queue_.empty() && !sending_ && HasCredit(id, static_cast<int64_t>(DataBytes(msg)))) {
+  if (queue_.empty() && !sending_ && HasSendCredit(*cluster_, id, static_cast<int64_t>(DataBytes(msg)), credit_)) {
     sending_ = true;
     l.unlock();
     Status s = cluster_->Send(id, std::move(msg));
@@ -94,8 +87,8 @@ void PrioritySender::Loop() {
     queue_.erase(next);
     sending_ = true;
     l.unlock();
-    Status s = cluster_->Send(q.id, std::move(q.msg));
-    if (!s.ok()) LOG(WARNING) << "sending to node " << q.id << " failed: " << s;
+    Status s = cluster_->Send(q.node, std::move(q.msg));
+    if (!s.ok()) LOG(WARNING) << "sending to node " << q.node << " failed: " << s;
     l.lock();
     sending_ = false;
     l.unlock();

@@ -30,6 +30,25 @@ namespace tally {
 // TALLY_SEND_CREDIT_KB (a warning names a bad value).
 int64_t SendCreditBytes(int sharers);
 
+// Whether `bytes` more may go to node `id` now: less than `credit` of what was sent to it is
+// unacknowledged (at least one message always may go).
+bool HasSendCredit(const Cluster& cluster, int id, int64_t bytes, int64_t credit);
+
+// The first entry of a queue in priority order whose receiver has credit for it, or
+// queue.end(). An entry (the map's value) has `node`, its receiver, and `msg`. Asks each
+// receiver once per scan.
+template <typename Queue>
+typename Queue::iterator FirstWithCredit(Queue& queue, const Cluster& cluster, int64_t credit) {
+  std::map<int, bool> blocked;  // receivers found without credit in this scan
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    const int node = it->second.node;
+    if (blocked.count(node) != 0) continue;
+    if (HasSendCredit(cluster, node, static_cast<int64_t>(DataBytes(it->second.msg)), credit)) return it;
+    blocked[node] = true;
+  }
+  return queue.end();
+}
+
 class PrioritySender {
  public:
   PrioritySender(Cluster* cluster, int64_t credit);
@@ -42,13 +61,13 @@ class PrioritySender {
 
  private:
   struct Queued {
-    int id;
+    int node;
     Message msg;
   };
   // Ordered by (-priority, call order): begin() is the next to send.
   using Queue = std::map<std::pair<int64_t, uint64_t>, Queued>;
-  bool HasCredit(int id, int64_t bytes) const;
-  // The first queued message that may go now, or queue_.end(); REQUIRES: mu_ held.
+  // The first queued message that may go now (every one once stopping), or queue_.end();
+  // REQUIRES: mu_ held.
   Queue::iterator Next();
   void Loop();
 
