@@ -34,7 +34,10 @@ struct Parameter {
 };
 
 struct ModelConfig {
-  std::string network = "resnet";   // the only family so far
+  // "resnet": torchvision's ResNet (v1b: a bottleneck's stride in its 3x3 convolution);
+  // "resnet-v1": the stride in the bottleneck's first 1x1 convolution, as MXNet's resnet-v1
+  // symbol and Gluon's resnet*_v1 (basic blocks and CIFAR depths are the same in both).
+  std::string network = "resnet";
   int num_layers = 50;              // 18/34/50/101/152 ImageNet-style; 6n+2 (20, 56, ...) CIFAR-style
   int num_classes = 1000;
   Shape image_shape = {3, 224, 224};  // C, H, W as MXNet's --image-shape
@@ -83,6 +86,9 @@ class Network {
   virtual const std::vector<Parameter*>& Parameters() = 0;
   virtual const ModelConfig& config() const = 0;
 };
+
+// Whether a bottleneck strides in its first 1x1 convolution (cfg.network "resnet-v1").
+inline bool StrideIn1x1(const ModelConfig& cfg) { return cfg.network == "resnet-v1"; }
 
 // Builds and initialises a network from cfg (deterministic for cfg.seed). Fails, naming
 // the flag, for an unknown network, an unsupported depth, a bad image shape, a device that

@@ -1,5 +1,5 @@
 // The ResNet family: torchvision's ResNet v1b (stride in the 3x3 convolution of the
-// bottleneck) for depths 18/34/50/101/152, and the CIFAR-style ResNet 6n+2 of He et al.
+// bottleneck; "resnet-v1": in its first 1x1) for depths 18/34/50/101/152, and the CIFAR-style ResNet 6n+2 of He et al.
 // (3x3 stem, three stages of basic blocks with 16/32/64 channels, 1x1 projection shortcuts).
 #include <memory>
 #include <sstream>
@@ -55,8 +55,9 @@ class ResidualBlock {
                                                  cfg.bn_momentum, cfg.bn_use_global_stats));
     };
     if (bottleneck) {
-      add(in, planes, 1, 1);
-      add(planes, planes, 3, stride);
+      const bool v1 = StrideIn1x1(cfg);
+      add(in, planes, 1, v1 ? stride : 1);
+      add(planes, planes, 3, v1 ? 1 : stride);
       add(planes, out, 1, 1);
     } else {
       add(in, planes, 3, stride);
@@ -237,9 +238,10 @@ std::string ValidDepths() {
 }  // namespace
 
 Status CreateNetwork(const ModelConfig& cfg, std::unique_ptr<Network>* out) {
-  if (cfg.network != "resnet") {
+  if (cfg.network != "resnet" && cfg.network != "resnet-v1") {
     return Status::InvalidArgument("--network: unknown network '" + cfg.network +
-                                   "' (the only one is resnet)");
+                                   "' (resnet, or resnet-v1 with a bottleneck's stride in its "
+                                   "first 1x1 convolution)");
   }
   Depth depth;
   if (!LookupDepth(cfg.num_layers, &depth)) {
