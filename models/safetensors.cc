@@ -177,6 +177,18 @@ std::string JsonQuote(const std::string& s) {
   return out + "\"";
 }
 
+// {"k": "v", ...} into *m.
+bool ParseStringMap(JsonReader* r, std::map<std::string, std::string>* m) {
+  if (!r->Consume('{')) return false;
+  if (r->Consume('}')) return true;
+  do {
+    std::string k, v;
+    if (!r->String(&k) || !r->Consume(':') || !r->String(&v)) return false;
+    (*m)[k] = v;
+  } while (r->Consume(','));
+  return r->Consume('}');
+}
+
 struct Entry {
   std::string name;
   DType dtype;
@@ -248,17 +260,7 @@ Status ParseHeader(const std::string& path, const std::string& header, std::vect
       if (!r.String(&name) || !r.Consume(':')) return bad("malformed JSON");
       if (!seen.insert(name).second) return bad("duplicate key '" + name + "'");
       if (name == kSafetensorsMetadataKey) {
-        if (!r.Consume('{')) return bad("__metadata__ is not an object");
-        if (!r.Consume('}')) {
-          do {
-            std::string k, v;
-            if (!r.String(&k) || !r.Consume(':') || !r.String(&v)) {
-              return bad("__metadata__ must map strings to strings");
-            }
-            (*metadata)[k] = v;
-          } while (r.Consume(','));
-          if (!r.Consume('}')) return bad("malformed __metadata__");
-        }
+        if (!ParseStringMap(&r, metadata)) return bad("__metadata__ must map strings to strings");
         continue;
       }
       Entry e;
@@ -297,12 +299,7 @@ Status WriteTensors(const std::string& path, const std::vector<OutTensor>& tenso
   h << '{';
   bool first = true;
   if (!metadata.empty()) {
-    h << JsonQuote(kSafetensorsMetadataKey) << ":{";
-    for (const auto& [k, v] : metadata) {
-      h << (first ? "" : ",") << JsonQuote(k) << ':' << JsonQuote(v);
-      first = false;
-    }
-    h << '}';
+    h << JsonQuote(kSafetensorsMetadataKey) << ':' << StringMapToJson(metadata);
     first = false;
   }
   uint64_t offset = 0;
@@ -348,6 +345,22 @@ Status WriteTensors(const std::string& path, const std::vector<OutTensor>& tenso
 }
 
 }  // namespace
+
+std::string StringMapToJson(const std::map<std::string, std::string>& m) {
+  std::string out = "{";
+  for (const auto& [k, v] : m) out += (out.size() > 1 ? "," : "") + JsonQuote(k) + ':' + JsonQuote(v);
+  return out + "}";
+}
+
+Status StringMapFromJson(const std::string& text, std::map<std::string, std::string>* m) {
+  JsonReader r(text);
+  std::map<std::string, std::string> result;
+  if (!ParseStringMap(&r, &result) || !r.AtEnd()) {
+    return Status::InvalidArgument("not a JSON object of strings at byte " + std::to_string(r.pos()));
+  }
+  *m = std::move(result);
+  return Status::Ok();
+}
 
 const char* SafetensorsDTypeName(DType t) {
   switch (t) {

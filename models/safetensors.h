@@ -70,6 +70,12 @@ Status WriteSafetensorsRaw(const std::string& path, const std::vector<RawNamedTe
 
 Status ReadSafetensors(const std::string& path, SafetensorsFile* out);
 
+// A string-to-string map as a JSON object, and back (what __metadata__ holds; a .params
+// checkpoint carries its metadata the same way, docs/checkpoint.md). The parse fails on
+// anything but an object of strings.
+std::string StringMapToJson(const std::map<std::string, std::string>& m);
+Status StringMapFromJson(const std::string& text, std::map<std::string, std::string>* m);
+
 // "F32" etc. for Tally's dtypes; false for a name Tally does not support.
 const char* SafetensorsDTypeName(DType t);
 bool ParseSafetensorsDType(const std::string& name, DType* out);

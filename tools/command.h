@@ -16,6 +16,7 @@ int Im2recCommand(int argc, char** argv);
 int RecCommand(int argc, char** argv);
 int MakeDataCommand(int argc, char** argv);
 int ExportCommand(int argc, char** argv);
+int PredictCommand(int argc, char** argv);
 int ReportCommand(int argc, char** argv);
 int PlanCommand(int argc, char** argv);
 

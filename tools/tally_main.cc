@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"rec", tally::RecCommand, "inspect a RecordIO file: records, headers; --verify checks every record"},
     {"make-data", tally::MakeDataCommand, "make data sets: fashion-mnist (.rec) or synthetic-jpeg (a folder)"},
     {"export", tally::ExportCommand, "convert a checkpoint's .params into safetensors for PyTorch's ResNet"},
+    {"predict", tally::PredictCommand, "a model's logits for images in an NDArray file, to check it against MXNet"},
     {"plan", tally::PlanCommand, "predict a ResNet-50 job's step time and scaling; recommend a server count"},
     {"report", tally::ReportCommand, "a profiled run (train --run-dir) as one HTML page; --merge: one Chrome trace"},
 };

@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include <gflags/gflags.h>
+
+#include "models/mxnet_names.h"
+#include "models/mxnet_symbol.h"
+#include "models/ndarray_file.h"
 
 DECLARE_string(network);
 DECLARE_int32(num_layers);
@@ -22,6 +27,7 @@ DECLARE_string(data_train);
 DECLARE_string(model_prefix);
 DECLARE_int32(load_epoch);
 DECLARE_string(resume);
+DECLARE_string(pretrained);
 
 namespace tally {
 
@@ -61,9 +67,83 @@ Status CheckResumable(const Checkpoint& c, int64_t number, int num_workers) {
   return Status::Ok();
 }
 
+void PrintNotes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) std::printf("tally train: %s\n", n.c_str());
+}
+
+// --load-epoch N naming an MXNet checkpoint of its own: its weights, and epoch N.
+Status LoadForeign(int64_t number, const ModelConfig& model, Checkpoint* c) {
+  const std::string file = CheckpointPath(FLAGS_model_prefix, number, ".params");
+  std::vector<std::string> notes;
+  TALLY_RETURN_IF_ERROR(ImportWeights(file, model, /*allow_new_classifier=*/false, c, &notes));
+  PrintNotes(notes);
+  c->epoch = number;
+  c->batch = 0;
+  c->step = 0;
+  std::printf("tally train: --load-epoch: %s is MXNet's own checkpoint: training resumes in epoch %lld with its weights and a "
+              "fresh optimizer state (MXNet's .states is not read)\n",
+              file.c_str(), static_cast<long long>(number));
+  return Status::Ok();
+}
+
+// PREFIX-symbol.json, which MXNet's load_checkpoint reads beside the .params. Written with
+// every checkpoint (a few tens of kB), through a temporary file, so it is always whole.
+Status WriteSymbol(const ModelConfig& model, const Checkpoint& c) {
+  std::string json;
+  TALLY_RETURN_IF_ERROR(MxnetSymbolJson(model, c.params, &json));
+  const std::string path = FLAGS_model_prefix + "-symbol.json", tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr && std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::IoError(path + ": cannot write the symbol file");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-Status FindResumePoint(int num_workers, Checkpoint* c, bool* found, bool* complete) {
+Status ImportWeights(const std::string& path, const ModelConfig& model, bool allow_new_classifier, Checkpoint* c,
+                     std::vector<std::string>* notes) {
+  std::vector<NamedTensor> arrays;
+  std::map<std::string, std::string> meta;
+  bool foreign = false;
+  TALLY_RETURN_IF_ERROR(ReadParamsFile(path, &arrays, &meta, &foreign));
+  if (!foreign) {  // Tally's own .params: under Module names, as MXNet would hold them
+    for (NamedTensor& a : arrays) a = {MxnetName(a.name, MxnetScheme::kModule), ToMxnetLayout(a.tensor)};
+  }
+  ModelConfig host = model;  // the names, shapes and initial values; the device plays no part
+  host.device = Device::Cpu();
+  host.dtype = DType::kF32;
+  host.input_channels = 0;
+  std::unique_ptr<Network> net;
+  TALLY_RETURN_IF_ERROR(CreateNetwork(host, &net));
+  ImportOptions options;
+  options.allow_new_classifier = allow_new_classifier;
+  ImportedWeights w;
+  TALLY_RETURN_IF_ERROR(ImportMxnetWeights(path, arrays, net->Parameters(), host, options, &w));
+  notes->push_back("the weights of " + path + " (" + (foreign ? MxnetSchemeName(w.scheme) : "a Tally checkpoint") +
+                   ", " + std::to_string(w.params.size()) + " arrays)");
+  if (!w.left_initial.empty()) {
+    notes->push_back(w.left_initial[0] + " and " + w.left_initial.back() +
+                     " initialised afresh: the file's classifier has another class count than --num-classes " +
+                     std::to_string(model.num_classes));
+  }
+  const bool v1_file = w.scheme == MxnetScheme::kGluonV1, v1b_file = w.scheme == MxnetScheme::kGluonV1b;
+  if (model.num_layers >= 50 && (v1_file || v1b_file) && v1_file != StrideIn1x1(model)) {
+    notes->push_back(std::string("note: ") + MxnetSchemeName(w.scheme) + "'s bottlenecks stride in the " +
+                     (v1_file ? "first 1x1" : "3x3") + " convolution, --network " + model.network + "'s in the " +
+                     (v1_file ? "3x3" : "first 1x1") + ": pass --network " + (v1_file ? "resnet-v1" : "resnet") +
+                     " to compute what MXNet does");
+  }
+  c->params = std::move(w.params);
+  c->states.clear();
+  c->weights_only = true;
+  return Status::Ok();
+}
+
+Status FindResumePoint(int num_workers, const ModelConfig& model, Checkpoint* c, bool* found, bool* complete) {
   *found = false;
   *complete = false;
   int64_t number = FLAGS_load_epoch;
@@ -72,10 +152,27 @@ Status FindResumePoint(int num_workers, Checkpoint* c, bool* found, bool* comple
     if (s.code() == Status::Code::kNotFound) {
       std::printf("tally train: no checkpoint %s-NNNN.params yet: starting from the beginning\n",
                   FLAGS_model_prefix.c_str());
-      return Status::Ok();
+      number = -1;
+    } else {
+      TALLY_RETURN_IF_ERROR(s);
     }
-    TALLY_RETURN_IF_ERROR(s);
-  } else if (number < 0) {
+  }
+  if (number < 0) {
+    if (FLAGS_pretrained.empty()) return Status::Ok();
+    std::vector<std::string> notes;
+    TALLY_RETURN_IF_ERROR(ImportWeights(FLAGS_pretrained, model, /*allow_new_classifier=*/true, c, &notes));
+    notes[0] = "--pretrained: starting from " + notes[0];
+    PrintNotes(notes);
+    *found = true;
+    return Status::Ok();
+  }
+  const std::string file = CheckpointPath(FLAGS_model_prefix, number, ".params");
+  std::vector<NamedTensor> ignored;
+  std::map<std::string, std::string> meta;
+  bool foreign = false;
+  if (FLAGS_resume != "auto" && ReadParamsFile(file, &ignored, &meta, &foreign).ok() && foreign) {
+    TALLY_RETURN_IF_ERROR(LoadForeign(number, model, c));
+    *found = true;
     return Status::Ok();
   }
   TALLY_RETURN_IF_ERROR(LoadCheckpoint(FLAGS_model_prefix, number, c));
@@ -106,6 +203,7 @@ Status SaveAt(Trainer* trainer, int num_workers, int64_t epoch, int64_t batch, i
   c.step = step;
   TALLY_RETURN_IF_ERROR(trainer->Snapshot(&c));
   TALLY_RETURN_IF_ERROR(SaveCheckpoint(FLAGS_model_prefix, c));
+  TALLY_RETURN_IF_ERROR(WriteSymbol(trainer->config().model, c));
   std::printf("Saved checkpoint to \"%s\"\n", CheckpointPath(FLAGS_model_prefix, epoch, ".params").c_str());
   std::fflush(stdout);
   return Status::Ok();

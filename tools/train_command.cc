@@ -64,6 +64,9 @@ DEFINE_string(model_prefix, "", "checkpoint files PREFIX-NNNN.params and .states
 DEFINE_int32(save_period, 1, "save a checkpoint every this many epochs (and after the last)");
 DEFINE_int32(load_epoch, -1, "resume from checkpoint PREFIX-NNNN of --model-prefix (-1: a fresh start)");
 DEFINE_string(resume, "", "auto: resume from the latest loadable checkpoint of --model-prefix, if any");
+DEFINE_string(pretrained, "", "start from the weights of this .params file (MXNet Module checkpoint, Gluon resnet_v1 "
+              "or GluonCV resnet_v1b, or Tally's) when there is no checkpoint to resume; the fc is initialised "
+              "afresh when --num-classes differs");
 DECLARE_string(data_train);
 DECLARE_int32(data_nthreads);
 DEFINE_bool(progress, true, "draw a live progress bar with ETA when stderr is a terminal");
@@ -105,6 +108,12 @@ Status BuildConfig(TrainerConfig* cfg) {
   if ((FLAGS_load_epoch >= 0 || !FLAGS_resume.empty()) && FLAGS_model_prefix.empty()) {
     return Status::InvalidArgument(std::string(FLAGS_load_epoch >= 0 ? "--load-epoch" : "--resume") +
                                    " needs --model-prefix, the checkpoints' path prefix");
+  }
+  if (FLAGS_load_epoch >= 0 && !FLAGS_pretrained.empty()) {
+    return Status::InvalidArgument("--load-epoch and --pretrained both say which weights to start from: give one");
+  }
+  if (!FLAGS_pretrained.empty() && access(FLAGS_pretrained.c_str(), R_OK) != 0) {
+    return Status::InvalidArgument("--pretrained " + FLAGS_pretrained + ": cannot read it");
   }
   if (FLAGS_load_epoch >= FLAGS_num_epochs) {
     return Status::InvalidArgument("--load-epoch " + std::to_string(FLAGS_load_epoch) + " is not before --num-epochs " +
@@ -401,7 +410,7 @@ int TrainCommand(int argc, char** argv) {
   const int rank = cluster ? cluster->me().rank() : 0;
   Checkpoint resume;
   bool resumed = false, complete = false;
-  if (s.ok()) s = FindResumePoint(num_workers, &resume, &resumed, &complete);
+  if (s.ok()) s = FindResumePoint(num_workers, cfg.model, &resume, &resumed, &complete);
   if (s.ok() && complete) {
     if (cluster) s = cluster->Finish(/*timeout_ms=*/60000);
     return s.ok() ? 0 : Fail("", s);

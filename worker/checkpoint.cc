@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <random>
 
+#include "models/mxnet_names.h"
+#include "models/ndarray_file.h"
 #include "ops/fault_hooks.h"
 
 namespace tally {
@@ -21,6 +23,11 @@ namespace {
 constexpr char kParamsFormat[] = "tally-params";
 constexpr char kStatesFormat[] = "tally-states";
 constexpr char kVersion[] = "1";
+// .params files of version 1 were safetensors; version 2 is MXNet's NDArray list.
+constexpr char kParamsVersion[] = "2";
+// The .params file's metadata travels as this uint8 array of JSON: MXNet's load_checkpoint
+// keeps only arg: and aux: arrays, so it passes unseen.
+constexpr char kMetadataArray[] = "tally:metadata";
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -65,7 +72,7 @@ std::string NewId() {
 std::map<std::string, std::string> Metadata(const Checkpoint& c, const char* format, const std::string& id) {
   std::map<std::string, std::string> m = c.info;
   m["format"] = format;
-  m["version"] = kVersion;
+  m["version"] = std::strcmp(format, kParamsFormat) == 0 ? kParamsVersion : kVersion;
   m["checkpoint"] = id;
   m["epoch"] = std::to_string(c.epoch);
   m["batch"] = std::to_string(c.batch);
@@ -73,12 +80,27 @@ std::map<std::string, std::string> Metadata(const Checkpoint& c, const char* for
   return m;
 }
 
-// Writes path's new contents to path.tmp and syncs them.
+// The .params file's arrays: Module names, MXNet's layout, and the metadata.
+std::vector<NamedTensor> ParamsArrays(const std::vector<NamedTensor>& params,
+                                      const std::map<std::string, std::string>& meta) {
+  std::vector<NamedTensor> arrays;
+  for (const NamedTensor& p : params) {
+    arrays.push_back({MxnetName(p.name, MxnetScheme::kModule), ToMxnetLayout(p.tensor)});
+  }
+  const std::string json = StringMapToJson(meta);
+  Tensor bytes = Tensor::Empty({static_cast<int64_t>(json.size())}, DType::kU8);
+  std::memcpy(bytes.raw_data(), json.data(), json.size());
+  arrays.push_back({kMetadataArray, bytes});
+  return arrays;
+}
+
+// Writes path's new contents to path.tmp (as a .params file or a safetensors one) and
+// syncs them.
 Status WriteSynced(const std::string& path, const std::vector<NamedTensor>& tensors,
-                   const std::map<std::string, std::string>& meta) {
+                   const std::map<std::string, std::string>& meta, bool params) {
   const std::string tmp = path + ".tmp";
   errno = 0;
-  Status s = WriteSafetensors(tmp, tensors, meta);
+  Status s = params ? WriteNDArrayFile(tmp, ParamsArrays(tensors, meta)) : WriteSafetensors(tmp, tensors, meta);
   if (!s.ok()) {
     // The writer names the file but not the reason. errno still holds the failed write's
     // (ENOSPC on a full disk): the clean-up calls after it succeed and leave errno alone.
@@ -93,16 +115,46 @@ Status WriteSynced(const std::string& path, const std::vector<NamedTensor>& tens
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+// Reads a .params file (either version) or a .states file, and checks it is the one named.
 Status ReadChecked(const std::string& path, const char* format, SafetensorsFile* f) {
-  TALLY_RETURN_IF_ERROR(ReadSafetensors(path, f));
+  if (std::strcmp(format, kParamsFormat) == 0) {
+    bool foreign = false;
+    TALLY_RETURN_IF_ERROR(ReadParamsFile(path, &f->tensors, &f->metadata, &foreign));
+    if (foreign) {
+      return Status::InvalidArgument(path + ": an MXNet checkpoint without Tally's metadata, not one of Tally's "
+                                     "(tally train --load-epoch and --pretrained load its weights)");
+    }
+  } else {
+    TALLY_RETURN_IF_ERROR(ReadSafetensors(path, f));
+  }
   auto it = f->metadata.find("format");
   if (it == f->metadata.end() || it->second != format) {
     return Status::InvalidArgument(path + ": not a Tally checkpoint file (format is not " + std::string(format) + ")");
   }
-  if (f->metadata["version"] != kVersion) {
-    return Status::InvalidArgument(path + ": checkpoint version '" + f->metadata["version"] + "', this Tally reads " +
-                                   kVersion);
+  const std::string version = f->metadata["version"];
+  if (version != kVersion && !(std::strcmp(format, kParamsFormat) == 0 && version == kParamsVersion)) {
+    return Status::InvalidArgument(path + ": checkpoint version '" + version + "', this Tally reads " + kVersion +
+                                   (std::strcmp(format, kParamsFormat) == 0 ? std::string(" and ") + kParamsVersion : ""));
   }
+  return Status::Ok();
+}
+
+// A version 2 .params file's arrays back in Tally's names and layout.
+Status FromParamsArrays(const std::string& path, NDArrayFile* file, std::vector<NamedTensor>* params,
+                        std::map<std::string, std::string>* metadata) {
+  params->clear();
+  for (NamedTensor& a : file->arrays) {
+    if (a.name == kMetadataArray) continue;
+    std::string ours;
+    if (!TallyNameOfModuleName(a.name, &ours) || !a.tensor.defined()) {
+      return Status::InvalidArgument(path + ": array '" + a.name + "' is not a parameter of a Tally ResNet");
+    }
+    params->push_back({ours, FromMxnetLayout(a.tensor)});
+  }
+  const Tensor* meta = file->Find(kMetadataArray);
+  const std::string json(static_cast<const char*>(meta->raw_data()), meta->nbytes());
+  Status s = StringMapFromJson(json, metadata);
+  if (!s.ok()) return Status::InvalidArgument(path + ": its " + kMetadataArray + " array: " + s.message());
   return Status::Ok();
 }
 
@@ -130,8 +182,8 @@ Status SaveCheckpoint(const std::string& prefix, const Checkpoint& c) {
   const std::string states = CheckpointPath(prefix, c.epoch, ".states");
   const std::string prev = states + ".prev";
   const std::string id = NewId();
-  TALLY_RETURN_IF_ERROR(WriteSynced(params, c.params, Metadata(c, kParamsFormat, id)));
-  Status s = WriteSynced(states, c.states, Metadata(c, kStatesFormat, id));
+  TALLY_RETURN_IF_ERROR(WriteSynced(params, c.params, Metadata(c, kParamsFormat, id), /*params=*/true));
+  Status s = WriteSynced(states, c.states, Metadata(c, kStatesFormat, id), /*params=*/false);
   if (!s.ok()) {
     std::remove((params + ".tmp").c_str());
     return s;
@@ -154,6 +206,28 @@ Status SaveCheckpoint(const std::string& prefix, const Checkpoint& c) {
   CrashPoint(4);
   std::remove(prev.c_str());
   return Status::Ok();
+}
+
+Status ReadParamsFile(const std::string& path, std::vector<NamedTensor>* params,
+                      std::map<std::string, std::string>* metadata, bool* foreign) {
+  *foreign = false;
+  metadata->clear();
+  if (!IsNDArrayFile(path)) {  // version 1
+    SafetensorsFile f;
+    TALLY_RETURN_IF_ERROR(ReadSafetensors(path, &f));
+    *params = std::move(f.tensors);
+    *metadata = std::move(f.metadata);
+    return Status::Ok();
+  }
+  NDArrayFile file;
+  TALLY_RETURN_IF_ERROR(ReadNDArrayFile(path, &file));
+  const Tensor* meta = file.Find(kMetadataArray);
+  if (meta == nullptr || meta->dtype() != DType::kU8 || meta->ndim() != 1) {
+    *foreign = true;
+    *params = std::move(file.arrays);
+    return Status::Ok();
+  }
+  return FromParamsArrays(path, &file, params, metadata);
 }
 
 Status LoadCheckpoint(const std::string& prefix, int64_t number, Checkpoint* c) {

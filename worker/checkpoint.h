@@ -1,5 +1,6 @@
-// Checkpoints: MXNet's file names (`prefix-0003.params`, `prefix-0003.states`), Tally's
-// contents, both files safetensors (the layout, every tensor and key: docs/checkpoint.md).
+// Checkpoints: MXNet's file names (`prefix-0003.params`, `prefix-0003.states`). The .params
+// is MXNet's NDArray file with its Module names (mx.model.load_checkpoint reads it); the
+// .states is Tally's, safetensors (the layout, every tensor and key: docs/checkpoint.md).
 //
 //   Checkpoint c;                                  // filled by Trainer::Snapshot
 //   c.epoch = 3; c.batch = 0; c.step = 1170;
@@ -41,6 +42,10 @@ struct Checkpoint {
   int64_t epoch = 0;  // the epoch to resume in
   int64_t batch = 0;  // the batch of that epoch to resume at (0: its start)
   int64_t step = 0;   // optimizer steps done since the run began
+  // Weights to start from, not a run to resume (tally train --pretrained, or an MXNet
+  // checkpoint of its own): no optimizer state, and parameters absent from `params` keep
+  // the network's initial values.
+  bool weights_only = false;
 };
 
 // "prefix-0003.params" and "prefix-0003.states".
@@ -49,6 +54,12 @@ std::string CheckpointPath(const std::string& prefix, int64_t number, const char
 // Writes checkpoint number c.epoch. Fails naming the file on a write error (disk full...),
 // leaving the checkpoints already there loadable.
 Status SaveCheckpoint(const std::string& prefix, const Checkpoint& c);
+// Reads a .params file into Tally's names and layout: version 2 (MXNet's NDArray file with
+// Tally's metadata) or version 1 (safetensors, as Tally wrote them before). *foreign: the
+// file is an NDArray file without Tally's metadata (MXNet's own): `params` then holds its
+// arrays as they are (ImportMxnetWeights maps them) and `metadata` is empty.
+Status ReadParamsFile(const std::string& path, std::vector<NamedTensor>* params,
+                      std::map<std::string, std::string>* metadata, bool* foreign);
 // Reads checkpoint `number`; fails naming the file when it is missing or unreadable, or
 // when the two files are not one checkpoint.
 Status LoadCheckpoint(const std::string& prefix, int64_t number, Checkpoint* c);

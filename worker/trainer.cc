@@ -123,7 +123,8 @@ Status Trainer::StartStore(const Checkpoint* resume) {
       // The servers keep fp32 master weights: they start from the checkpoint's exact values,
       // or from the model's.
       Tensor host = Tensor::Empty(params[i]->value.shape(), DType::kF32);
-      host.CopyFrom(resume ? *resumed.at(params[i]->name) : params[i]->value);
+      auto it = resumed.find(params[i]->name);
+      host.CopyFrom(it != resumed.end() ? *it->second : params[i]->value);
       values.push_back(host);
     } else {
       values.push_back(params[i]->value);
@@ -134,19 +135,27 @@ Status Trainer::StartStore(const Checkpoint* resume) {
 
 Status Trainer::RestoreStore(const Checkpoint& resume) {
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
-  const std::map<std::string, const Tensor*> by_name = ByName(resume.states);
-  std::vector<Tensor> states;
-  for (int i : trainable_) {
-    auto it = by_name.find(params[i]->name);
-    states.push_back(it == by_name.end() ? Tensor() : *it->second);
+  Status s;
+  if (!resume.weights_only) {  // weights only: the optimizer starts afresh
+    const std::map<std::string, const Tensor*> by_name = ByName(resume.states);
+    std::vector<Tensor> states;
+    for (int i : trainable_) {
+      auto it = by_name.find(params[i]->name);
+      states.push_back(it == by_name.end() ? Tensor() : *it->second);
+    }
+    s = kv_->SetOptimizerState(trainable_, states);
+    if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
   }
-  Status s = kv_->SetOptimizerState(trainable_, states);
-  if (!s.ok()) return Status::InvalidArgument("the checkpoint's optimizer state: " + s.message());
   if (config_.dtype == DType::kF32 || !config_.optimizer.multi_precision || distributed()) return Status::Ok();
   // The kvstore's masters were made from the 16-bit weights; the checkpoint has them exact.
   const std::map<std::string, const Tensor*> weights = ByName(resume.params);
   std::vector<Tensor> masters;
-  for (int i : trainable_) masters.push_back(*weights.at(params[i]->name));
+  for (int i : trainable_) {
+    auto it = weights.find(params[i]->name);  // absent: a weights-only start left it initial
+    Tensor master = Tensor::Empty(params[i]->value.shape(), DType::kF32);
+    master.CopyFrom(it != weights.end() ? *it->second : params[i]->value);
+    masters.push_back(master);
+  }
   MasterWeightStore* store = nullptr;
   s = MasterWeightsOf(kv_.get(), &store);
   if (s.ok()) s = store->SetMasterWeights(trainable_, masters);
@@ -181,12 +190,13 @@ Status Trainer::KeepStepOnDevice() {
 Status Trainer::LoadParameters(const Checkpoint& c) {
   const std::map<std::string, const Tensor*> by_name = ByName(c.params);
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
-  if (by_name.size() != params.size()) {
+  if (by_name.size() != params.size() && !c.weights_only) {
     return Status::InvalidArgument("the checkpoint has " + std::to_string(by_name.size()) + " parameters, the model " +
                                    std::to_string(params.size()));
   }
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = by_name.find(params[i]->name);
+    if (it == by_name.end() && c.weights_only) continue;  // keeps its initial value
     if (it == by_name.end()) return Status::InvalidArgument("the checkpoint has no parameter " + params[i]->name);
     const Tensor& v = *it->second;
     if (v.shape() != params[i]->value.shape() || v.dtype() != DType::kF32 || !v.device().is_cpu()) {

@@ -105,6 +105,8 @@ class Trainer {
   static Status Create(const TrainerConfig& config, std::unique_ptr<Trainer>* out,
                        const Checkpoint* resume = nullptr);
 
+  const TrainerConfig& config() const { return config_; }
+
   // images: [B, H, W, C] fp32; labels: [B] int32. Fails naming --batch-size when B does not
   // divide across the devices. When stats_on_device(), Step adds only the samples to
   // *stats: the rest comes from ReadStats.
