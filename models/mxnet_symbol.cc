@@ -62,10 +62,9 @@ class GraphBuilder {
              {{h, 0, 0}, {w, 0, 0}, {b, 0, 0}}});
     const int label = Add({"null", "softmax_label", {}, {}});
     h = Add({"SoftmaxOutput", "softmax", {}, {{h, 0, 0}, {label, 0, 0}}});
-    if (seen_.size() != shapes_.size()) {
-      for (const auto& [name, shape] : shapes_) {
-        if (!seen_.count(name)) return Status::InvalidArgument("parameter " + name + " has no place in the graph");
-      }
+    if (!absent_.empty()) return Status::InvalidArgument("the graph needs parameter " + absent_ + ", not given");
+    for (const auto& [name, shape] : shapes_) {
+      if (!seen_.count(name)) return Status::InvalidArgument("parameter " + name + " has no place in the graph");
     }
     *json = Write(h);
     return Status::Ok();
@@ -89,14 +88,15 @@ class GraphBuilder {
   // A variable for Tally's parameter `ours`, under its Module name.
   int Var(const std::string& ours) {
     seen_.insert(ours);
+    if (!shapes_.count(ours) && absent_.empty()) absent_ = ours;
     std::string name = MxnetName(ours, MxnetScheme::kModule).substr(4);  // without arg:/aux:
     return Add({"null", name, {}, {}});
   }
 
   int ConvBn(const std::string& conv, const std::string& bn, const std::string& our_conv,
              const std::string& our_bn, int h, int stride) {
-    const Shape& w = shapes_.at(our_conv + ".weight");  // [K, R, S, C]
     const int weight = Var(our_conv + ".weight");
+    const Shape w = shapes_.count(our_conv + ".weight") ? shapes_.at(our_conv + ".weight") : Shape{0, 1, 1, 0};  // [K, R, S, C]
     h = Add({"Convolution", conv, {{"kernel", Pair(w[1], w[2])}, {"no_bias", "True"}, {"num_filter", std::to_string(w[0])},
                                    {"pad", Pair(w[1] / 2, w[2] / 2)}, {"stride", Pair(stride, stride)}},
              {{h, 0, 0}, {weight, 0, 0}}});
@@ -169,6 +169,7 @@ class GraphBuilder {
   const ModelConfig& cfg_;
   std::map<std::string, Shape> shapes_;
   std::set<std::string> seen_;  // the parameters given a variable
+  std::string absent_;          // the first of them not among the parameters
   std::vector<Node> nodes_;
   int plus_ = 0;
 };

@@ -20,10 +20,44 @@ def free_port():
         return s.getsockname()[1]
 
 
+NDARRAY_MAGIC = 0x112
+
+
+def _read_ndarray_file(data):
+    """{name: raw bytes} of an MXNet NDArray file as Tally writes it (version 2 arrays,
+    docs/ndarray.md), and the JSON of its tally:metadata array."""
+    magic, _, count = struct.unpack_from("<QQQ", data, 0)
+    pos, raw = 24, []
+    for _ in range(count):
+        _, _, ndim = struct.unpack_from("<Iii", data, pos)
+        pos += 12
+        dims = struct.unpack_from("<%dq" % ndim, data, pos)
+        pos += 8 * ndim
+        _, _, flag = struct.unpack_from("<iii", data, pos)
+        pos += 12
+        size = {0: 4, 2: 2, 3: 1, 4: 4, 12: 2}[flag]
+        for d in dims:
+            size *= d
+        raw.append(data[pos:pos + size])
+        pos += size
+    (names,) = struct.unpack_from("<Q", data, pos)
+    pos += 8
+    tensors = {}
+    for i in range(names):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        tensors[data[pos + 8:pos + 8 + n].decode()] = raw[i]
+        pos += 8 + n
+    meta = json.loads(tensors.pop("tally:metadata", b"{}"))
+    return tensors, meta
+
+
 def read_tensors(path):
-    """{name: raw bytes} and the metadata of a safetensors file."""
+    """{name: raw bytes} and the metadata of a safetensors file, or of a .params file (an
+    NDArray file with Tally's metadata)."""
     with open(path, "rb") as f:
         data = f.read()
+    if len(data) >= 8 and struct.unpack("<Q", data[:8])[0] == NDARRAY_MAGIC:
+        return _read_ndarray_file(data)
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})

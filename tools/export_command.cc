@@ -16,6 +16,7 @@
 #include "models/safetensors.h"
 #include "tools/command.h"
 #include "tools/data_tools.h"
+#include "worker/checkpoint.h"
 
 DEFINE_string(params, "", "export: the checkpoint's .params file (or the first positional argument)");
 DECLARE_string(out);
@@ -27,7 +28,7 @@ namespace {
 const char kCmd[] = "tally export";
 // What a .params file's metadata says it is (written by `tally train --model-prefix`).
 const char kParamsFormat[] = "tally-params";
-const char kParamsVersion[] = "1";
+const char kParamsVersion[] = "2";  // 1: safetensors; 2: MXNet's NDArray file
 
 // The metadata value `key`, or an error naming the file when it is absent.
 Status Meta(const std::string& path, const SafetensorsFile& f, const std::string& key,
@@ -58,11 +59,16 @@ Status MetaInt(const std::string& path, const SafetensorsFile& f, const std::str
 // model's parameters (names, shapes, F32), so that the export loads strictly in PyTorch.
 Status ReadParams(const std::string& path, SafetensorsFile* f, ModelConfig* cfg,
                   int64_t* step) {
-  Status read = ReadSafetensors(path, f);
+  bool foreign = false;
+  Status read = ReadParamsFile(path, &f->tensors, &f->metadata, &foreign);
   if (read.code() == Status::Code::kInvalidArgument) {
     return Status::InvalidArgument(read.message() + " (not a .params checkpoint, or a damaged one)");
   }
   TALLY_RETURN_IF_ERROR(read);
+  if (foreign) {
+    return Status::InvalidArgument(path + ": an MXNet .params without Tally's metadata; `tally train --pretrained " +
+                                   path + "` starts from it, and that run's checkpoints export");
+  }
   auto format = f->metadata.find("format");
   if (format == f->metadata.end() || format->second != kParamsFormat) {
     return Status::InvalidArgument(
@@ -73,9 +79,9 @@ Status ReadParams(const std::string& path, SafetensorsFile* f, ModelConfig* cfg,
   }
   std::string version, image_shape;
   TALLY_RETURN_IF_ERROR(Meta(path, *f, "version", &version));
-  if (version != kParamsVersion) {
+  if (version != "1" && version != kParamsVersion) {
     return Status::InvalidArgument(path + ": .params version " + version +
-                                   " is not supported (this tally reads version " +
+                                   " is not supported (this tally reads versions 1 and " +
                                    kParamsVersion + ")");
   }
   int64_t layers, classes;

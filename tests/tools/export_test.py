@@ -14,6 +14,7 @@ every weight and buffer is random. TrainCheckpointTest exports a checkpoint made
 """
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -52,6 +53,59 @@ def read_safetensors(path):
         tensors[name] = torch.from_numpy(a.copy().reshape(e["shape"]))
         dtypes[name] = e["dtype"]
     return tensors, dtypes, metadata
+
+
+def torch_name(module_name):
+    """The torchvision name of a parameter under MXNet's Module names (docs/mxnet.md)."""
+    bn = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean", "moving_var": "running_var"}
+    n = module_name.split(":", 1)[1]
+    m = re.fullmatch(r"stage(\d+)_unit(\d+)_(conv\d+|bn\d+|conv1sc|sc)_(\w+)", n)
+    if m:
+        layer = "layer%s.%d." % (m.group(1), int(m.group(2)) - 1)
+        part, field = m.group(3), m.group(4)
+        if part == "conv1sc":
+            return layer + "downsample.0.weight"
+        if part == "sc":
+            return layer + "downsample.1." + bn[field]
+        return layer + part + "." + (field if part.startswith("conv") else bn[field])
+    if n == "conv0_weight":
+        return "conv1.weight"
+    if n.startswith("bn0_"):
+        return "bn1." + bn[n[4:]]
+    return "fc." + n[4:]  # fc1_weight, fc1_bias
+
+
+def read_checkpoint(path):
+    """({torchvision name: tensor, convolutions [K, R, S, C] as Tally holds them}, metadata)
+    of a .params: an MXNet NDArray file (Module names, OIHW; docs/ndarray.md) or, in
+    version 1, safetensors."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if struct.unpack_from("<Q", data)[0] != 0x112:
+        tensors, _, metadata = read_safetensors(path)
+        return tensors, metadata
+    (count,), pos, arrays = struct.unpack_from("<Q", data, 16), 24, []
+    for _ in range(count):
+        (ndim,) = struct.unpack_from("<i", data, pos + 8)
+        shape = struct.unpack_from("<%dq" % ndim, data, pos + 12)
+        pos += 12 + 8 * ndim + 8
+        (flag,) = struct.unpack_from("<i", data, pos)
+        dtype = {0: np.float32, 3: np.uint8}[flag]
+        a = np.frombuffer(data, dtype, offset=pos + 4, count=int(np.prod(shape)))
+        arrays.append(a.copy().reshape(shape))
+        pos += 4 + a.nbytes
+    tensors, metadata = {}, {}
+    pos += 8
+    for a in arrays:
+        (n,) = struct.unpack_from("<Q", data, pos)
+        name = data[pos + 8:pos + 8 + n].decode()
+        pos += 8 + n
+        if name == "tally:metadata":
+            metadata = json.loads(a.tobytes())
+            continue
+        t = torch.from_numpy(a)
+        tensors[torch_name(name)] = t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t
+    return tensors, metadata
 
 
 def write_safetensors(path, tensors, metadata):
@@ -108,7 +162,7 @@ class ExportChecks(unittest.TestCase):
 
     def check_export(self, make_model, params, out, step, dtype="F32"):
         """Loads `out` strictly into a fresh model; compares it to the checkpoint `params`."""
-        ckpt, _, _ = read_safetensors(params)
+        ckpt, _ = read_checkpoint(params)
         exported, dtypes, metadata = read_safetensors(out)
         self.assertEqual(metadata.get("format"), "pt")
         model = make_model()
@@ -205,7 +259,7 @@ class TrainCheckpointTest(ExportChecks):
                           "--num-val-examples", "0", "--model-prefix", prefix)
             self.assertEqual(r.returncode, 0, r.stdout)
             params = prefix + "-0001.params"
-            _, _, metadata = read_safetensors(params)
+            _, metadata = read_checkpoint(params)
             self.assertEqual(metadata["step"], "2")  # 32 examples, batches of 16
             out = os.path.join(d, "resnet18.safetensors")
             self.export(params, out)

@@ -8,11 +8,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "models/ndarray_file.h"
 #include "ops/fault_hooks.h"
 #include "tests/temp_dir.h"
 
@@ -65,6 +68,66 @@ TEST(Checkpoint, RoundTripsTensorsPositionAndInfo) {
   EXPECT_EQ(c.params[0].tensor.shape(), (Shape{3, 2}));
   EXPECT_EQ(TagOf(c), 5.0f);
   EXPECT_EQ(c.info.count("format"), 0u) << "file bookkeeping leaked into info";
+}
+
+// The .params is MXNet's NDArray file under Module names, its metadata an array MXNet's
+// load_checkpoint passes over; the .states stays safetensors.
+TEST(Checkpoint, ParamsAreAnMxnetNDArrayFile) {
+  ScopedTempDir dir("checkpoint_test");
+  const std::string prefix = dir.Path("m");
+  Checkpoint c = Make(2, 0, 3.0f);
+  Tensor conv = Tensor::Empty({4, 3, 3, 2}, DType::kF32);  // [K, R, S, C]
+  for (int i = 0; i < 72; ++i) conv.data<float>()[i] = static_cast<float>(i);
+  c.params.push_back({"conv1.weight", conv});
+  ASSERT_TRUE(SaveCheckpoint(prefix, c).ok());
+  NDArrayFile f;
+  ASSERT_TRUE(ReadNDArrayFile(prefix + "-0002.params", &f).ok());
+  ASSERT_EQ(f.arrays.size(), 4u);
+  EXPECT_EQ(f.arrays[0].name, "arg:fc1_weight");
+  EXPECT_EQ(f.arrays[1].name, "arg:fc1_bias");
+  EXPECT_EQ(f.arrays[2].name, "arg:conv0_weight");
+  const Tensor& oihw = f.arrays[2].tensor;
+  ASSERT_EQ(oihw.shape(), (Shape{4, 2, 3, 3}));
+  // [k=1, c=1, r=2, s=0] is [k=1, r=2, s=0, c=1] of Tally's: 1*18 + 2*6 + 0*2 + 1.
+  EXPECT_EQ(oihw.data<float>()[1 * 18 + 1 * 9 + 2 * 3 + 0], 31.0f);
+  EXPECT_EQ(f.arrays[3].name, "tally:metadata");
+  const std::string meta(static_cast<const char*>(f.arrays[3].tensor.raw_data()), f.arrays[3].tensor.nbytes());
+  EXPECT_NE(meta.find("\"format\":\"tally-params\""), std::string::npos) << meta;
+  EXPECT_NE(meta.find("\"version\":\"2\""), std::string::npos) << meta;
+  SafetensorsFile states;
+  ASSERT_TRUE(ReadSafetensors(prefix + "-0002.states", &states).ok());
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(prefix, 2, &back).ok());
+  ASSERT_EQ(back.params.size(), 3u);
+  EXPECT_EQ(back.params[2].name, "conv1.weight");
+  EXPECT_EQ(std::memcmp(back.params[2].tensor.raw_data(), conv.raw_data(), conv.nbytes()), 0);
+}
+
+// Checkpoints written before the .params became an NDArray file (version 1, safetensors)
+// still resume; an MXNet checkpoint of MXNet's own is named as such.
+TEST(Checkpoint, ReadsVersionOneAndNamesMxnetsOwn) {
+  ScopedTempDir dir("checkpoint_test");
+  const std::string prefix = dir.Path("old");
+  const Checkpoint c = Make(1, 4, 2.0f);
+  ASSERT_TRUE(SaveCheckpoint(prefix, c).ok());
+  std::map<std::string, std::string> meta;
+  std::vector<NamedTensor> params;
+  bool foreign = true;
+  ASSERT_TRUE(ReadParamsFile(prefix + "-0001.params", &params, &meta, &foreign).ok());
+  EXPECT_FALSE(foreign);
+  meta["version"] = "1";
+  ASSERT_TRUE(WriteSafetensors(prefix + "-0001.params", c.params, meta).ok());
+  Checkpoint back;
+  Status s = LoadCheckpoint(prefix, 1, &back);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(TagOf(back), 2.0f);
+
+  ASSERT_TRUE(WriteNDArrayFile(prefix + "-0001.params", {{"arg:fc1_weight", c.params[0].tensor}}).ok());
+  s = LoadCheckpoint(prefix, 1, &back);
+  EXPECT_NE(s.message().find("an MXNet checkpoint without Tally's metadata"), std::string::npos) << s;
+  ASSERT_TRUE(ReadParamsFile(prefix + "-0001.params", &params, &meta, &foreign).ok());
+  EXPECT_TRUE(foreign);
+  EXPECT_EQ(params[0].name, "arg:fc1_weight");
 }
 
 TEST(Checkpoint, LatestSkipsWhatDoesNotLoad) {
