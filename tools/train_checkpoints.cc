@@ -110,6 +110,10 @@ Status ImportWeights(const std::string& path, const ModelConfig& model, bool all
   std::map<std::string, std::string> meta;
   bool foreign = false;
   TALLY_RETURN_IF_ERROR(ReadParamsFile(path, &arrays, &meta, &foreign));
+  if (!foreign && meta["format"] != "tally-params") {
+    return Status::InvalidArgument(path + ": not a .params file (a safetensors file whose format is '" +
+                                   meta["format"] + "')");
+  }
   if (!foreign) {  // Tally's own .params: under Module names, as MXNet would hold them
     for (NamedTensor& a : arrays) a = {MxnetName(a.name, MxnetScheme::kModule), ToMxnetLayout(a.tensor)};
   }
