@@ -87,6 +87,16 @@ class Network {
   virtual const ModelConfig& config() const = 0;
 };
 
+// The shape of a ResNet of a given depth: what models/resnet.cc builds, and what the
+// exporters (ONNX, MXNet's symbol) walk.
+struct ResNetDepth {
+  bool imagenet;            // 7x7/2 stem convolution and 3x3/2 max pool, 4 stages of 64 << stage
+  bool bottleneck;          // 1x1, 3x3, 1x1 with 4x the channels; else two 3x3
+  std::vector<int> blocks;  // per stage
+};
+// 18/34/50/101/152 ImageNet-style, 6n+2 CIFAR-style; false for another depth.
+bool LookupResNetDepth(int layers, ResNetDepth* depth);
+
 // Whether a bottleneck strides in its first 1x1 convolution (cfg.network "resnet-v1").
 inline bool StrideIn1x1(const ModelConfig& cfg) { return cfg.network == "resnet-v1"; }
 

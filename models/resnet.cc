@@ -17,28 +17,6 @@ int64_t InputChannels(const ModelConfig& cfg) {
   return cfg.input_channels > 0 ? cfg.input_channels : cfg.image_shape[0];
 }
 
-struct Depth {
-  bool imagenet;      // ImageNet stem (7x7/2 conv, 3x3/2 max pool) and 4 stages
-  bool bottleneck;
-  std::vector<int> blocks;  // per stage
-};
-
-bool LookupDepth(int layers, Depth* d) {
-  switch (layers) {
-    case 18: *d = {true, false, {2, 2, 2, 2}}; return true;
-    case 34: *d = {true, false, {3, 4, 6, 3}}; return true;
-    case 50: *d = {true, true, {3, 4, 6, 3}}; return true;
-    case 101: *d = {true, true, {3, 4, 23, 3}}; return true;
-    case 152: *d = {true, true, {3, 8, 36, 3}}; return true;
-  }
-  if (layers >= 8 && (layers - 2) % 6 == 0) {
-    int n = (layers - 2) / 6;
-    *d = {false, false, {n, n, n}};
-    return true;
-  }
-  return false;
-}
-
 // A basic block (two 3x3 convolutions) or a bottleneck (1x1, 3x3 with the stride, 1x1 with
 // 4x the channels), plus a 1x1 projection shortcut with BN when the shape changes. Every
 // BN but the last is followed by a ReLU; the last ReLU comes after the addition.
@@ -117,7 +95,7 @@ class ResidualBlock {
 
 class ResNet : public Network {
  public:
-  ResNet(const ModelConfig& cfg, const Depth& depth) : cfg_(cfg) {
+  ResNet(const ModelConfig& cfg, const ResNetDepth& depth) : cfg_(cfg) {
     int64_t channels = cfg.image_shape[0];
     int64_t width = depth.imagenet ? 64 : 16;
     conv1_ = depth.imagenet ? std::make_unique<Conv2d>("conv1", channels, width, 7, 2, 3)
@@ -237,14 +215,30 @@ std::string ValidDepths() {
 
 }  // namespace
 
+bool LookupResNetDepth(int layers, ResNetDepth* d) {
+  switch (layers) {
+    case 18: *d = {true, false, {2, 2, 2, 2}}; return true;
+    case 34: *d = {true, false, {3, 4, 6, 3}}; return true;
+    case 50: *d = {true, true, {3, 4, 6, 3}}; return true;
+    case 101: *d = {true, true, {3, 4, 23, 3}}; return true;
+    case 152: *d = {true, true, {3, 8, 36, 3}}; return true;
+  }
+  if (layers >= 8 && (layers - 2) % 6 == 0) {
+    const int n = (layers - 2) / 6;
+    *d = {false, false, {n, n, n}};
+    return true;
+  }
+  return false;
+}
+
 Status CreateNetwork(const ModelConfig& cfg, std::unique_ptr<Network>* out) {
   if (cfg.network != "resnet" && cfg.network != "resnet-v1") {
     return Status::InvalidArgument("--network: unknown network '" + cfg.network +
                                    "' (resnet, or resnet-v1 with a bottleneck's stride in its "
                                    "first 1x1 convolution)");
   }
-  Depth depth;
-  if (!LookupDepth(cfg.num_layers, &depth)) {
+  ResNetDepth depth;
+  if (!LookupResNetDepth(cfg.num_layers, &depth)) {
     return Status::InvalidArgument("--num-layers: resnet has no depth " +
                                    std::to_string(cfg.num_layers) + "; valid depths are " +
                                    ValidDepths());

@@ -13,6 +13,7 @@
 #include <gflags/gflags.h>
 
 #include "models/network.h"
+#include "models/onnx_export.h"
 #include "models/safetensors.h"
 #include "tools/command.h"
 #include "tools/data_tools.h"
@@ -21,6 +22,9 @@
 DEFINE_string(params, "", "export: the checkpoint's .params file (or the first positional argument)");
 DECLARE_string(out);
 DECLARE_string(dtype);
+// --format onnx: the checkpoint as an ONNX inference graph (models/onnx_export.h).
+DEFINE_string(format, "safetensors", "export: safetensors (PyTorch's ResNet) or onnx");
+DEFINE_int32(opset, 13, "export --format onnx: the ai.onnx operator set, 11 to 21");
 
 namespace tally {
 namespace {
@@ -155,6 +159,27 @@ std::vector<RawNamedTensor> ToTorch(const std::vector<NamedTensor>& params, int6
   return out;
 }
 
+// Writes the checkpoint's parameters as an ONNX model; the exit status of `tally export`.
+int ExportOnnx(const std::vector<NamedTensor>& tensors, const ModelConfig& cfg, int64_t step,
+               DType dtype, const std::string& params, const std::string& out) {
+  OnnxOptions opt;
+  opt.opset = FLAGS_opset;
+  opt.weight_dtype = dtype;
+  opt.metadata["step"] = std::to_string(step);
+  Status s = WriteOnnx(out, cfg, tensors, opt);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kCmd, s.message().c_str());
+    return 1;
+  }
+  std::error_code ec;
+  std::printf("%s: wrote an ONNX model (opset %d, IR %d, %zu initializers in %s), %" PRIuMAX
+              " bytes, to %s (%s-%d, step %" PRId64 ", from %s)\n",
+              kCmd, opt.opset, OnnxIrVersion(opt.opset), tensors.size(), FLAGS_dtype.c_str(),
+              static_cast<uintmax_t>(std::filesystem::file_size(out, ec)), out.c_str(),
+              cfg.network.c_str(), cfg.num_layers, step, params.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int ExportCommand(int argc, char** argv) {
@@ -166,7 +191,8 @@ int ExportCommand(int argc, char** argv) {
       "  converts a checkpoint's .params file into a safetensors file that PyTorch's ResNet\n"
       "  (torchvision's, or tools/torch_cifar_resnet.py's) loads with load_state_dict(strict=True):\n"
       "  convolution weights as [K, C, R, S], plus each BatchNorm's num_batches_tracked\n"
-      "  (= the checkpoint's step). See docs/export.md.",
+      "  (= the checkpoint's step). See docs/export.md.\n"
+      "  --format onnx [--opset 13]: an ONNX inference graph instead (float32 or float16 weights).",
       &argc, &argv, {__FILE__});
   std::string params = FLAGS_params, out = FLAGS_out;
   size_t next = 0;
@@ -179,6 +205,12 @@ int ExportCommand(int argc, char** argv) {
   else if (FLAGS_dtype == "float16") dtype = DType::kF16;
   else if (FLAGS_dtype == "bfloat16") dtype = DType::kBF16;
   else UsageError(kCmd, "--dtype '" + FLAGS_dtype + "': expected float32, float16 or bfloat16");
+  if (FLAGS_format != "safetensors" && FLAGS_format != "onnx") {
+    UsageError(kCmd, "--format '" + FLAGS_format + "': expected safetensors or onnx");
+  }
+  if (FLAGS_format == "onnx" && dtype == DType::kBF16) {
+    UsageError(kCmd, "--dtype bfloat16: --format onnx stores weights as float32 or float16");
+  }
   std::error_code ec;
   if (std::filesystem::equivalent(params, out, ec)) {
     UsageError(kCmd, out + " is the checkpoint itself; choose another output path");
@@ -188,6 +220,9 @@ int ExportCommand(int argc, char** argv) {
   ModelConfig cfg;
   int64_t step = 0;
   Status s = ReadParams(params, &file, &cfg, &step);
+  if (s.ok() && FLAGS_format == "onnx") {
+    return ExportOnnx(file.tensors, cfg, step, dtype, params, out);
+  }
   std::vector<RawNamedTensor> tensors;
   if (s.ok()) {
     tensors = ToTorch(file.tensors, step, dtype);
