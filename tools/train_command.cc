@@ -206,11 +206,31 @@ int ThreadsPerWorker(const Cluster* cluster) {
   return std::max(1, cores / std::max(1, local));
 }
 
-// SIGTERM (a spot instance's notice, or the launcher stopping the job): the worker finishes
-// its step, the job agrees on the step to stop after (KVStore::RequestStop), worker 0
-// saves a checkpoint there, and every process exits with 128 + SIGTERM.
+// SIGTERM (a spot instance's notice, Slurm's preemption, the launcher stopping the job): the
+// worker finishes its step, the job agrees on the step to stop after (KVStore::RequestStop),
+// worker 0 saves a checkpoint there, and the workers exit with StoppedExit().
 std::atomic<bool> g_terminate{false};
 constexpr int kTerminatedExit = 128 + SIGTERM;
+
+// A stop with its checkpoint saved loses nothing: the run continues with --resume auto, so it
+// is a success (0), which schedulers take as such (Slurm: COMPLETED, and requeueable). A stop
+// without --model-prefix lost the run's work: 128 + SIGTERM. TALLY_STOPPED_STATUS replaces
+// the 0: tools/launch.py sets 75 so that it can tell a saved stop from the end of training.
+int StoppedExit(int rank) {
+  if (FLAGS_model_prefix.empty()) {
+    if (rank == 0) std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
+    return kTerminatedExit;
+  }
+  if (rank == 0) {
+    std::printf("tally train: stopped on SIGTERM at the job's agreed step, the checkpoint saved under %s: the same "
+                "command with --resume auto continues from it\n", FLAGS_model_prefix.c_str());
+  }
+  const char* status = std::getenv("TALLY_STOPPED_STATUS");
+  if (status == nullptr) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(status, &end, 10);
+  return *status != '\0' && *end == '\0' && v >= 0 && v <= 255 ? static_cast<int>(v) : 0;
+}
 
 extern "C" void OnWorkerTerminate(int) { g_terminate = true; }
 
@@ -321,12 +341,10 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   s = Fit(trainer, train_data.get(), val_data.get(), options, callbacks, &result);
   if (!s.ok()) return Fail(result.failed_at, s);
   if (result.stopped) {
-    if (FLAGS_model_prefix.empty() && rank == 0) {
-      std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
-    }
     if (cluster) cluster->Finish(/*timeout_ms=*/60000);
     prof->Finish().ok();
-    return kTerminatedExit;
+    std::fflush(stdout);
+    return StoppedExit(rank);
   }
   if (cluster) {
     s = cluster->Finish(/*timeout_ms=*/60000);

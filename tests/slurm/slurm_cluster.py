@@ -41,7 +41,8 @@ def missing_reason():
 
 
 def slurm_conf(d, ports, socket):
-    """The cluster's slurm.conf: one node, one partition, no cgroups, no accounting."""
+    """The cluster's slurm.conf: one node, two partitions (the second preempts the first), no
+    cgroups, no accounting."""
     return f"""\
 ClusterName=tallytest
 SlurmctldHost={NODE}(127.0.0.1)
@@ -73,8 +74,13 @@ KillWait=30
 MinJobAge=300
 # scontrol requeue and sbatch --requeue; a requeued job starts again at once.
 JobRequeue=1
+# Preemption as on a cluster with spot-like capacity: a job of partition `urgent` that needs
+# the CPUs a `debug` job holds requeues it (SIGTERM, KillWait, then the job waits again).
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 NodeName={NODE} NodeAddr=127.0.0.1 CPUs={CPUS} State=UNKNOWN
-PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=urgent Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 """
 
 
@@ -133,7 +139,8 @@ class SlurmCluster:
 
     def node_idle(self):
         out = self.run(["sinfo", "-h", "-N", "-o", "%T"], check=False).stdout
-        return out.strip() == "idle"
+        states = out.split()  # one line per partition the node is in
+        return bool(states) and all(state == "idle" for state in states)
 
     def give_up(self, why):
         ended = [f"{name} exited {p.poll()}" for name, p in self.procs.items()
@@ -165,8 +172,8 @@ class SlurmCluster:
     def stop(self):
         """Cancels every job, kills the daemons and removes the directory."""
         if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
-            self.run(["scancel", "--full", "--signal=KILL", "--partition=debug"], check=False)
-            self.run(["scancel", "--partition=debug"], check=False)
+            self.run(["scancel", "--full", "--signal=KILL", "--partition=debug,urgent"], check=False)
+            self.run(["scancel", "--partition=debug,urgent"], check=False)
         # slurmd first: its job steps die with it (slurmstepd follows its slurmd).
         for name in ("slurmd", "slurmctld", "munged"):
             proc = self.procs.pop(name, None)

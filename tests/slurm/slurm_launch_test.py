@@ -1,10 +1,12 @@
 """`tools/launch.py --launcher slurm` inside real allocations, on a one-node Slurm cluster
 that this file starts (slurm_cluster.py): jobs of fake_role.py (every role's variables, a
 failure, the job's secret kept off command lines and out of scontrol, cancellation), and
-real `tally train` dist_sync jobs: one that exits 0, and one stopped by
-`scancel --signal=TERM`, requeued with `scontrol requeue` and resumed (`--resume auto`) to
-an uninterrupted run's final weights, bit for bit; and the README's Fashion-MNIST job,
-shortened, with its accuracy lines.
+real `tally train` dist_sync jobs: one that exits 0; jobs stopped inside an epoch by
+`scancel --signal=TERM`, by SIGTERM to the batch script (`--signal=B:TERM`), by
+`scontrol requeue` of the running job and by preemption from a higher-priority partition
+(PreemptMode=REQUEUE), each requeued and resumed (`--resume auto`) to an uninterrupted run's
+final weights, bit for bit; and the README's Fashion-MNIST job, shortened, with its accuracy
+lines.
 
 Usage: python3 slurm_launch_test.py TALLY_BINARY [unittest args]
 Without root or without Debian's slurm-wlm and munge, each class prints
@@ -13,8 +15,10 @@ Without root or without Debian's slurm-wlm and munge, each class prints
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 import uuid
@@ -31,6 +35,10 @@ from slurm_cluster import SlurmCluster  # noqa: E402
 LAUNCH = os.path.join(ROOT, "tools", "launch.py")
 FAKE = os.path.join(ROOT, "tests", "tools", "launch", "fake_role.py")
 JOB_TIMEOUT_S = 240
+# fault_job's model on larger images with more layers: a few seconds an epoch instead of a
+# third of one, so that an interruption that takes Slurm seconds (preemption) lands inside
+# the run.
+SLOW_MODEL = [{"8": "20", "3,16,16": "3,32,32"}.get(arg, arg) for arg in MODEL]
 
 
 class ClusterCase(FaultCase):
@@ -189,8 +197,16 @@ class SlurmLaunchTest(ClusterCase):
 class SlurmTallyTest(ClusterCase):
     """Real `tally train` dist_sync jobs (fault_job.MODEL) under launch.py --launcher slurm."""
 
-    def tally_job(self, prefix, name, extra=(), sbatch_args=()):
-        command = [fault_job.TALLY, "train", "--kv-store", "dist_sync"] + MODEL + \
+    ref_prefix = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.ref_prefix is not None:
+            shutil.rmtree(cls.ref_dir, ignore_errors=True)
+        super().tearDownClass()
+
+    def tally_job(self, prefix, name, extra=(), sbatch_args=(), model=MODEL):
+        command = [fault_job.TALLY, "train", "--kv-store", "dist_sync"] + model + \
             ["--model-prefix", prefix] + list(extra)
         return self.submit(["-n", "2", "-s", "1", "--grace", "30"], command, name, sbatch_args)
 
@@ -201,28 +217,76 @@ class SlurmTallyTest(ClusterCase):
         self.assertIn("launch.py: the job finished: the scheduler, 1 server and 2 workers", text)
         self.assertTrue(os.path.exists(os.path.join(self.dir, "run", "m") + FINAL + ".params"))
 
-    def test_preempted_and_requeued_job_ends_with_the_uninterrupted_weights(self):
-        ref_job, ref_out = self.tally_job(os.path.join(self.dir, "ref", "m"), "reference")
-        state, code, text = self.wait_end(ref_job, ref_out)
-        self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
-        prefix = os.path.join(self.dir, "run", "m")
-        job, out = self.tally_job(prefix, "preempted", ["--resume", "auto"], ["--requeue"])
+    def reference(self):
+        """The uninterrupted job's final checkpoint prefix; run once for the class."""
+        cls = type(self)
+        if getattr(cls, "ref_prefix", None) is None:
+            # Outside this test's directory: the class's other tests compare with it too.
+            cls.ref_dir = tempfile.mkdtemp(prefix="tally-slurm-ref-")
+            prefix = os.path.join(cls.ref_dir, "m")
+            job, out = self.tally_job(prefix, "reference", model=SLOW_MODEL)
+            state, code, text = self.wait_end(job, out)
+            self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+            cls.ref_prefix = prefix
+        return cls.ref_prefix + FINAL
+
+    def interrupted_job(self, name, interrupt, slurm_requeues):
+        """A --requeue job interrupted inside epoch 1 by `interrupt(job)`, requeued (by Slurm
+        itself, or here with scontrol) and resumed with --resume auto: it must stop at an
+        agreed step with its checkpoint, and end with the uninterrupted job's weights."""
+        reference = self.reference()
+        prefix = os.path.join(self.dir, name, "m")
+        job, out = self.tally_job(prefix, name, ["--resume", "auto"], ["--requeue"], SLOW_MODEL)
         self.wait_output(out, rf"^\[worker 0\] Epoch\[1\] Batch \[\d+-{STEPS_PER_EPOCH // 3}\]")
-        self.cluster.run(["scancel", "--signal=TERM", job])
-        state, code, text = self.wait_end(job, out)
-        self.assertEqual(code, 143, text[-4000:])
+        interrupt(job)
+        if slurm_requeues:
+            self.wait_output(out, r"launch.py: (received SIGTERM|.*stopped on SIGTERM)", timeout=60)
+            self.wait_state(job, ("PENDING",), 60, out)
+        else:
+            state, code, text = self.wait_end(job, out)
+            # Stopped with its checkpoint saved, nothing lost: a success to Slurm.
+            self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+            self.cluster.run(["scontrol", "requeue", job])
+        text = fault_job.read(out)
         self.assertIn("stopping, the job was asked to (SIGTERM)", text)
-        self.assertIn("launch.py: the job stopped on SIGTERM", text)
+        self.assertIn("the workers stopped at their agreed step with the checkpoint saved", text)
         saved = self.assertLatestLoads(prefix)
-        print(f"  stopped; checkpoint {saved} saved")
-        self.cluster.run(["scontrol", "requeue", job])
+        print(f"  {name}: stopped; checkpoint {saved} saved")
         # Slurm holds a requeued batch job back two minutes (BeginTime); no need to here.
         self.cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
-        self.wait_state(job, ("PENDING", "RUNNING", "COMPLETED"), 60, out)
-        state, code, text = self.wait_end(job, out)
+        state, code, text = self.wait_end_of_run(job, out, 1)
         self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
-        self.assertIn("=== run 1 of job", text)
-        self.assertSameCheckpoint(prefix + FINAL, os.path.join(self.dir, "ref", "m") + FINAL)
+        self.assertSameCheckpoint(prefix + FINAL, reference)
+        return text
+
+    def wait_end_of_run(self, job, out, run):
+        """Waits for run `run` (SLURM_RESTART_COUNT) of the job to start and end."""
+        self.wait_output(out, rf"^=== run {run} of job {job}$", timeout=JOB_TIMEOUT_S)
+        return self.wait_end(job, out)
+
+    def test_scancel_signal_term_then_requeue_ends_with_the_uninterrupted_weights(self):
+        self.interrupted_job("scancel", lambda job: self.cluster.run(["scancel", "--signal=TERM", job]),
+                             slurm_requeues=False)
+
+    def test_sigterm_to_the_batch_script_then_requeue_ends_with_the_uninterrupted_weights(self):
+        # `#SBATCH --signal=B:TERM@60` near the time limit: only launch.py gets SIGTERM.
+        text = self.interrupted_job("batchterm", lambda job: self.cluster.run(
+            ["scancel", "--batch", "--signal=TERM", job]), slurm_requeues=False)
+        self.assertIn("launch.py: received SIGTERM; stopping the job", text)
+
+    def test_requeue_of_the_running_job_resumes_with_the_uninterrupted_weights(self):
+        self.interrupted_job("requeue", lambda job: self.cluster.run(["scontrol", "requeue", job]),
+                             slurm_requeues=True)
+
+    def test_preemption_by_a_higher_priority_partition_requeues_and_resumes_exactly(self):
+        # PreemptMode=REQUEUE: a job of partition urgent needs the CPUs the job holds.
+        def preempt(job):
+            urgent = self.cluster.run(["sbatch", "--parsable", "-p", "urgent", "-n1",
+                                       f"--output={self.dir}/urgent.out", "--wrap", "sleep 2"]).stdout.strip()
+            self.addCleanup(self.cluster.run, ["scancel", urgent], check=False)
+            self.urgent = urgent
+        self.interrupted_job("preempted", preempt, slurm_requeues=True)
+        self.assertEqual(self.job_field(self.urgent, "JobState"), "COMPLETED")
 
     def test_the_readme_job_shortened_reports_its_accuracy(self):
         # The README's main job (tools/fashion_mnist.sh): Debian's Fashion-MNIST, a ResNet

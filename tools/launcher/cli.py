@@ -13,7 +13,8 @@ from . import commands
 from .hosts import Host, common_ssh_port, parse_hostfile, refuse_ports, with_default_port
 from .job import (UsageError, check_restartable, forwarded_env, free_port, parse_env_options,
                   plan_job, set_attempt, set_root_port)
-from .supervise import Child, RemoteChild, SlurmChild, run_with_restarts, say
+from .children import Child, RemoteChild, SlurmChild
+from .supervise import run_with_restarts, say
 
 LAUNCHERS = ("local", "ssh", "mpi", "slurm")
 

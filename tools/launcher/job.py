@@ -14,7 +14,13 @@ ROLES = ("scheduler", "server", "worker")
 JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
             "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "DMLC_TASK_ID", "DMLC_WORKER_ID",
             "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT", "DMLC_JOB_CLUSTER", "TALLY_RANK",
-            "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN")
+            "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN", "TALLY_STOPPED_STATUS")
+
+# How the launcher asks `tally train` to exit after a stop on SIGTERM whose checkpoint was
+# saved (TALLY_STOPPED_STATUS; on its own it exits 0 then): a status of its own, so that the
+# launcher tells such a stop from the end of training. 75 is EX_TEMPFAIL: "try again". A
+# stop without a checkpoint exits 128 + SIGTERM either way.
+SAVED_STOP_STATUS = 75
 
 # What MXNet's ssh launcher (dmlc-tracker's ssh.py) passes to remote processes when it is
 # set on the launching machine; the ssh and mpi launchers do the same, since a remote login
@@ -187,6 +193,7 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
             **task_ids(role, rank, num_workers, num_servers),
             "DMLC_NUM_ATTEMPT": "0",
             "DMLC_JOB_CLUSTER": cluster,
+            "TALLY_STOPPED_STATUS": str(SAVED_STOP_STATUS),
             # Several processes share each host's cores: OpenMP threads that spin while they
             # wait would take the core another process needs (a 3x slowdown seen with two
             # workers on two cores). --env OMP_WAIT_POLICY:active overrides it.

@@ -14,6 +14,8 @@ the most specific entry wins, and with no entry the process exits 0. Actions:
     sleep            sleep until killed
     grandchild       start a child that sleeps, then sleep until killed
     ignoreterm       ignore SIGTERM, then sleep until killed
+    savestop         sleep; on SIGTERM exit with TALLY_STOPPED_STATUS, as `tally train` does
+                     after a stop whose checkpoint it saved
     stop             stop itself with SIGSTOP; once continued, sleep until killed
     once:ACTION      ACTION the first time this role and rank runs, exit 0 after that
                      (a restarted job); a file under FAKE_STATE_DIR remembers the runs
@@ -108,6 +110,9 @@ def main():
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({SLEEP_SECONDS})"])
     elif action == "ignoreterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif action == "savestop":
+        status = int(os.environ["TALLY_STOPPED_STATUS"])
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(status))
     elif action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
     elif action != "sleep":

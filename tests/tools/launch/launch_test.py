@@ -217,6 +217,17 @@ class LocalLauncherTest(LaunchCase):
                 self.assertLess(seconds, 4)
                 self.assertNothingLeft()
 
+    def test_a_sigterm_with_the_checkpoint_saved_ends_the_launcher_with_0(self):
+        # As Slurm's --signal=B:TERM@60 does: the launcher gets SIGTERM and passes it on; the
+        # workers stop at their agreed step with the checkpoint saved, so nothing was lost.
+        rc, err, seconds, _ = self.interrupt_when_started(["-n", "2", "-s", "1"], "worker=savestop,*=sleep",
+                                                          signal.SIGTERM, 4)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("received SIGTERM; stopping the job", err)
+        self.assertIn("the workers stopped at their agreed step with the checkpoint saved: the same command with "
+                      "--resume auto (or a Slurm requeue) continues the run", err)
+        self.assertNothingLeft()
+
     def test_servers_outliving_the_workers_are_stopped(self):
         rc, _, err, seconds = self.launch(["-n", "2", "-s", "1", "--shutdown-timeout", "1"],
                                           "worker=exit0,*=sleep")
@@ -396,6 +407,20 @@ class RestartTest(LaunchCase):
                       "have exited", err)
         self.assertNotIn("restart", err)
         self.assertNotIn("stopping the job", err)
+        self.assertEqual(self.attempts(out, "worker 0"), ["0"], out)
+        self.assertNothingLeft()
+
+    def test_a_stop_from_outside_with_the_checkpoint_saved_ends_with_0(self):
+        # The same with `--model-prefix`: the workers exit TALLY_STOPPED_STATUS (75), the
+        # launcher 0, and the job can be run again (or requeued) with --resume auto.
+        rc, out, err, _ = self.launch_resumable(
+            ["-n", "2", "-s", "1", "--max-restarts", "2", "--grace", "10"],
+            "worker0=exit75:1.5,worker1=exit75:0.5,*=exit0:2")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: worker 1 on localhost exited with status 75: stopped on SIGTERM", err)
+        self.assertIn("launch.py: the job stopped on SIGTERM: the scheduler, 1 server and 2 workers have exited; "
+                      "the workers stopped at their agreed step with the checkpoint saved", err)
+        self.assertNotIn("restart", err)
         self.assertEqual(self.attempts(out, "worker 0"), ["0"], out)
         self.assertNothingLeft()
 
