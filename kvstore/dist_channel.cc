@@ -70,9 +70,11 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   std::unique_lock<std::mutex> l(mu_);
   const uint64_t id = next_id_++;
   msg.meta.set_request_id(id);
-  msg.meta.set_receiver_id(node);
   msg.meta.set_priority(priority);
+  if (!lost_.empty() && lost_.count(cluster_->ids().ServerRank(node)) && Redirect(&pending, &node)) return;
+  msg.meta.set_receiver_id(node);
   pending.node = node;
+  if (cluster_->server_replicas() > 0) pending.request = msg;
   if (KeyCommand(pending.command)) ++key_pending_[pending.key];
   pending_[id] = std::move(pending);
   // A small request right after another sent from here, that one still unanswered, is
@@ -202,6 +204,74 @@ void DistChannel::Finish(uint64_t id, const Status& s) {
     wake_waiters = pending_.empty() || key_done;
   }
   if (wake_waiters) done_cv_.notify_all();
+}
+
+int DistChannel::RouteLocked(int server_rank) const {
+  for (int r : ReplicaChain(server_rank, cluster_->server_replicas(), cluster_->num_servers())) {
+    if (!lost_.count(r)) return cluster_->ServerId(r);
+  }
+  return cluster_->ServerId(server_rank);  // none left: the scheduler ends the job
+}
+
+int DistChannel::Route(int server_rank) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return RouteLocked(server_rank);
+}
+
+bool DistChannel::Redirect(PendingRequest* p, int* node) {
+  const wire::Command c = p->command;
+  if (p->replica_copy || !(c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL || c == wire::ROLLBACK)) {
+    return true;
+  }
+  *node = RouteLocked(cluster_->ids().ServerRank(*node));
+  p->node = *node;
+  return false;
+}
+
+void DistChannel::ServerLost(int server_rank) {
+  const int dead = cluster_->ServerId(server_rank);
+  std::vector<uint64_t> dropped;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lost_.insert(server_rank);
+    std::set<uint64_t> queued;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      Outgoing& out = it->second;
+      const uint64_t id = out.msg.meta.request_id();
+      auto p = pending_.find(id);
+      if (out.node != dead || p == pending_.end()) {
+        ++it;
+        continue;
+      }
+      queued.insert(id);
+      if (Redirect(&p->second, &out.node)) {
+        dropped.push_back(id);
+        it = queue_.erase(it);
+        continue;
+      }
+      out.msg.meta.set_receiver_id(out.node);
+      ++it;
+    }
+    // Sent and unanswered: the answers will never come; each request goes again on its own.
+    for (auto& [id, p] : pending_) {
+      if (p.node != dead || queued.count(id)) continue;
+      gathered_.erase(id);
+      int node = dead;
+      if (Redirect(&p, &node)) {
+        dropped.push_back(id);
+        continue;
+      }
+      Message again = p.request;
+      again.meta.set_receiver_id(node);
+      queue_.emplace(std::make_pair(-static_cast<int64_t>(again.meta.priority()), next_seq_++),
+                     Outgoing{node, std::move(again), std::string()});
+    }
+    LOG(WARNING) << "kvstore: server " << server_rank << " lost: " << dropped.size()
+                 << " copies for it dropped, its slices now served by server "
+                 << cluster_->ids().ServerRank(RouteLocked(server_rank));
+  }
+  for (uint64_t id : dropped) Finish(id, Status::Ok());
+  send_cv_.notify_all();
 }
 
 void DistChannel::OnFailure(const Status& s) {

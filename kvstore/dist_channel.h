@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct PendingRequest {
   std::vector<Tensor> keep;     // the request's data frames, alive until answered
   std::shared_ptr<PullOp> pull;  // PULL, PUSHPULL, ROLLBACK: where the values go (ROLLBACK: may be null)
   int64_t offset = 0, length = 0;
+  // --server-replicas: a copy for a backup of the slice's server (a push or rollback it
+  // applies too), dropped if that server is lost; and the request itself, which goes again
+  // to the next server of the chain when the one it went to is lost.
+  bool replica_copy = false;
+  Message request;
 };
 
 class DistChannel {
@@ -79,6 +85,13 @@ class DistChannel {
   // the cluster's failure, or Unavailable after timeout_ms; errors answered are left for
   // WaitAll to report.
   Status WaitKey(uint64_t key, int timeout_ms);
+  // A server lost under --server-replicas (Cluster::OnServerLost): requests queued for it or
+  // unanswered by it go to the next live server of its chain (the same request ids: the
+  // servers count each push once); copies for it as a backup, and requests that only a
+  // live server needs (INIT, SET_LR), are dropped.
+  void ServerLost(int server_rank);
+  // The node serving server `rank`'s slices: the first live server of its chain.
+  int Route(int server_rank) const;
   // Whether an answer has carried Meta.stop: some worker asked the job to stop.
   bool stop_seen() const { return stop_seen_.load(); }
   // Whether an answer (not a ROLLBACK's) since the last call said that its step was
@@ -116,9 +129,15 @@ class DistChannel {
   // Records a RESPONSE's Meta.skipped for TakeSkip.
   void NoteSkip(const wire::Meta& meta, uint64_t key);
 
+  // ServerLost's reroute of one queued or unanswered request to a lost node; true: dropped
+  // (finish it). REQUIRES: mu_ held.
+  bool Redirect(PendingRequest* p, int* node);
+  int RouteLocked(int server_rank) const;  // REQUIRES: mu_ held
+
   Cluster* const cluster_;
+  std::set<int> lost_;  // GUARDED_BY(mu_): server ranks
   std::atomic<int64_t> pull_us_{0};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable done_cv_;  // pending_ emptied, or a failure
   std::condition_variable send_cv_;  // queue_ grew, sending_ ended, or stop_
   Queue queue_;                                              // GUARDED_BY(mu_)

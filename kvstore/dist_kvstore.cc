@@ -37,6 +37,7 @@ class DistKVStore : public KVStore, public MasterWeightStore {
     std::shared_ptr<DistChannel> ch = channel_;
     cluster_->SetDataHandler([ch](Message&& m) { ch->OnMessage(std::move(m)); });
     cluster_->OnFailure([ch](const Status& s) { ch->OnFailure(s); });
+    cluster_->OnServerLost([ch](int rank) { ch->ServerLost(rank); });
     channel_->Start();
   }
   ~DistKVStore() override {
@@ -122,6 +123,10 @@ class DistKVStore : public KVStore, public MasterWeightStore {
   // the answers are dropped).
   void PullSlices(wire::Command command, int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others,
                   int priority, bool optimizer_state);
+  // --server-replicas: m (a PUSH, PUSHPULL or ROLLBACK of a slice of server `server_rank`)
+  // as a copy for each live backup of the slice, a PUSHPULL as a PUSH: every replica sums
+  // and updates the slice as the primary does, so any of them can take over.
+  void SendCopies(int server_rank, const Message& m, const PendingRequest& p, int priority);
   // Asks every server to undo step `step` of every key whose last push was of that step,
   // writing the restored weights into the keys' last pull outputs (docs/wire.md, ROLLBACK).
   void RollBack(int64_t step);
@@ -227,6 +232,7 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
     const int servers = cluster_->num_servers();
     if (has_optimizer_) {
       for (int s = 0; s < servers; ++s) {
+        if (!cluster_->ServerAlive(s)) continue;
         Message m = Request(wire::SET_OPTIMIZER, 0);
         *m.meta.mutable_optimizer() = ToWireOptimizer(optimizer_);
         PendingRequest p;
@@ -250,13 +256,16 @@ Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Ten
   for (size_t i = 0; i < keys.size(); ++i) {
     const Tensor flat = Flat(values[i]);
     for (const Placement::Slice& sl : keys_.at(keys[i]).slices) {
-      Message& m = inits[sl.server];
-      m.meta.set_dtype(ToWire(flat.dtype()));
-      wire::KeySlice* ks = m.meta.add_slices();
-      ks->set_key(keys[i]);
-      ks->set_offset(sl.offset);
-      ks->set_length(sl.length);
-      m.data.push_back(flat.Slice(sl.offset, sl.offset + sl.length));
+      // Every server of the slice's chain holds it (--server-replicas; one without).
+      for (int holder : ReplicaChain(sl.server, cluster_->server_replicas(), servers)) {
+        Message& m = inits[holder];
+        m.meta.set_dtype(ToWire(flat.dtype()));
+        wire::KeySlice* ks = m.meta.add_slices();
+        ks->set_key(keys[i]);
+        ks->set_offset(sl.offset);
+        ks->set_length(sl.length);
+        m.data.push_back(flat.Slice(sl.offset, sl.offset + sl.length));
+      }
     }
   }
   // A message has one dtype: values of mixed dtypes go as fp32.
@@ -268,7 +277,7 @@ Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Ten
     for (Tensor& t : m.data) t = t.To(DType::kF32);
   }
   for (int s = 0; s < servers; ++s) {
-    if (inits[s].meta.slices_size() == 0) continue;
+    if (inits[s].meta.slices_size() == 0 || !cluster_->ServerAlive(s)) continue;
     PendingRequest p;
     p.command = wire::INIT;
     p.keep = inits[s].data;
@@ -369,7 +378,8 @@ Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority)
   for (const Placement::Slice& sl : k->slices) {
     PendingRequest p;
     Message m = SliceRequest(wire::PUSH, step, key, sl, sum, &p);
-    channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
+    SendCopies(sl.server, m, p, priority);
+    channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
   }
   return Status::Ok();
 }
@@ -407,7 +417,25 @@ void DistKVStore::PullSlices(wire::Command command, int key, const Key& k, const
     p.pull = op;
     p.offset = sl.offset;
     p.length = sl.length;
-    channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
+    // A rollback undoes the step on the backups too (their answers are not needed).
+    if (command == wire::ROLLBACK) SendCopies(sl.server, m, p, priority);
+    channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
+  }
+}
+
+void DistKVStore::SendCopies(int server_rank, const Message& m, const PendingRequest& p, int priority) {
+  const int primary = channel_->Route(server_rank);
+  for (int r : ReplicaChain(server_rank, cluster_->server_replicas(), cluster_->num_servers())) {
+    const int node = cluster_->ServerId(r);
+    if (node == primary || !cluster_->ServerAlive(r)) continue;
+    Message copy = m;
+    if (copy.meta.command() == wire::PUSHPULL) copy.meta.set_command(wire::PUSH);
+    PendingRequest c;
+    c.command = copy.meta.command();
+    c.key = p.key;
+    c.keep = p.keep;
+    c.replica_copy = true;
+    channel_->Enqueue(node, std::move(copy), priority, std::move(c));
   }
 }
 
@@ -430,7 +458,8 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
     p.pull = op;
     p.offset = sl.offset;
     p.length = sl.length;
-    channel_->Enqueue(cluster_->ServerId(sl.server), std::move(m), priority, std::move(p));
+    SendCopies(sl.server, m, p, priority);
+    channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
   }
   return Status::Ok();
 }
@@ -446,6 +475,7 @@ void DistKVStore::SetLearningRate(float lr) {
   int64_t step = 0;
   for (const auto& kv : keys_) step = std::max(step, kv.second.next_step);
   for (int s = 0; s < cluster_->num_servers(); ++s) {
+    if (!cluster_->ServerAlive(s)) continue;
     Message m = Request(wire::SET_LR, step);
     m.meta.set_lr(lr);
     PendingRequest p;

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace tally {
@@ -227,14 +228,33 @@ class Cluster::Impl {
             cv_.notify_all();
           }
           break;
-        case wire::NODE_DEAD:
-          Fail(Status::Unavailable(
-              (m.meta.nodes_size() ? DescribeNode(m.meta.nodes(0)) : std::string("a node")) +
-              " stopped answering; the scheduler ended the job"));
+        case wire::NODE_DEAD: {
+          std::string who;
+          for (int i = 0; i < m.meta.nodes_size(); ++i) {
+            who += (i == 0 ? "" : i + 1 == m.meta.nodes_size() ? " and " : ", ") + DescribeNode(m.meta.nodes(i));
+          }
+          Fail(Status::Unavailable((who.empty() ? std::string("a node") : who) + " stopped answering; " +
+                                   (m.meta.error().empty() ? "" : m.meta.error() + "; ") + "the scheduler ended the job"));
+          break;
+        }
+        case wire::SERVER_LOST:
+          if (m.meta.nodes_size() == 1) ServerLost(m.meta.nodes(0));
           break;
         default: Deliver(std::move(m));
       }
     }
+  }
+
+  void ServerLost(const wire::Node& node) {
+    std::vector<std::function<void(int)>> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!lost_servers_.insert(node.rank()).second) return;
+      callbacks = lost_callbacks_;
+    }
+    LOG(WARNING) << DescribeNode(node) << " stopped answering; its slices go on on their replicas "
+                 << "(--server-replicas " << cfg_.server_replicas << ")";
+    for (auto& cb : callbacks) cb(node.rank());
   }
 
   // One round trip: sent at t0 (echoed), answered at t1 on the scheduler's clock, back at
@@ -249,6 +269,16 @@ class Cluster::Impl {
   }
 
  public:
+  void OnServerLost(std::function<void(int)> callback) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_callbacks_.push_back(std::move(callback));
+  }
+  bool ServerAlive(int rank) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lost_servers_.count(rank) == 0;
+  }
+  int server_replicas() const { return cfg_.server_replicas; }
+
   bool ClockOffset(int64_t* offset_us, int64_t* rtt_us) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (clock_samples_.empty()) return false;
@@ -369,6 +399,8 @@ class Cluster::Impl {
   Status failure_;                             // GUARDED_BY(mu_)
   Clock::time_point last_heard_;               // GUARDED_BY(mu_)
   std::vector<std::function<void(const Status&)>> failure_callbacks_;  // GUARDED_BY(mu_)
+  std::set<int> lost_servers_;                                          // GUARDED_BY(mu_): ranks
+  std::vector<std::function<void(int)>> lost_callbacks_;                // GUARDED_BY(mu_)
   struct ClockSample {
     int64_t offset_us, rtt_us;
   };
@@ -410,6 +442,9 @@ Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
 Status Cluster::failure() const { return impl_->failure(); }
 int64_t Cluster::UnacknowledgedBytes(int id) const { return impl_->UnacknowledgedBytes(id); }
 void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
+void Cluster::OnServerLost(std::function<void(int)> cb) { impl_->OnServerLost(std::move(cb)); }
+bool Cluster::ServerAlive(int rank) const { return impl_->ServerAlive(rank); }
+int Cluster::server_replicas() const { return impl_->server_replicas(); }
 bool Cluster::ClockOffset(int64_t* offset_us, int64_t* rtt_us) const { return impl_->ClockOffset(offset_us, rtt_us); }
 
 }  // namespace tally

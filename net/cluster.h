@@ -59,6 +59,9 @@ struct ClusterConfig {
   // ClusterConfigFromEnv allows only with TALLY_PLAIN=1.
   std::string job_secret;
   int resend_ms = 1000;  // TALLY_RESEND_MS: unacknowledged messages are sent again after this
+  // TALLY_SERVER_REPLICAS: every server's slices are also held by the next R servers (its
+  // chain, ReplicaChain); a server's death then ends nothing while one of each chain lives.
+  int server_replicas = 0;
   FaultSpec faults;      // TALLY_TEST_FAULTS: test-only fault injection (docs/faults.md)
 };
 
@@ -73,6 +76,10 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg);
 
 // "worker 1 (10.0.0.3:40123, pid 4242)"
 std::string DescribeNode(const wire::Node& node);
+
+// The servers holding server `rank`'s slices with `replicas` replicas: rank, rank + 1, ...,
+// rank + replicas (modulo num_servers), the first live one serving them (docs/faults.md).
+std::vector<int> ReplicaChain(int rank, int replicas, int num_servers);
 
 class Cluster {
  public:
@@ -106,6 +113,13 @@ class Cluster {
   Status Finish(int timeout_ms);
   // A server's life: returns when the scheduler ends the job (Ok) or a node died.
   Status WaitForShutdown();
+
+  // With --server-replicas: `callback(server_rank)` on the receive thread when the scheduler
+  // reports a server lost whose slices live on (SERVER_LOST); the job goes on. Whether a
+  // server is still alive.
+  void OnServerLost(std::function<void(int server_rank)> callback);
+  bool ServerAlive(int server_rank) const;
+  int server_replicas() const;
 
   // Ok while the job is healthy; afterwards, why it is not. Waiters elsewhere (the
   // kvstore) poll this, or register with OnFailure to be woken.

@@ -104,6 +104,12 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg) {
   TALLY_RETURN_IF_ERROR(ReadInt("TALLY_DEAD_TIMEOUT_MS", 100, 600000, false, &cfg->dead_timeout_ms));
   TALLY_RETURN_IF_ERROR(ReadInt("TALLY_REGISTER_TIMEOUT_MS", 100, 3600000, false, &cfg->register_timeout_ms));
   TALLY_RETURN_IF_ERROR(ReadInt("TALLY_RESEND_MS", 10, 600000, false, &cfg->resend_ms));
+  TALLY_RETURN_IF_ERROR(ReadInt("TALLY_SERVER_REPLICAS", 0, 4095, false, &cfg->server_replicas));
+  if (cfg->server_replicas >= cfg->num_servers) {
+    return Status::InvalidArgument("TALLY_SERVER_REPLICAS=" + std::to_string(cfg->server_replicas) +
+                                   ": each replica needs a server of its own, and the job has " +
+                                   std::to_string(cfg->num_servers) + " (DMLC_NUM_SERVER)");
+  }
   TALLY_RETURN_IF_ERROR(ReadSecret(cfg));
   if (!cfg->job_secret.empty() && cfg->role != wire::SCHEDULER && cfg->rank < 0) {
     return Status::InvalidArgument("with a job secret every node needs its rank: set TALLY_RANK "
@@ -115,6 +121,12 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg) {
     return Status::InvalidArgument("TALLY_DEAD_TIMEOUT_MS must exceed twice TALLY_HEARTBEAT_MS");
   }
   return Status::Ok();
+}
+
+std::vector<int> ReplicaChain(int rank, int replicas, int num_servers) {
+  std::vector<int> chain;
+  for (int i = 0; i <= replicas && i < num_servers; ++i) chain.push_back((rank + i) % num_servers);
+  return chain;
 }
 
 Status NewJobTransport(const ClusterConfig& cfg, std::unique_ptr<Transport>* out) {

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 #include <thread>
 
 namespace tally {
@@ -214,8 +216,8 @@ class Scheduler {
             auto& arrived = barriers[group];
             if (arrived.empty()) barrier_start_[group] = profile::NowUs();
             arrived.insert(from);
-            size_t members = 0;
-            for (const wire::Node& n : nodes_) members += n.id() != 0 && (GroupOf(n.id()) & group);
+            size_t members = 0;  // a server lost under --server-replicas is no longer waited for
+            for (const wire::Node& n : nodes_) members += n.id() != 0 && !dead_.count(n.id()) && (GroupOf(n.id()) & group);
             if (arrived.size() >= members) {
               wire::Meta done;
               done.set_command(wire::BARRIER_DONE);
@@ -255,9 +257,13 @@ class Scheduler {
         beat.set_command(wire::HEARTBEAT);
         Broadcast(beat).ok();
       }
+      std::vector<int> silent;
       for (const auto& [id, when] : last_heard_) {
-        if (MsSince(when) <= cfg_.dead_timeout_ms) continue;
-        return DeclareDead(id);
+        if (MsSince(when) > cfg_.dead_timeout_ms) silent.push_back(id);
+      }
+      if (!silent.empty()) {
+        Status s = OnSilent(silent);
+        if (!s.ok()) return s;
       }
     }
   }
@@ -273,14 +279,65 @@ class Scheduler {
     transport_->Send(id, m).ok();
   }
 
-  Status DeclareDead(int id) {
-    dead_.insert(id);
-    const std::string who = DescribeNode(nodes_[id]);
-    std::string why = who + " stopped answering: no heartbeat for " + std::to_string(MsSince(last_heard_[id])) + " ms";
-    LOG(ERROR) << why << "; ending the job";
+  // Nodes past the dead timeout. Servers whose slices all live on (--server-replicas: some
+  // server of every chain is alive) are lost and the job goes on (SERVER_LOST); any other
+  // death ends the job, naming every node dead so far.
+  Status OnSilent(const std::vector<int>& silent) {
+    std::set<int> dead = dead_;
+    bool fatal = false;
+    for (int id : silent) {
+      dead.insert(id);
+      fatal |= id == 0 || nodes_[id].role() != wire::SERVER || cfg_.server_replicas == 0;
+    }
+    const std::string lost = LostSlices(dead);
+    if (fatal || !lost.empty()) return DeclareDead(silent, lost);
+    for (int id : silent) {
+      dead_.insert(id);
+      last_heard_.erase(id);
+      LOG(ERROR) << DescribeNode(nodes_[id]) << " stopped answering: its slices go on on their replicas";
+      profile::Tracer::Get().Instant("server lost", "scheduler", profile::NowUs());
+      wire::Meta m;
+      m.set_command(wire::SERVER_LOST);
+      *m.add_nodes() = nodes_[id];
+      Broadcast(m).ok();
+    }
+    return Status::Ok();
+  }
+
+  // "the slices of server 1 (on servers 1 and 2, all dead)" when some chain has no live
+  // server left among `dead`; empty otherwise.
+  std::string LostSlices(const std::set<int>& dead) const {
+    const NodeIds ids{cfg_.num_servers, cfg_.num_workers};
+    for (int s = 0; s < cfg_.num_servers; ++s) {
+      const std::vector<int> chain = ReplicaChain(s, cfg_.server_replicas, cfg_.num_servers);
+      bool alive = false;
+      std::string on;
+      for (size_t i = 0; i < chain.size(); ++i) {
+        alive |= !dead.count(ids.Server(chain[i]));
+        on += (i == 0 ? "" : i + 1 == chain.size() ? " and " : ", ") + std::to_string(chain[i]);
+      }
+      if (!alive) {
+        return "the slices of server " + std::to_string(s) + " are lost (held by server" +
+               (chain.size() > 1 ? "s " : " ") + on + ", none alive; --server-replicas " +
+               std::to_string(cfg_.server_replicas) + ")";
+      }
+    }
+    return "";
+  }
+
+  Status DeclareDead(const std::vector<int>& silent, const std::string& lost) {
+    for (int id : silent) dead_.insert(id);
+    std::string who;
     wire::Meta dead;
     dead.set_command(wire::NODE_DEAD);
-    *dead.add_nodes() = nodes_[id];
+    for (int id : dead_) {
+      *dead.add_nodes() = nodes_[id];
+      const std::string heard = last_heard_.count(id) ? ": no heartbeat for " + std::to_string(MsSince(last_heard_[id])) + " ms" : "";
+      who += (who.empty() ? "" : "; ") + DescribeNode(nodes_[id]) + " stopped answering" + heard;
+    }
+    if (!lost.empty()) dead.set_error(lost);
+    const std::string why = who + (lost.empty() ? "" : "; " + lost);
+    LOG(ERROR) << why << "; ending the job";
     Broadcast(dead).ok();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     return Status::Unavailable(why);

@@ -61,9 +61,11 @@ class DiskFullTest(FaultCase):
         self.assertLogHas(out, r"launch.py: worker 0 on localhost exited with status 1")
 
     def assertLatestLoads(self):
-        """m-0002 is whole and m-0003 was never put in place; nothing half-written is left."""
+        """m-0002 is whole and m-0003 was never put in place; nothing half-written is left
+        (m-symbol.json, MXNet's view of the network, is written with each checkpoint)."""
         names = sorted(os.listdir(self.mount))
-        self.assertEqual(names, ["m-0001.params", "m-0001.states", "m-0002.params", "m-0002.states"])
+        self.assertEqual(names, ["m-0001.params", "m-0001.states", "m-0002.params", "m-0002.states",
+                                 "m-symbol.json"])
         _, params = read_tensors(self.prefix + "-0002.params")
         _, states = read_tensors(self.prefix + "-0002.states")
         self.assertEqual(params["checkpoint"], states["checkpoint"])

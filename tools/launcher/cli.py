@@ -62,6 +62,10 @@ def build_parser():
                         help="after a process fails, stop the job and start it again, up to "
                              "K times; the command must have --model-prefix and --resume auto "
                              "(default: 0)")
+    parser.add_argument("--server-replicas", type=int, default=0, metavar="R",
+                        help="keep every server's slices also on the next R servers, so that the "
+                             "job goes on without a restart when a server dies, as long as one "
+                             "server of each chain lives (default: 0; docs/faults.md)")
     parser.add_argument("--log-dir", metavar="DIR",
                         help="also write each process's output, without the [role] prefix, to "
                              "DIR/ROLE-RANK.log (DIR/scheduler.log); a restarted job's attempt N "
@@ -122,6 +126,9 @@ def plan(args):
         raise UsageError("-s must be at least 1")
     if args.max_restarts < 0:
         raise UsageError("--max-restarts must be at least 0")
+    if not 0 <= args.server_replicas < num_servers:
+        raise UsageError(f"--server-replicas {args.server_replicas}: from 0 to one less than the "
+                         f"server count ({num_servers}), each replica on a server of its own")
     if args.max_restarts:
         check_restartable(command)
     remote_only = {"--sync-dst-dir": args.sync_dst_dir, "--ssh-opts": args.ssh_opts,
@@ -140,7 +147,8 @@ def plan(args):
     extra = forwarded_env(os.environ) if args.launcher in ("ssh", "mpi") else {}
     extra.update(parse_env_options(args.env, os.environ))
     procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host,
-                     cluster=args.launcher, server_hosts=server_hosts)
+                     cluster=args.launcher, server_hosts=server_hosts,
+                     server_replicas=args.server_replicas)
     cwd = args.sync_dst_dir or os.getcwd()
     return procs, cwd, hosts + (server_hosts or [])
 

@@ -14,7 +14,8 @@ ROLES = ("scheduler", "server", "worker")
 JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
             "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "DMLC_TASK_ID", "DMLC_WORKER_ID",
             "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT", "DMLC_JOB_CLUSTER", "TALLY_RANK",
-            "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN", "TALLY_STOPPED_STATUS")
+            "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN", "TALLY_STOPPED_STATUS",
+            "TALLY_SERVER_REPLICAS")
 
 # How the launcher asks `tally train` to exit after a stop on SIGTERM whose checkpoint was
 # saved (TALLY_STOPPED_STATUS; on its own it exits 0 then): a status of its own, so that the
@@ -166,7 +167,7 @@ def task_ids(role, rank, num_workers, num_servers):
 
 
 def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_host=None,
-             cluster="local", server_hosts=None):
+             cluster="local", server_hosts=None, server_replicas=0):
     """Returns every process of the job, scheduler first, then servers, then workers.
 
     `hosts` is [hosts.Host]; the scheduler goes on the first host, servers and workers
@@ -194,6 +195,7 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
             "DMLC_NUM_ATTEMPT": "0",
             "DMLC_JOB_CLUSTER": cluster,
             "TALLY_STOPPED_STATUS": str(SAVED_STOP_STATUS),
+            "TALLY_SERVER_REPLICAS": str(server_replicas),
             # Several processes share each host's cores: OpenMP threads that spin while they
             # wait would take the core another process needs (a 3x slowdown seen with two
             # workers on two cores). --env OMP_WAIT_POLICY:active overrides it.
