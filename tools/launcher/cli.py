@@ -250,4 +250,4 @@ def main(argv=None):
     except KeyboardInterrupt:  # before any role started: nothing to stop
         return 130
     return run_with_restarts(lambda attempt: make_children(attempt) if attempt else children,
-                             args.shutdown_timeout, args.grace, args.max_restarts)
+                             args.shutdown_timeout, args.grace, args.max_restarts, args.server_replicas)

@@ -87,13 +87,27 @@ class Interrupts:
 class Job:
     """Starts the children, watches them and returns the launcher's exit status."""
 
-    def __init__(self, children, shutdown_timeout, grace, interrupts):
+    def __init__(self, children, shutdown_timeout, grace, interrupts, server_replicas=0):
         self.children = children
         self.shutdown_timeout = shutdown_timeout
         self.grace = grace
         self.interrupts = interrupts
         # The child whose failure ended the job; None when it ended otherwise.
         self.failed = None
+        # --server-replicas: servers that died while their slices may live on elsewhere.
+        # Whether the job can go on is the scheduler's call (it ends the job when a chain
+        # has no live server left, and the workers then fail naming why).
+        self.server_replicas = server_replicas
+        self.lost = []
+
+    def live(self):
+        return [c for c in self.children if c not in self.lost]
+
+    def lose(self, child):
+        """A server died under --server-replicas: noted, and not the end of the job."""
+        self.lost.append(child)
+        say(f"{child.label} {describe_status(child.poll())}; its slices go on on their replicas "
+            f"(--server-replicas {self.server_replicas}) while another server of its chain lives")
 
     @property
     def received(self):
@@ -147,15 +161,21 @@ class Job:
         while True:
             if self.received is not None:
                 return self.interrupted()
-            ended = [c for c in self.children if c.poll() not in (None, 0)]
+            ended = [c for c in self.live() if c.poll() not in (None, 0)]
             if ended:
                 first = min(ended, key=lambda c: c.exited_at or 0)
+                if self.server_replicas and first.proc.role == "server" and \
+                        not stopped_on_request(first.poll()):
+                    self.lose(first)
+                    others = [c for c in others if c is not first]
+                    continue
                 if stopped_on_request(first.poll()):
                     return self.wait_for_stop(first)
                 return self.fail(first)
-            if all(c.poll() == 0 for c in self.children):
-                say(f"the job finished: {census(self.children)} exited 0 after "
-                    f"{time.monotonic() - began:.1f} s")
+            if all(c.poll() == 0 for c in self.live()):
+                lost = f" ({', '.join(c.label for c in self.lost)} lost on the way)" if self.lost else ""
+                say(f"the job finished: {census(self.live())} exited 0 after "
+                    f"{time.monotonic() - began:.1f} s{lost}")
                 return 0
             now = time.monotonic()
             if workers_done_at is None and all(c.poll() == 0 for c in workers):
@@ -202,7 +222,7 @@ class Job:
         while time.monotonic() < deadline:
             if self.received is not None:
                 return self.interrupted()
-            failed = [c for c in self.children
+            failed = [c for c in self.live()
                       if c.poll() not in (None, 0) and not stopped_on_request(c.poll())]
             if failed:
                 return self.fail(min(failed, key=lambda c: c.exited_at or 0))
@@ -255,7 +275,7 @@ class Job:
             child.finish(timeout=max(0.1, deadline - time.monotonic()))
 
 
-def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts):
+def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, server_replicas=0):
     """Runs the job and, after a process fails, stops it and starts it whole again, up to
     max_restarts times; make_children(attempt) gives each attempt's children (attempt 0
     is the first). Returns the exit status of the last attempt.
@@ -266,7 +286,7 @@ def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts):
     interrupts = Interrupts()
     attempt = 0
     while True:
-        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts)
+        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts, server_replicas)
         status = job.run()
         if status == 0:
             if attempt:
