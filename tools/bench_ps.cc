@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <gflags/gflags.h>
 
@@ -37,6 +38,9 @@ DEFINE_int32(workers, 1, "workers of the benchmark job");
 DEFINE_int32(servers, 1, "servers of the benchmark job");
 DEFINE_int32(iters, 20, "timed repetitions of each operation (the median is reported)");
 DEFINE_string(sizes, "4K,64K,1M,16M,100M", "payload sizes of the single-array cases");
+DEFINE_int32(server_replicas, 0,
+             "also run the job with each server's slices on this many more servers (--servers must "
+             "exceed it) and give its ResNet-50 figures against the job without replicas");
 DEFINE_string(security, "both",
               "secure: the job authenticated and encrypted, as tools/launch.py runs it; plain: "
               "without (TALLY_PLAIN=1); both: each in turn, secure compared with plain");
@@ -99,8 +103,11 @@ Status ParseSizes(const std::string& text, std::vector<int64_t>* bytes) {
   return Status::Ok();
 }
 
+int g_replicas = 0;  // the --server-replicas of the job being run (RunJob)
+
 ClusterConfig JobConfig(wire::Role role, int rank, int port, const std::string& secret) {
   ClusterConfig c;
+  c.server_replicas = g_replicas;
   c.role = role;
   c.rank = rank;
   c.scheduler_port = port;
@@ -189,7 +196,8 @@ std::string SizeName(int64_t b) {
 
 // One job over loopback in `mode` (plain or secure): a scheduler, --servers servers and
 // --workers workers as threads, each worker running `proto`; *out: worker 0's figures.
-Status RunJob(const std::string& mode, const WorkerRun& proto, WorkerRun* out) {
+Status RunJob(const std::string& mode, const WorkerRun& proto, WorkerRun* out, int replicas = 0) {
+  g_replicas = replicas;
   std::string secret;
   if (mode == "secure") secret = std::string(32, '\0'), RandomBytes(&secret);
   const int port = FreeTcpPort();
@@ -217,8 +225,8 @@ Status RunJob(const std::string& mode, const WorkerRun& proto, WorkerRun* out) {
   std::vector<WorkerRun> runs(FLAGS_workers, proto);
   std::vector<std::thread> workers;
   if (!FLAGS_json) {
-    std::fprintf(stderr, "running the job (%s): %d workers, %d servers...\n", mode.c_str(), FLAGS_workers,
-                 FLAGS_servers);
+    std::fprintf(stderr, "running the job (%s): %d workers, %d servers, %d replicas...\n", mode.c_str(),
+                 FLAGS_workers, FLAGS_servers, replicas);
   }
   for (int i = 0; i < FLAGS_workers; ++i) {
     workers.emplace_back([&, i] { runs[i].Run(JobConfig(wire::WORKER, i, port, secret)); });
@@ -306,6 +314,30 @@ std::vector<BenchRow> PsRows(const std::vector<std::string>& modes, const std::m
   return rows;
 }
 
+// --server-replicas: the ResNet-50 sets with replicas against the same job without (every
+// replica receives each push: what replication costs the workers' pushes and the servers).
+std::vector<BenchRow> ReplicaRows(const std::string& mode, const WorkerRun& plain, const WorkerRun& replicated,
+                                  int64_t resnet_elements) {
+  std::vector<BenchRow> rows;
+  const std::string tag = "R" + std::to_string(FLAGS_server_replicas);
+  for (auto [dtype, bytes, with, without] :
+       {std::make_tuple("fp32", 4, &replicated.resnet_f32, &plain.resnet_f32),
+        std::make_tuple("fp16", 2, &replicated.resnet_f16, &plain.resnet_f16)}) {
+    BenchRow row;
+    row.bench = "ps";
+    row.name = std::to_string(FLAGS_workers) + "w" + std::to_string(FLAGS_servers) + "s-resnet50-pushpull-" + dtype +
+               "-" + tag + "-vs-R0";
+    const double moved = 2.0 * bytes * static_cast<double>(resnet_elements);
+    row.value = moved / Median(*with) / 1e9;
+    row.unit = "GB/s";
+    row.peer = moved / Median(*without) / 1e9;
+    row.peer_name = "same job without replicas (" + mode + ")";
+    row.note = "--server-replicas " + std::to_string(FLAGS_server_replicas) + ": goal >= 0.85";
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 // The secure transport's own costs, measured here: AES-256-GCM on one core (the records of
 // a 64 MB frame sealed on this thread), and sealing then opening one 4 KB message (the
 // per-message work a round trip does four times: request, answer and their acknowledgements).
@@ -360,9 +392,14 @@ std::vector<BenchRow> CryptoRows(double tcp_gbps) {
 }  // namespace
 
 int BenchPs(int argc, char** argv) {
-  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|secure|plain]", &argc, &argv, {__FILE__});
+  ParseFlags("tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20] [--sizes=4K,...,100M] [--security=both|secure|plain] [--server-replicas=R]", &argc, &argv, {__FILE__});
   if (FLAGS_workers < 1 || FLAGS_servers < 1 || FLAGS_iters < 1) {
     std::fprintf(stderr, "tally bench ps: --workers, --servers and --iters must be positive\n");
+    return 2;
+  }
+  if (FLAGS_server_replicas < 0 || FLAGS_server_replicas >= FLAGS_servers) {
+    std::fprintf(stderr, "tally bench ps: --server-replicas %d: from 0 to --servers - 1 (%d)\n",
+                 FLAGS_server_replicas, FLAGS_servers - 1);
     return 2;
   }
   WorkerRun proto;
@@ -402,6 +439,16 @@ int BenchPs(int argc, char** argv) {
   }
 
   std::vector<BenchRow> rows = PsRows(modes, result, resnet_elements, tcp_gbps, tcp_rtt_us);
+  if (FLAGS_server_replicas > 0) {
+    const std::string mode = modes.back();
+    WorkerRun replicated;
+    s = RunJob(mode, proto, &replicated, FLAGS_server_replicas);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tally bench ps (%s, replicas): %s\n", mode.c_str(), s.ToString().c_str());
+      return 1;
+    }
+    for (BenchRow& row : ReplicaRows(mode, result.at(mode), replicated, resnet_elements)) rows.push_back(row);
+  }
   if (std::find(modes.begin(), modes.end(), "secure") != modes.end()) {
     for (BenchRow& row : CryptoRows(tcp_gbps)) rows.push_back(row);
   }
