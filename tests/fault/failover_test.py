@@ -5,6 +5,7 @@ server killed -9 at a step drawn from a seed (10 seeds; FAULT_SEEDS overrides): 
 must finish without a restart, exit 0, and end with the weights and momenta of the same job
 run with no fault and no replicas, bit for bit. The time from the kill to worker 0's first
 step after it is printed beside its goal, the dead timeout plus 3 s.
+AsyncFailoverTest: the same under dist_async, which ends whole.
 LostTest: a server and a worker killed together end the job naming both; the two servers
 of one chain (the primary and its only backup) killed together end it naming the slices
 lost.
@@ -79,6 +80,22 @@ class FailoverTest(FaultCase):
             # a loaded machine delays the step itself.
             print("  kill to next step: min %.2f s, max %.2f s (dead timeout %.1f s, goal within %.1f s)"
                   % (min(times), max(times), DEAD_TIMEOUT_S, FAILOVER_GOAL_S))
+
+
+class AsyncFailoverTest(FaultCase):
+    def test_dist_async_goes_on_after_a_server_dies(self):
+        # Each replica applies every push as it arrives, in its own order: the weights are
+        # an asynchronous run's, so the check is that the job ends, on time and whole.
+        prefix = os.path.join(self.dir, "m")
+        proc, path = self.start_launch(prefix, "async", REPLICAS, ["--kv-store", "dist_async"])
+        self.wait_step(path, proc, 60)
+        os.kill(self.pid_of("server", 1), signal.SIGKILL)
+        code = self.wait_launch(proc, path)
+        out = read(path)
+        self.assertEqual(code, 0, out[-4000:])
+        self.assertLogHas(out, r"launch\.py: the job finished: the scheduler, 2 servers and 2 workers exited 0 "
+                               r"after [\d.]+ s \(server 1 on localhost lost on the way\)")
+        self.assertEqual(self.assertLatestLoads(prefix), 3)
 
 
 class LostTest(FaultCase):
