@@ -284,6 +284,7 @@ void DistChannel::OnFailure(const Status& s) {
 
 void DistChannel::OnMessage(Message&& m) {
   const wire::Meta& meta = m.meta;
+  if (meta.command() == wire::SERVER_LOST) return;  // ServerLost has rerouted already
   if (meta.command() != wire::RESPONSE) {
     LOG(WARNING) << "kvstore: ignoring " << wire::Command_Name(meta.command()) << " from node "
                  << meta.sender_id() << ": a worker serves no requests";

@@ -124,8 +124,9 @@ class DistKVStore : public KVStore, public MasterWeightStore {
   void PullSlices(wire::Command command, int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others,
                   int priority, bool optimizer_state);
   // --server-replicas: m (a PUSH, PUSHPULL or ROLLBACK of a slice of server `server_rank`)
-  // as a copy for each live backup of the slice, a PUSHPULL as a PUSH: every replica sums
-  // and updates the slice as the primary does, so any of them can take over.
+  // as a copy for each live backup of the slice, a PUSHPULL as a PUSH. Synchronous steps
+  // reach the backups from the primary (REPLICATE), so only dist_async's pushes, which each
+  // replica applies as they come, and rollbacks go as copies.
   void SendCopies(int server_rank, const Message& m, const PendingRequest& p, int priority);
   // Asks every server to undo step `step` of every key whose last push was of that step,
   // writing the restored weights into the keys' last pull outputs (docs/wire.md, ROLLBACK).
@@ -248,17 +249,21 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
 
 Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state) {
   const int servers = cluster_->num_servers();
-  std::vector<Message> inits(servers);
-  for (int s = 0; s < servers; ++s) {
-    inits[s] = Request(wire::INIT, -1);
-    inits[s].meta.set_optimizer_state(optimizer_state);
-  }
+  const int replicas = cluster_->server_replicas();
+  // One message per (holder, chain): every server of a slice's chain holds it, and learns
+  // which chain it is on (--server-replicas; without, each server its own slices).
+  std::map<std::pair<int, int>, Message> inits;
   for (size_t i = 0; i < keys.size(); ++i) {
     const Tensor flat = Flat(values[i]);
     for (const Placement::Slice& sl : keys_.at(keys[i]).slices) {
-      // Every server of the slice's chain holds it (--server-replicas; one without).
-      for (int holder : ReplicaChain(sl.server, cluster_->server_replicas(), servers)) {
-        Message& m = inits[holder];
+      for (int holder : ReplicaChain(sl.server, replicas, servers)) {
+        auto [it, fresh] = inits.try_emplace({holder, sl.server});
+        Message& m = it->second;
+        if (fresh) {
+          m = Request(wire::INIT, -1);
+          m.meta.set_optimizer_state(optimizer_state);
+          if (replicas > 0) m.meta.set_chain(sl.server + 1);
+        }
         m.meta.set_dtype(ToWire(flat.dtype()));
         wire::KeySlice* ks = m.meta.add_slices();
         ks->set_key(keys[i]);
@@ -269,19 +274,19 @@ Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Ten
     }
   }
   // A message has one dtype: values of mixed dtypes go as fp32.
-  for (Message& m : inits) {
+  for (auto& [to, m] : inits) {
     bool mixed = false;
     for (const Tensor& t : m.data) mixed |= t.dtype() != FromWire(m.meta.dtype());
     if (!mixed) continue;
     m.meta.set_dtype(wire::F32);
     for (Tensor& t : m.data) t = t.To(DType::kF32);
   }
-  for (int s = 0; s < servers; ++s) {
-    if (inits[s].meta.slices_size() == 0 || !cluster_->ServerAlive(s)) continue;
+  for (auto& [to, m] : inits) {
+    if (!cluster_->ServerAlive(to.first)) continue;
     PendingRequest p;
     p.command = wire::INIT;
-    p.keep = inits[s].data;
-    channel_->Enqueue(cluster_->ServerId(s), std::move(inits[s]), INT_MAX, std::move(p));
+    p.keep = m.data;
+    channel_->Enqueue(cluster_->ServerId(to.first), std::move(m), INT_MAX, std::move(p));
   }
   return Status::Ok();
 }
@@ -378,7 +383,7 @@ Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority)
   for (const Placement::Slice& sl : k->slices) {
     PendingRequest p;
     Message m = SliceRequest(wire::PUSH, step, key, sl, sum, &p);
-    SendCopies(sl.server, m, p, priority);
+    if (type_ == KVStoreType::kDistAsync) SendCopies(sl.server, m, p, priority);
     channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
   }
   return Status::Ok();
@@ -458,7 +463,7 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
     p.pull = op;
     p.offset = sl.offset;
     p.length = sl.length;
-    SendCopies(sl.server, m, p, priority);
+    if (type_ == KVStoreType::kDistAsync) SendCopies(sl.server, m, p, priority);
     channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
   }
   return Status::Ok();

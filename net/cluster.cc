@@ -238,23 +238,27 @@ class Cluster::Impl {
           break;
         }
         case wire::SERVER_LOST:
-          if (m.meta.nodes_size() == 1) ServerLost(m.meta.nodes(0));
+          // Also to the data handler, in order with the data: a server stops waiting for the
+          // lost one there (KVServer is fed from that thread alone).
+          if (m.meta.nodes_size() == 1 && ServerLost(m.meta.nodes(0))) Deliver(std::move(m));
           break;
         default: Deliver(std::move(m));
       }
     }
   }
 
-  void ServerLost(const wire::Node& node) {
+  // Records a lost server and tells the callbacks; false when it was known already.
+  bool ServerLost(const wire::Node& node) {
     std::vector<std::function<void(int)>> callbacks;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!lost_servers_.insert(node.rank()).second) return;
+      if (!lost_servers_.insert(node.rank()).second) return false;
       callbacks = lost_callbacks_;
     }
     LOG(WARNING) << DescribeNode(node) << " stopped answering; its slices go on on their replicas "
                  << "(--server-replicas " << cfg_.server_replicas << ")";
     for (auto& cb : callbacks) cb(node.rank());
+    return true;
   }
 
   // One round trip: sent at t0 (echoed), answered at t1 on the scheduler's clock, back at

@@ -40,8 +40,10 @@ Status ValidateMessage(const Message& msg) {
   if (m.slices_size() > kMaxSlicesPerMessage) {
     return Status::InvalidArgument(std::to_string(m.slices_size()) + " slices in one message");
   }
-  // A PULL names slices without sending data; every other data command sends one frame per slice.
+  // A PULL names slices without sending data; every other data command (REPLICATE too) sends one
+  // frame per slice.
   const bool carries_data = m.command() == wire::INIT || m.command() == wire::PUSH || m.command() == wire::PUSHPULL ||
+                            m.command() == wire::REPLICATE ||
                             (m.command() == wire::RESPONSE && !msg.data.empty());
   const size_t frames = carries_data ? static_cast<size_t>(m.slices_size()) : 0;
   if (msg.data.size() != frames) {

@@ -115,8 +115,23 @@ void KVServer::Handle(Message&& msg) {
   }
   const std::string what = wire::Command_Name(m.command()) + " from node " +
                            std::to_string(m.sender_id());
+  if (m.command() == wire::SERVER_LOST && m.sender_id() == kSchedulerId && m.nodes_size() == 1) {
+    ServerLost(m.nodes(0).rank());
+    return;
+  }
   if (m.command() == wire::RESPONSE) {
-    LOG(WARNING) << "server: ignoring " << what << ": a server sends no requests";
+    if (ids_.IsServer(m.sender_id())) {
+      HandleReplicaAck(msg);  // a backup has applied a step this server forwarded
+    } else {
+      LOG(WARNING) << "server: ignoring " << what << ": a server sends no requests to it";
+    }
+    return;
+  }
+  if (m.command() == wire::REPLICATE) {
+    Status r = ValidateMessage(msg);
+    if (r.ok() && !ids_.IsServer(m.sender_id())) r = Status::InvalidArgument("the sender is not a server of this job");
+    if (r.ok()) r = HandleReplicate(&msg);
+    if (!r.ok()) LOG(WARNING) << "server: refused " << what << ": " << r.message();
     return;
   }
   Status s = ValidateMessage(msg);
@@ -212,6 +227,7 @@ Status KVServer::HandleInit(const Message& msg) {
     s->offset = ks.offset();
     s->length = static_cast<int64_t>(ks.length());
     s->value = msg.data[i].To(DType::kF32);  // always a copy: the frame may be the sender's buffer
+    s->chain = m.chain() - 1;
     slices_[{ks.key(), ks.offset()}] = std::move(s);
   }
   return Status::Ok();
@@ -280,7 +296,10 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
     if (async_ && !counted[i]) finite[i] = AllFinite(data[i]);
     out->not_applied |= !finite[i];
   }
-  if (m.command() == wire::PUSH) Respond(m, "", out->not_applied);
+  // With replicas, a synchronous PUSH is answered once its step is visible (applied and
+  // replicated): an answered push is never lost with this server.
+  const bool defer = m.command() == wire::PUSH && replicas_ > 0 && !async_;
+  if (m.command() == wire::PUSH && !defer) Respond(m, "", out->not_applied);
   pushed_ = true;
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice* s = slices[i];
@@ -317,10 +336,11 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
     ++st.count;
     ApplyReadySteps(s);
   }
+  if (defer) return HandlePull(*msg, false, /*push_only=*/true);
   return Status::Ok();
 }
 
-Status KVServer::HandlePull(const Message& msg, bool push_not_applied) {
+Status KVServer::HandlePull(const Message& msg, bool push_not_applied, bool push_only) {
   const wire::Meta& m = msg.meta;
   if (m.step() < -1) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is below -1");
   if (!wire::DType_IsValid(m.pull_dtype())) {
@@ -330,6 +350,7 @@ Status KVServer::HandlePull(const Message& msg, bool push_not_applied) {
   TALLY_RETURN_IF_ERROR(FindSlices(msg, &p->slices));
   p->request = m;
   p->push_not_applied = push_not_applied;
+  p->push_only = push_only;
   // A duplicate of a request still waiting: the first one's answer will do for both.
   for (Slice* s : p->slices) {
     for (const auto& w : s->waiting) {
@@ -338,7 +359,7 @@ Status KVServer::HandlePull(const Message& msg, bool push_not_applied) {
   }
   if (!async_) {
     for (Slice* s : p->slices) {
-      if (s->applied < m.step()) {
+      if (Visible(s) < m.step()) {
         s->waiting.push_back(p);
         ++p->remaining;
       }
@@ -353,6 +374,10 @@ Status KVServer::HandlePull(const Message& msg, bool push_not_applied) {
 }
 
 void KVServer::AnswerPull(const PendingPull& p) {
+  if (p.push_only) {
+    Respond(p.request, "");
+    return;
+  }
   Message r;
   r.meta.set_command(wire::RESPONSE);
   r.meta.set_receiver_id(p.request.sender_id());

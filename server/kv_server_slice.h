@@ -18,6 +18,7 @@ struct KVServer::PendingPull {
   std::vector<Slice*> slices;
   int remaining = 0;  // slices whose update of request.step() is still to come
   bool push_not_applied = false;  // dist_async PUSHPULL: its push was not finite, not applied
+  bool push_only = false;  // a sync PUSH under replication: answered, without data, once visible
 };
 
 // The steps of one worker's pushes that a slice has taken, under dist_async, where pushes
@@ -63,6 +64,12 @@ struct KVServer::Slice {
   Tensor undo;
   int64_t undo_step = -1;
   std::vector<StepsSeen> seen;  // async: by worker rank
+  // --server-replicas: the rank of the server whose chain holds the slice (-1: none), and,
+  // while this server is its primary, the steps forwarded to backups and not yet
+  // acknowledged, with the backups (ranks) still owing. A step is visible (answered) once
+  // applied and acknowledged by every live backup.
+  int chain = -1;
+  std::map<int64_t, std::set<int>> owed;
 };
 
 }  // namespace tally

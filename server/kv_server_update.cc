@@ -20,26 +20,18 @@ void KVServer::ApplyReadySteps(Slice* s) {
   while (!s->pushes.empty()) {
     auto it = s->pushes.begin();
     if (it->first != s->applied + 1 || it->second.count < ids_.num_workers) break;
+    Tensor sum;
     if (s->skip_when_ready.erase(it->first) > 0) {
       Skip(s, it->first, {});  // rolled back before it could be applied
     } else {
-      Apply(s, it->second.grads, it->first, it->second.scale);
+      sum = Apply(s, it->second.grads, it->first, it->second.scale);
     }
     s->applied = it->first;
+    Forward(s, it->first, sum, it->second.scale);  // --server-replicas: to the backups
     s->pushes.erase(it);
     applied = true;
   }
-  if (!applied || s->waiting.empty()) return;
-  std::vector<std::shared_ptr<PendingPull>> still;
-  for (auto& p : s->waiting) {
-    if (p->request.step() > s->applied) {
-      still.push_back(std::move(p));
-    } else if (--p->remaining == 0) {
-      AnswerPull(*p);
-      --num_waiting_;
-    }
-  }
-  s->waiting = std::move(still);
+  if (applied) AnswerVisible(s);
 }
 
 float KVServer::LearningRateFor(int64_t step) const {
@@ -47,13 +39,14 @@ float KVServer::LearningRateFor(int64_t step) const {
   return it == lr_from_step_.begin() ? base_lr_ : std::prev(it)->second;
 }
 
-void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale) {
+Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale, float lr) {
   const int64_t t0 = profile::NowUs();
   Tensor g;
   if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
     g = grads[0];  // the sum is the one push itself (ours alone: TakeData saw to that)
   } else {
-    if (!s->grad.defined()) s->grad = Tensor::Empty({s->length}, DType::kF32);
+    // A sum still on its way to a backup (Forward sends it without a copy) is not overwritten.
+    if (!s->grad.defined() || s->grad.storage().use_count() > 1) s->grad = Tensor::Empty({s->length}, DType::kF32);
     SumInF32(grads, &s->grad);
     g = s->grad;
   }
@@ -71,7 +64,7 @@ void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, f
                           ", +" + std::to_string(s->length) + ") is not finite: " +
                           (who.empty() ? std::string("the sum overflowed") : "NaN/Inf from worker " + who));
     RecordApply(step, s->key, t0, t1, -1);
-    return;
+    return g;
   }
   if (!updater_) {
     // The sum replaces the values without a copy. Sync keeps the old values whole as the
@@ -86,17 +79,18 @@ void KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, f
       s->grad = spare.defined() && spare.storage().use_count() == 1 ? spare : Tensor();
     }
     RecordApply(step, s->key, t0, t1, -1);
-    return;
+    return g;
   }
   if (!async_) {
     KeepUndo(s, step);
   } else if (s->value.storage().use_count() > 1) {
     s->value = s->value.Clone();  // a pull answered in fp32 may still be sending these values
   }
-  updater_->set_learning_rate(LearningRateFor(step));
+  updater_->set_learning_rate(lr >= 0 ? lr : LearningRateFor(step));
   updater_->set_gradient_scale(scale);
   updater_->Update(s->id, g, &s->value);
   RecordApply(step, s->key, t0, t1, profile::NowUs());
+  return g;
 }
 
 void KVServer::KeepUndo(Slice* s, int64_t step) {

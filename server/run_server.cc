@@ -25,6 +25,7 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
     const int priority = m.meta.priority();
     return sender.Send(id, std::move(m), priority);
   });
+  server.SetReplication(c->me().rank(), c->server_replicas());
   if (observer.step) server.SetStepRecorder(observer.step, observer.step_begins);
   c->SetDataHandler([&server](Message&& m) { server.Handle(std::move(m)); });
   Status s = c->WaitForShutdown();

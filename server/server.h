@@ -53,6 +53,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +77,13 @@ class KVServer {
   // Handles one data message (a request from a worker) and answers it, now or, for a
   // synchronous pull, once the step it waits for has been applied.
   void Handle(Message&& msg);
+
+  // --server-replicas (docs/faults.md): this server's rank and the replica count. Each
+  // slice's INIT names its chain; as the chain's first live server, this one forwards every
+  // synchronous step's summed gradient to the live servers after it (REPLICATE) and answers
+  // the step's pulls and pushes once they have applied it. SERVER_LOST (from the scheduler,
+  // through the data handler) stops the waiting for a lost server.
+  void SetReplication(int my_rank, int replicas);
 
   // For tests and logs: the fp32 master values of the slice of `key` starting at `offset`
   // (undefined if unknown), and the last step applied to it (-1: none).
@@ -108,9 +116,24 @@ class KVServer {
   };
   Status HandlePush(Message* msg, PushOutcome* out);
   // push_not_applied: the answer says the request's own push was left out (async).
-  Status HandlePull(const Message& msg, bool push_not_applied = false);
+  // push_only: a PUSH whose answer waits until its step is visible (sync with replicas).
+  Status HandlePull(const Message& msg, bool push_not_applied = false, bool push_only = false);
   Status HandleSetLr(const Message& msg);
   Status HandleRollback(const Message& msg);
+
+  // Replication (kv_server_replica.cc). HandleReplicate: a backup applies a forwarded step;
+  // HandleReplicaAck: a backup has; ServerLost: a server will never acknowledge again.
+  Status HandleReplicate(Message* msg);
+  void HandleReplicaAck(const Message& msg);
+  void ServerLost(int rank);
+  // The live servers after this one in s's chain, when this one serves s.
+  std::vector<int> Backups(const Slice* s) const;
+  // Sends step `step` of s (its applied fp32 sum, or that it was skipped) to the backups.
+  void Forward(Slice* s, int64_t step, const Tensor& sum, float scale);
+  // The last step of s that may be answered: applied, and acknowledged by the backups.
+  int64_t Visible(const Slice* s) const;
+  // Answers the pulls (and deferred pushes) of s whose step is now visible.
+  void AnswerVisible(Slice* s);
 
   // Checks that every slice of msg is known, with the stored length, and fills `out`.
   Status FindSlices(const Message& msg, std::vector<Slice*>* out);
@@ -121,7 +144,10 @@ class KVServer {
   // learning rate of `step`, or, without an optimizer, makes the sum the value. Sync: keeps
   // the undo copy first, and skips the step instead when the sum is not finite.
   // scale: the pushes' gradient scale, divided out by the update.
-  void Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale);
+  // Returns the fp32 sum it applied (or found not finite). lr >= 0: that learning rate
+  // instead of the step's (a backup applies a forwarded step with the primary's: its own
+  // SET_LR of that step may not have come yet).
+  Tensor Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale, float lr = -1);
   // Copies s's values and optimizer state as they are before the update of `step`.
   void KeepUndo(Slice* s, int64_t step);
   // Marks `step` skipped on s: its answers say so and name the workers given.
@@ -136,6 +162,8 @@ class KVServer {
   void Respond(const wire::Meta& request, const std::string& error, bool not_applied = false);
 
   const NodeIds ids_;  // the job's servers and workers, and their node ids
+  int my_rank_ = -1, replicas_ = 0;  // SetReplication
+  std::set<int> lost_;               // server ranks lost (SERVER_LOST)
   SendFn send_;
   bool async_ = false;
   bool pushed_ = false;  // a push has arrived: the optimizer can no longer change

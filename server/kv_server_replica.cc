@@ -1,0 +1,146 @@
+// KVServer's replication of synchronous steps along a slice's chain of servers
+// (--server-replicas; server.h, docs/faults.md): the primary forwards each applied step's
+// fp32 sum, a backup applies it as the primary did, and the step's answers wait until every
+// live backup has.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "server/kv_server_slice.h"
+#include "server/server.h"
+
+namespace tally {
+
+void KVServer::SetReplication(int my_rank, int replicas) {
+  my_rank_ = my_rank;
+  replicas_ = replicas;
+}
+
+std::vector<int> KVServer::Backups(const Slice* s) const {
+  std::vector<int> out;
+  if (replicas_ == 0 || s->chain < 0 || async_) return out;
+  bool after_me = false;
+  for (int r : ReplicaChain(s->chain, replicas_, ids_.num_servers)) {
+    if (after_me && !lost_.count(r)) out.push_back(r);
+    after_me |= r == my_rank_;
+  }
+  return out;
+}
+
+int64_t KVServer::Visible(const Slice* s) const {
+  return s->owed.empty() ? s->applied : s->owed.begin()->first - 1;
+}
+
+void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale) {
+  const std::vector<int> backups = Backups(s);
+  if (backups.empty()) return;
+  for (int r : backups) {
+    Message m;
+    m.meta.set_command(wire::REPLICATE);
+    m.meta.set_step(step);
+    m.meta.set_dtype(wire::F32);
+    m.meta.set_grad_scale(scale);
+    // The backup's own SET_LR of this step travels on another path and may come later.
+    m.meta.set_lr(LearningRateFor(step));
+    m.meta.set_priority(INT32_MAX);  // ahead of answers: the answers of this step wait for it
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(s->key);
+    ks->set_offset(s->offset);
+    ks->set_length(static_cast<uint64_t>(s->length));
+    if (s->skipped == step) {
+      m.meta.set_skipped(true);
+      for (int rank : s->nonfinite_ranks) m.meta.add_nonfinite_workers(rank);
+    }
+    // Skipped steps carry the values as a placeholder: the backup applies nothing then.
+    m.data.push_back(sum.defined() ? sum : s->value);
+    s->owed[step].insert(r);
+    Status st = send_(ids_.Server(r), std::move(m));
+    if (!st.ok()) LOG(WARNING) << "server: replicating step " << step << " to server " << r << " failed: " << st;
+  }
+}
+
+Status KVServer::HandleReplicate(Message* msg) {
+  const wire::Meta& m = msg->meta;
+  const int64_t step = m.step();
+  std::vector<Slice*> slices;
+  TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
+  for (Slice* s : slices) {
+    if (step > s->applied + 1) {
+      return Status::InvalidArgument("REPLICATE of step " + std::to_string(step) + " of key " +
+                                     std::to_string(s->key) + ", which has applied step " + std::to_string(s->applied));
+    }
+  }
+  // Acknowledged on receipt, before the update: once here the step is safe from the
+  // primary's death (this server applies what it received, in order), and the primary's
+  // answers need not wait for this server's update too.
+  Message ack;
+  ack.meta.set_command(wire::RESPONSE);
+  ack.meta.set_receiver_id(m.sender_id());
+  ack.meta.set_request_id(m.request_id());
+  ack.meta.set_step(step);
+  ack.meta.set_priority(INT32_MAX);
+  *ack.meta.mutable_slices() = m.slices();
+  Status st = send_(m.sender_id(), std::move(ack));
+  if (!st.ok()) LOG(WARNING) << "server: acknowledging step " << step << " to node " << m.sender_id() << ": " << st;
+  std::vector<Tensor> data = std::move(msg->data);
+  const float scale = m.grad_scale() == 0.0f ? 1.0f : m.grad_scale();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    Slice* s = slices[i];
+    if (step <= s->applied) continue;  // a repeat: already applied
+    // A step some worker rolled back here before its sum came (the ROLLBACK every worker
+    // sends each replica) is skipped, as the primary did.
+    if (m.skipped() || s->skip_when_ready.erase(step) > 0) {
+      Skip(s, step, std::vector<int>(m.nonfinite_workers().begin(), m.nonfinite_workers().end()));
+    } else {
+      Apply(s, {data[i].To(DType::kF32)}, step, scale, m.lr());
+    }
+    s->applied = step;
+    pushed_ = true;
+  }
+  return Status::Ok();
+}
+
+void KVServer::HandleReplicaAck(const Message& msg) {
+  const int from = ids_.ServerRank(msg.meta.sender_id());
+  for (const wire::KeySlice& ks : msg.meta.slices()) {
+    auto it = slices_.find({ks.key(), ks.offset()});
+    if (it == slices_.end()) continue;
+    Slice* s = it->second.get();
+    auto owed = s->owed.find(msg.meta.step());
+    if (owed == s->owed.end()) continue;
+    owed->second.erase(from);
+    if (owed->second.empty()) s->owed.erase(owed);
+    AnswerVisible(s);
+  }
+}
+
+void KVServer::ServerLost(int rank) {
+  if (!lost_.insert(rank).second) return;
+  for (auto& [id, s] : slices_) {
+    for (auto it = s->owed.begin(); it != s->owed.end();) {
+      it->second.erase(rank);
+      it = it->second.empty() ? s->owed.erase(it) : std::next(it);
+    }
+    AnswerVisible(s.get());
+  }
+}
+
+void KVServer::AnswerVisible(Slice* s) {
+  if (s->waiting.empty()) return;
+  const int64_t visible = Visible(s);
+  std::vector<std::shared_ptr<PendingPull>> still;
+  for (auto& p : s->waiting) {
+    if (p->request.step() > visible) {
+      still.push_back(std::move(p));
+    } else if (--p->remaining == 0) {
+      AnswerPull(*p);
+      --num_waiting_;
+    }
+  }
+  s->waiting = std::move(still);
+}
+
+}  // namespace tally
