@@ -439,6 +439,8 @@ void DistKVStore::SendCopies(int server_rank, const Message& m, const PendingReq
     c.command = copy.meta.command();
     c.key = p.key;
     c.keep = p.keep;
+    c.offset = p.offset;
+    c.length = p.length;
     c.replica_copy = true;
     channel_->Enqueue(node, std::move(copy), priority, std::move(c));
   }

@@ -5,6 +5,8 @@ server killed -9 at a step drawn from a seed (10 seeds; FAULT_SEEDS overrides): 
 must finish without a restart, exit 0, and end with the weights and momenta of the same job
 run with no fault and no replicas, bit for bit. The time from the kill to worker 0's first
 step after it is printed beside its goal, the dead timeout plus 3 s.
+SkippedStepFailoverTest: a step skipped for a NaN, then a server killed: the same as the
+job with the NaN alone.
 AsyncFailoverTest: the same under dist_async, which ends whole.
 LostTest: a server and a worker killed together end the job naming both; the two servers
 of one chain (the primary and its only backup) killed together end it naming the slices
@@ -80,6 +82,24 @@ class FailoverTest(FaultCase):
             # a loaded machine delays the step itself.
             print("  kill to next step: min %.2f s, max %.2f s (dead timeout %.1f s, goal within %.1f s)"
                   % (min(times), max(times), DEAD_TIMEOUT_S, FAILOVER_GOAL_S))
+
+
+class SkippedStepFailoverTest(FaultCase):
+    def test_a_skipped_step_then_a_killed_server(self):
+        # A NaN in worker 0's gradient at step 30 is skipped and rolled back on every replica
+        # (TALLY_TEST_NAN); server 0 is killed later: the same as the job with the NaN alone.
+        nan = {"TALLY_TEST_NAN": "0:30"}
+        ref = os.path.join(self.dir, "ref", "m")
+        code, out = self.run_launch(ref, "reference", ["-s", str(SERVERS)], env=nan)
+        self.assertEqual(code, 0, out[-4000:])
+        self.assertLogHas(out, r"step 30 skipped")
+        prefix = os.path.join(self.dir, "run", "m")
+        proc, path = self.start_launch(prefix, "run", REPLICAS, env=nan)
+        self.wait_step(path, proc, 60)
+        os.kill(self.pid_of("server", 0), signal.SIGKILL)
+        code = self.wait_launch(proc, path)
+        self.assertEqual(code, 0, read(path)[-4000:])
+        self.assertSameCheckpoint(prefix + FINAL, ref + FINAL)
 
 
 class AsyncFailoverTest(FaultCase):
