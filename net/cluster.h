@@ -77,10 +77,6 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg);
 // "worker 1 (10.0.0.3:40123, pid 4242)"
 std::string DescribeNode(const wire::Node& node);
 
-// The servers holding server `rank`'s slices with `replicas` replicas: rank, rank + 1, ...,
-// rank + replicas (modulo num_servers), the first live one serving them (docs/faults.md).
-std::vector<int> ReplicaChain(int rank, int replicas, int num_servers);
-
 class Cluster {
  public:
   // Binds, registers with the scheduler, waits for the node table and connects to every

@@ -123,12 +123,6 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg) {
   return Status::Ok();
 }
 
-std::vector<int> ReplicaChain(int rank, int replicas, int num_servers) {
-  std::vector<int> chain;
-  for (int i = 0; i <= replicas && i < num_servers; ++i) chain.push_back((rank + i) % num_servers);
-  return chain;
-}
-
 Status NewJobTransport(const ClusterConfig& cfg, std::unique_ptr<Transport>* out) {
   std::unique_ptr<Transport> t;
   if (cfg.job_secret.empty()) {

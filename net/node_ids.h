@@ -12,6 +12,8 @@
 // A plain value; thread-safe as any const object.
 #pragma once
 
+#include <vector>
+
 namespace tally {
 
 constexpr int kSchedulerId = 0;
@@ -29,5 +31,14 @@ struct NodeIds {
   bool IsWorker(int id) const { return id >= Worker(0) && id < Worker(num_workers); }
   int size() const { return 1 + num_servers + num_workers; }  // the scheduler too
 };
+
+// The servers holding server `rank`'s slices with `replicas` replicas (--server-replicas):
+// rank, rank + 1, ..., rank + replicas, modulo num_servers; the first live one serves them
+// (docs/faults.md).
+inline std::vector<int> ReplicaChain(int rank, int replicas, int num_servers) {
+  std::vector<int> chain;
+  for (int i = 0; i <= replicas && i < num_servers; ++i) chain.push_back((rank + i) % num_servers);
+  return chain;
+}
 
 }  // namespace tally
