@@ -252,12 +252,30 @@ class SlurmTallyTest(ClusterCase):
         self.assertIn("the workers stopped at their agreed step with the checkpoint saved", text)
         saved = self.assertLatestLoads(prefix)
         print(f"  {name}: stopped; checkpoint {saved} saved")
-        # Slurm holds a requeued batch job back two minutes (BeginTime); no need to here.
-        self.cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        self.release(job, out)
         state, code, text = self.wait_end_of_run(job, out, 1)
         self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
         self.assertSameCheckpoint(prefix + FINAL, reference)
         return text
+
+    def release(self, job, out, timeout=60):
+        """Slurm holds a requeued batch job back two minutes (BeginTime), so that its node has
+        forgotten the last run: slurmd refuses to launch a job it killed moments ago ("already
+        killed, do not launch batch job"). Five seconds do here, once the requeue has taken
+        effect (the job PENDING)."""
+        deadline = time.monotonic() + timeout
+        released = False
+        while time.monotonic() < deadline:
+            state = self.job_field(job, "JobState")
+            if state in ("RUNNING", "COMPLETING", "COMPLETED") and self.job_field(job, "Restarts") not in (None, "0"):
+                return
+            if state == "PENDING" and not released:
+                self.cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now+5"])
+                released = True
+            time.sleep(0.5)
+        self.fail(f"job {job} not started again within {timeout} s:\n"
+                  + self.cluster.run(["scontrol", "show", "job", job]).stdout + fault_job.tail(out)
+                  + "\n" + self.cluster.logs(2500))
 
     def wait_end_of_run(self, job, out, run):
         """Waits for run `run` (SLURM_RESTART_COUNT) of the job to start and end."""

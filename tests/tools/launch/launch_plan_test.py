@@ -258,7 +258,8 @@ class DryRunTest(HostfileCase):
                                       f"DMLC_PS_ROOT_PORT=9091,DMLC_NUM_WORKER=3,"
                                       f"DMLC_NUM_SERVER=2,DMLC_NODE_HOST={host},"
                                       f"TALLY_RANK={rank},{ids},DMLC_NUM_ATTEMPT=0,"
-                                      f"DMLC_JOB_CLUSTER=slurm,OMP_WAIT_POLICY=passive,LIST,"
+                                      f"DMLC_JOB_CLUSTER=slurm,TALLY_STOPPED_STATUS=75,"
+                                      f"TALLY_SERVER_REPLICAS=0,OMP_WAIT_POLICY=passive,LIST,"
                                       f"TALLY_JOB_SECRET")
             self.assertEqual(argv[10:], ["train", "--kv-store", "dist_sync"])
 
