@@ -69,11 +69,15 @@ class ReplicaTest : public ::testing::Test {
     m.meta.set_receiver_id(rank + 1);
     servers_[rank]->Handle(std::move(m));
   }
-  // Takes what server `rank` sent to node `to`.
+  // Takes what server `rank` sent to node `to`, leaving the rest.
   std::vector<Message> Take(int rank, int to) {
-    std::vector<Message> got, left;
-    for (auto& [id, m] : out_[rank]) (id == to ? got : left).push_back(std::move(m));
-    out_[rank].clear();
+    std::vector<Message> got;
+    std::vector<std::pair<int, Message>> left;
+    for (auto& [id, m] : out_[rank]) {
+      if (id == to) got.push_back(std::move(m));
+      else left.push_back({id, std::move(m)});
+    }
+    out_[rank] = std::move(left);
     return got;
   }
   // Carries server `from`'s messages to server `to` (REPLICATE one way, RESPONSE back).
@@ -107,6 +111,8 @@ TEST_F(ReplicaTest, AStepIsAnsweredOnceTheBackupHasItAndBothHoldTheSameBits) {
     ASSERT_EQ(Carry(1, 0), 1);  // the acknowledgement
     std::vector<Message> a0 = Take(0, Worker(0));
     ASSERT_EQ(a0.size(), 1u);
+    EXPECT_EQ(Take(0, Worker(1)).size(), 1u);
+    EXPECT_TRUE(out_[0].empty());
     const Tensor p = servers_[0]->Value(7, 0), b = servers_[1]->Value(7, 0);
     EXPECT_EQ(std::memcmp(p.raw_data(), b.raw_data(), p.nbytes()), 0) << "step " << step;
     EXPECT_EQ(Floats(a0[0].data[0]), Floats(p));
