@@ -1,5 +1,7 @@
 #include "models/ndarray_file.h"
 
+#include "models/atomic_file.h"
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -133,11 +135,11 @@ Status ReadArray(Reader* r, const std::string& where, Tensor* out) {
 }
 
 template <typename T>
-void Put(std::ofstream& f, T v) {
+void Put(std::ostream& f, T v) {
   f.write(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-void WriteArray(std::ofstream& f, const Tensor& t) {
+void WriteArray(std::ostream& f, const Tensor& t) {
   Put<uint32_t>(f, kV2Magic);
   Put<int32_t>(f, kDenseStorage);
   Put<int32_t>(f, static_cast<int32_t>(t.ndim()));
@@ -158,36 +160,22 @@ const Tensor* NDArrayFile::Find(const std::string& name) const {
 }
 
 Status WriteNDArrayFile(const std::string& path, const std::vector<NamedTensor>& arrays) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status::IoError(tmp + ": cannot open for writing");
+  for (const NamedTensor& a : arrays) {
+    // A 0-dim array would read back as "none" in version 2: MXNet has no scalar there.
+    CHECK(a.tensor.defined() && a.tensor.device().is_cpu() && a.tensor.ndim() > 0)
+        << a.name << ": not a CPU tensor with dimensions";
+  }
+  return WriteFileAtomically(path, [&](std::ostream& f) {
     Put<uint64_t>(f, kNDArrayListMagic);
     Put<uint64_t>(f, 0);  // reserved
     Put<uint64_t>(f, arrays.size());
-    for (const NamedTensor& a : arrays) {
-      // A 0-dim array would read back as "none" in version 2: MXNet has no scalar there.
-      CHECK(a.tensor.defined() && a.tensor.device().is_cpu() && a.tensor.ndim() > 0)
-          << a.name << ": not a CPU tensor with dimensions";
-      WriteArray(f, a.tensor);
-    }
+    for (const NamedTensor& a : arrays) WriteArray(f, a.tensor);
     Put<uint64_t>(f, arrays.size());
     for (const NamedTensor& a : arrays) {
       Put<uint64_t>(f, a.name.size());
       f.write(a.name.data(), static_cast<std::streamsize>(a.name.size()));
     }
-    f.flush();
-    if (!f) {
-      f.close();
-      std::remove(tmp.c_str());
-      return Status::IoError(tmp + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(path + ": cannot rename " + tmp + " into place");
-  }
-  return Status::Ok();
+  });
 }
 
 Status ReadNDArrayFile(const std::string& path, NDArrayFile* out) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <utility>
 
+#include "models/atomic_file.h"
 #include "models/onnx_proto.h"
 
 namespace tally {
@@ -315,24 +316,11 @@ Status GraphBuilder::Write(const std::string& path) const {
                                    " bytes, over protobuf's 2 GiB limit (try --dtype float16)");
   }
   head.LengthPrefix(onnx::kModelGraph, graph_bytes);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status::IoError(tmp + ": cannot open for writing");
+  return WriteFileAtomically(path, [&](std::ostream& f) {
     f << head.bytes();
     WriteGraph(f);
     f << tail.bytes();
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      return Status::IoError(tmp + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(path + ": cannot rename " + tmp + " into place");
-  }
-  return Status::Ok();
+  });
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "models/safetensors.h"
 
+#include "models/atomic_file.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -322,26 +324,12 @@ Status WriteTensors(const std::string& path, const std::vector<OutTensor>& tenso
     return Status::InvalidArgument(path + ": safetensors header would exceed the size cap");
   }
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status::IoError(tmp + ": cannot open for writing");
+  return WriteFileAtomically(path, [&](std::ostream& f) {
     uint64_t n = header.size();
     f.write(reinterpret_cast<const char*>(&n), sizeof(n));
-    f.write(header.data(), header.size());
-    for (const OutTensor& t : tensors) f.write(static_cast<const char*>(t.data), t.bytes);
-    f.flush();
-    if (!f) {
-      f.close();
-      std::remove(tmp.c_str());
-      return Status::IoError(tmp + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(path + ": cannot rename " + tmp + " into place");
-  }
-  return Status::Ok();
+    f.write(header.data(), static_cast<std::streamsize>(header.size()));
+    for (const OutTensor& t : tensors) f.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.bytes));
+  });
 }
 
 }  // namespace

@@ -258,6 +258,13 @@ Status KVServer::FindSlices(const Message& msg, std::vector<Slice*>* out) {
   return Status::Ok();
 }
 
+void KVServer::NoteDuplicate(const wire::Meta& m, uint64_t key, int rank) {
+  ++duplicates_;
+  LOG_EVERY_N(WARNING, 1000) << "server: a duplicate " << wire::Command_Name(m.command()) << " of step " << m.step()
+                             << " of key " << key << " from worker " << rank << " is not counted again ("
+                             << google::COUNTER << " so far)";
+}
+
 Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   const wire::Meta& m = msg->meta;
   const int rank = ids_.WorkerRank(m.sender_id());
@@ -304,10 +311,7 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice* s = slices[i];
     if (counted[i]) {
-      ++duplicates_;
-      LOG_EVERY_N(WARNING, 1000) << "server: a duplicate " << wire::Command_Name(m.command()) << " of step " << step
-                                 << " of key " << s->key << " from worker " << rank
-                                 << " is not counted again (" << google::COUNTER << " so far)";
+      NoteDuplicate(m, s->key, rank);
       continue;
     }
     if (m.stop()) s->stop_from = std::min(s->stop_from, step);

@@ -115,6 +115,8 @@ class KVServer {
     bool not_applied = false;      // async: a slice's push was not finite, and not applied
   };
   Status HandlePush(Message* msg, PushOutcome* out);
+  // A push of a step already counted for that worker: counted, logged now and then.
+  void NoteDuplicate(const wire::Meta& m, uint64_t key, int rank);
   // push_not_applied: the answer says the request's own push was left out (async).
   // push_only: a PUSH whose answer waits until its step is visible (sync with replicas).
   Status HandlePull(const Message& msg, bool push_not_applied = false, bool push_only = false);

@@ -10,6 +10,7 @@
 
 #include <gflags/gflags.h>
 
+#include "models/atomic_file.h"
 #include "models/mxnet_names.h"
 #include "models/mxnet_symbol.h"
 #include "models/ndarray_file.h"
@@ -91,15 +92,7 @@ Status LoadForeign(int64_t number, const ModelConfig& model, Checkpoint* c) {
 Status WriteSymbol(const ModelConfig& model, const Checkpoint& c) {
   std::string json;
   TALLY_RETURN_IF_ERROR(MxnetSymbolJson(model, c.params, &json));
-  const std::string path = FLAGS_model_prefix + "-symbol.json", tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr && std::fwrite(json.data(), 1, json.size(), f) == json.size();
-  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(path + ": cannot write the symbol file");
-  }
-  return Status::Ok();
+  return WriteFileAtomically(FLAGS_model_prefix + "-symbol.json", [&](std::ostream& out) { out << json; });
 }
 
 }  // namespace

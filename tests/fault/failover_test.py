@@ -119,28 +119,26 @@ class AsyncFailoverTest(FaultCase):
 
 
 class LostTest(FaultCase):
-    def test_a_server_and_a_worker_killed_together_end_the_job_naming_both(self):
-        prefix = os.path.join(self.dir, "m")
-        proc, path = self.start_launch(prefix, "both", REPLICAS)
+    def kill_and_end(self, name, victims):
+        """Kills `victims` (role, rank) together once the job trains; returns its output after
+        it ended non-zero."""
+        proc, path = self.start_launch(os.path.join(self.dir, name, "m"), name, REPLICAS)
         self.wait_step(path, proc, 20)
-        os.kill(self.pid_of("server", 2), signal.SIGKILL)
-        os.kill(self.pid_of("worker", 1), signal.SIGKILL)
+        for role, rank in victims:
+            os.kill(self.pid_of(role, rank), signal.SIGKILL)
         code = self.wait_launch(proc, path, timeout=60)
         out = read(path)
         self.assertNotEqual(code, 0, out[-4000:])
+        return out
+
+    def test_a_server_and_a_worker_killed_together_end_the_job_naming_both(self):
+        out = self.kill_and_end("both", [("server", 2), ("worker", 1)])
         self.assertLogHas(out, r"server 2 \(127\.0\.0\.1:\d+, pid \d+\) and worker 1 \(127\.0\.0\.1:\d+, pid \d+\) "
                                r"stopped answering|worker 1 .* and server 2 .* stopped answering"
                                r"|server 2 \(.*\) stopped answering.*worker 1 \(.*\) stopped answering")
 
     def test_a_primary_and_its_only_backup_killed_end_the_job_naming_the_lost_slices(self):
-        prefix = os.path.join(self.dir, "m")
-        proc, path = self.start_launch(prefix, "chain", REPLICAS)
-        self.wait_step(path, proc, 20)
-        os.kill(self.pid_of("server", 0), signal.SIGKILL)
-        os.kill(self.pid_of("server", 1), signal.SIGKILL)
-        code = self.wait_launch(proc, path, timeout=60)
-        out = read(path)
-        self.assertNotEqual(code, 0, out[-4000:])
+        out = self.kill_and_end("chain", [("server", 0), ("server", 1)])
         self.assertLogHas(out, re.escape("the slices of server 0 are lost (held by servers 0 and 1, none alive; "
                                          "--server-replicas 1)"))
 
