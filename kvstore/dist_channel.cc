@@ -219,10 +219,7 @@ int DistChannel::Route(int server_rank) const {
 }
 
 bool DistChannel::Redirect(PendingRequest* p, int* node) {
-  const wire::Command c = p->command;
-  if (p->replica_copy || !(c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL || c == wire::ROLLBACK)) {
-    return true;
-  }
+  if (p->replica_copy || !KeyCommand(p->command)) return true;
   *node = RouteLocked(cluster_->ids().ServerRank(*node));
   p->node = *node;
   return false;
@@ -284,7 +281,10 @@ void DistChannel::OnFailure(const Status& s) {
 
 void DistChannel::OnMessage(Message&& m) {
   const wire::Meta& meta = m.meta;
-  if (meta.command() == wire::SERVER_LOST) return;  // ServerLost has rerouted already
+  if (meta.command() == wire::SERVER_LOST) {
+    if (meta.sender_id() == kSchedulerId && meta.nodes_size() == 1) ServerLost(meta.nodes(0).rank());
+    return;
+  }
   if (meta.command() != wire::RESPONSE) {
     LOG(WARNING) << "kvstore: ignoring " << wire::Command_Name(meta.command()) << " from node "
                  << meta.sender_id() << ": a worker serves no requests";

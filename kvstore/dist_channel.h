@@ -85,10 +85,10 @@ class DistChannel {
   // the cluster's failure, or Unavailable after timeout_ms; errors answered are left for
   // WaitAll to report.
   Status WaitKey(uint64_t key, int timeout_ms);
-  // A server lost under --server-replicas (Cluster::OnServerLost): requests queued for it or
-  // unanswered by it go to the next live server of its chain (the same request ids: the
-  // servers count each push once); copies for it as a backup, and requests that only a
-  // live server needs (INIT, SET_LR), are dropped.
+  // A server lost under --server-replicas (SERVER_LOST, which OnMessage passes here):
+  // requests queued for it or unanswered by it go to the next live server of its chain
+  // (the same request ids: the servers count each push once); copies for it as a backup,
+  // and requests that only a live server needs (INIT, SET_LR), are dropped.
   void ServerLost(int server_rank);
   // The node serving server `rank`'s slices: the first live server of its chain.
   int Route(int server_rank) const;

@@ -37,7 +37,6 @@ class DistKVStore : public KVStore, public MasterWeightStore {
     std::shared_ptr<DistChannel> ch = channel_;
     cluster_->SetDataHandler([ch](Message&& m) { ch->OnMessage(std::move(m)); });
     cluster_->OnFailure([ch](const Status& s) { ch->OnFailure(s); });
-    cluster_->OnServerLost([ch](int rank) { ch->ServerLost(rank); });
     channel_->Start();
   }
   ~DistKVStore() override {

@@ -238,8 +238,8 @@ class Cluster::Impl {
           break;
         }
         case wire::SERVER_LOST:
-          // Also to the data handler, in order with the data: a server stops waiting for the
-          // lost one there (KVServer is fed from that thread alone).
+          // To the data handler, in order with the data: a server stops waiting for the lost
+          // one there, a worker sends its requests elsewhere.
           if (m.meta.nodes_size() == 1 && ServerLost(m.meta.nodes(0))) Deliver(std::move(m));
           break;
         default: Deliver(std::move(m));
@@ -247,17 +247,14 @@ class Cluster::Impl {
     }
   }
 
-  // Records a lost server and tells the callbacks; false when it was known already.
+  // Records a lost server; false when it was known already.
   bool ServerLost(const wire::Node& node) {
-    std::vector<std::function<void(int)>> callbacks;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!lost_servers_.insert(node.rank()).second) return false;
-      callbacks = lost_callbacks_;
     }
     LOG(WARNING) << DescribeNode(node) << " stopped answering; its slices go on on their replicas "
                  << "(--server-replicas " << cfg_.server_replicas << ")";
-    for (auto& cb : callbacks) cb(node.rank());
     return true;
   }
 
@@ -273,10 +270,6 @@ class Cluster::Impl {
   }
 
  public:
-  void OnServerLost(std::function<void(int)> callback) {
-    std::lock_guard<std::mutex> lock(mu_);
-    lost_callbacks_.push_back(std::move(callback));
-  }
   bool ServerAlive(int rank) const {
     std::lock_guard<std::mutex> lock(mu_);
     return lost_servers_.count(rank) == 0;
@@ -404,7 +397,6 @@ class Cluster::Impl {
   Clock::time_point last_heard_;               // GUARDED_BY(mu_)
   std::vector<std::function<void(const Status&)>> failure_callbacks_;  // GUARDED_BY(mu_)
   std::set<int> lost_servers_;                                          // GUARDED_BY(mu_): ranks
-  std::vector<std::function<void(int)>> lost_callbacks_;                // GUARDED_BY(mu_)
   struct ClockSample {
     int64_t offset_us, rtt_us;
   };
@@ -446,7 +438,6 @@ Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
 Status Cluster::failure() const { return impl_->failure(); }
 int64_t Cluster::UnacknowledgedBytes(int id) const { return impl_->UnacknowledgedBytes(id); }
 void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
-void Cluster::OnServerLost(std::function<void(int)> cb) { impl_->OnServerLost(std::move(cb)); }
 bool Cluster::ServerAlive(int rank) const { return impl_->ServerAlive(rank); }
 int Cluster::server_replicas() const { return impl_->server_replicas(); }
 bool Cluster::ClockOffset(int64_t* offset_us, int64_t* rtt_us) const { return impl_->ClockOffset(offset_us, rtt_us); }

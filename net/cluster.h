@@ -110,10 +110,9 @@ class Cluster {
   // A server's life: returns when the scheduler ends the job (Ok) or a node died.
   Status WaitForShutdown();
 
-  // With --server-replicas: `callback(server_rank)` on the receive thread when the scheduler
-  // reports a server lost whose slices live on (SERVER_LOST); the job goes on. Whether a
-  // server is still alive.
-  void OnServerLost(std::function<void(int server_rank)> callback);
+  // With --server-replicas, the scheduler reports a server lost whose slices live on
+  // (SERVER_LOST): the job goes on, and the message reaches the data handler too, in order
+  // with the data. Whether a server is still alive.
   bool ServerAlive(int server_rank) const;
   int server_replicas() const;
 

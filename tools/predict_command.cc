@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gflags/gflags.h>
@@ -50,31 +51,32 @@ Status ReadImages(const std::string& path, Tensor* images) {
 }
 
 // The model: from a Tally .params' metadata, else from the flags.
-Status ModelOf(const std::string& params, const Tensor& images, ModelConfig* model) {
-  std::vector<NamedTensor> ignored;
-  std::map<std::string, std::string> meta;
-  bool foreign = false;
-  TALLY_RETURN_IF_ERROR(ReadParamsFile(params, &ignored, &meta, &foreign));
+void ModelOf(const WeightsFile& params, const Tensor& images, ModelConfig* model) {
   model->network = FLAGS_network;
   model->num_layers = FLAGS_num_layers;
   model->num_classes = FLAGS_num_classes;
-  if (!foreign) {
-    model->network = meta["network"];
-    model->num_layers = std::atoi(meta["num_layers"].c_str());
-    model->num_classes = std::atoi(meta["num_classes"].c_str());
+  if (!params.foreign) {
+    auto meta = [&](const char* key) {
+      auto it = params.meta.find(key);
+      return it == params.meta.end() ? std::string() : it->second;
+    };
+    model->network = meta("network");
+    model->num_layers = std::atoi(meta("num_layers").c_str());
+    model->num_classes = std::atoi(meta("num_classes").c_str());
   }
   model->image_shape = {images.dim(1), images.dim(2), images.dim(3)};
-  return Status::Ok();
 }
 
 Status Predict(const std::string& params, const std::string& input, const std::string& output) {
   Tensor images;
   TALLY_RETURN_IF_ERROR(ReadImages(input, &images));
+  WeightsFile file;
+  TALLY_RETURN_IF_ERROR(ReadWeightsFile(params, &file));
   ModelConfig model;
-  TALLY_RETURN_IF_ERROR(ModelOf(params, images, &model));
+  ModelOf(file, images, &model);
   Checkpoint weights;
   std::vector<std::string> notes;
-  TALLY_RETURN_IF_ERROR(ImportWeights(params, model, /*allow_new_classifier=*/false, &weights, &notes));
+  TALLY_RETURN_IF_ERROR(ImportWeights(std::move(file), model, /*allow_new_classifier=*/false, &weights, &notes));
   for (const std::string& n : notes) std::fprintf(stderr, "%s: %s\n", kCmd, n.c_str());
   std::unique_ptr<Network> net;
   TALLY_RETURN_IF_ERROR(CreateNetwork(model, &net));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <gflags/gflags.h>
@@ -72,11 +73,11 @@ void PrintNotes(const std::vector<std::string>& notes) {
   for (const std::string& n : notes) std::printf("tally train: %s\n", n.c_str());
 }
 
-// --load-epoch N naming an MXNet checkpoint of its own: its weights, and epoch N.
-Status LoadForeign(int64_t number, const ModelConfig& model, Checkpoint* c) {
-  const std::string file = CheckpointPath(FLAGS_model_prefix, number, ".params");
+// --load-epoch N naming an MXNet checkpoint of its own (read): its weights, and epoch N.
+Status LoadForeign(WeightsFile read, int64_t number, const ModelConfig& model, Checkpoint* c) {
+  const std::string file = read.path;
   std::vector<std::string> notes;
-  TALLY_RETURN_IF_ERROR(ImportWeights(file, model, /*allow_new_classifier=*/false, c, &notes));
+  TALLY_RETURN_IF_ERROR(ImportWeights(std::move(read), model, /*allow_new_classifier=*/false, c, &notes));
   PrintNotes(notes);
   c->epoch = number;
   c->batch = 0;
@@ -97,12 +98,24 @@ Status WriteSymbol(const ModelConfig& model, const Checkpoint& c) {
 
 }  // namespace
 
+Status ReadWeightsFile(const std::string& path, WeightsFile* out) {
+  out->path = path;
+  return ReadParamsFile(path, &out->arrays, &out->meta, &out->foreign);
+}
+
 Status ImportWeights(const std::string& path, const ModelConfig& model, bool allow_new_classifier, Checkpoint* c,
                      std::vector<std::string>* notes) {
-  std::vector<NamedTensor> arrays;
-  std::map<std::string, std::string> meta;
-  bool foreign = false;
-  TALLY_RETURN_IF_ERROR(ReadParamsFile(path, &arrays, &meta, &foreign));
+  WeightsFile file;
+  TALLY_RETURN_IF_ERROR(ReadWeightsFile(path, &file));
+  return ImportWeights(std::move(file), model, allow_new_classifier, c, notes);
+}
+
+Status ImportWeights(WeightsFile file, const ModelConfig& model, bool allow_new_classifier, Checkpoint* c,
+                     std::vector<std::string>* notes) {
+  const std::string& path = file.path;
+  std::vector<NamedTensor>& arrays = file.arrays;
+  std::map<std::string, std::string>& meta = file.meta;
+  const bool foreign = file.foreign;
   if (!foreign && meta["format"] != "tally-params") {
     return Status::InvalidArgument(path + ": not a .params file (a safetensors file whose format is '" +
                                    meta["format"] + "')");
@@ -163,16 +176,18 @@ Status FindResumePoint(int num_workers, const ModelConfig& model, Checkpoint* c,
     *found = true;
     return Status::Ok();
   }
-  const std::string file = CheckpointPath(FLAGS_model_prefix, number, ".params");
-  std::vector<NamedTensor> ignored;
-  std::map<std::string, std::string> meta;
-  bool foreign = false;
-  if (FLAGS_resume != "auto" && ReadParamsFile(file, &ignored, &meta, &foreign).ok() && foreign) {
-    TALLY_RETURN_IF_ERROR(LoadForeign(number, model, c));
-    *found = true;
-    return Status::Ok();
+  Status loaded = LoadCheckpoint(FLAGS_model_prefix, number, c);
+  if (!loaded.ok() && FLAGS_resume != "auto") {
+    // Not one of Tally's: MXNet's own checkpoint loads as weights (read again: a rare path,
+    // where Tally's own checkpoints are read once).
+    WeightsFile read;
+    if (ReadWeightsFile(CheckpointPath(FLAGS_model_prefix, number, ".params"), &read).ok() && read.foreign) {
+      TALLY_RETURN_IF_ERROR(LoadForeign(std::move(read), number, model, c));
+      *found = true;
+      return Status::Ok();
+    }
   }
-  TALLY_RETURN_IF_ERROR(LoadCheckpoint(FLAGS_model_prefix, number, c));
+  TALLY_RETURN_IF_ERROR(loaded);
   TALLY_RETURN_IF_ERROR(CheckResumable(*c, number, num_workers));
   if (c->epoch >= FLAGS_num_epochs) {
     if (FLAGS_resume == "auto") {  // the same command run again after the run ended

@@ -27,6 +27,16 @@ Status FindResumePoint(int num_workers, const ModelConfig& model, Checkpoint* c,
 // left initial.
 Status ImportWeights(const std::string& path, const ModelConfig& model, bool allow_new_classifier, Checkpoint* c,
                      std::vector<std::string>* notes);
+// The same for a file already read (ReadParamsFile's results), so that it is read once.
+struct WeightsFile {
+  std::string path;
+  std::vector<NamedTensor> arrays;
+  std::map<std::string, std::string> meta;
+  bool foreign = false;  // an MXNet file, not one of Tally's
+};
+Status ReadWeightsFile(const std::string& path, WeightsFile* out);
+Status ImportWeights(WeightsFile file, const ModelConfig& model, bool allow_new_classifier, Checkpoint* c,
+                     std::vector<std::string>* notes);
 // Saves the trainer's state as checkpoint `epoch` of --model-prefix (with PREFIX-symbol.json
 // for MXNet), and says so.
 Status SaveAt(Trainer* trainer, int num_workers, int64_t epoch, int64_t batch, int64_t step);

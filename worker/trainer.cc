@@ -151,9 +151,13 @@ Status Trainer::RestoreStore(const Checkpoint& resume) {
   const std::map<std::string, const Tensor*> weights = ByName(resume.params);
   std::vector<Tensor> masters;
   for (int i : trainable_) {
-    auto it = weights.find(params[i]->name);  // absent: a weights-only start left it initial
-    Tensor master = Tensor::Empty(params[i]->value.shape(), DType::kF32);
-    master.CopyFrom(it != weights.end() ? *it->second : params[i]->value);
+    auto it = weights.find(params[i]->name);
+    if (it != weights.end()) {
+      masters.push_back(*it->second);
+      continue;
+    }
+    Tensor master = Tensor::Empty(params[i]->value.shape(), DType::kF32);  // a weights-only start left it initial
+    master.CopyFrom(params[i]->value);
     masters.push_back(master);
   }
   MasterWeightStore* store = nullptr;
