@@ -403,6 +403,17 @@ class SystemMonitor::Impl {
       if (next < Clock::now()) next = Clock::now() + interval_;
       lock.lock();
     }
+    lock.unlock();
+    SampleLast(next - interval_);
+  }
+
+  // The interval cut short by the stop is delivered too, so that a node that lives less
+  // than one interval still leaves a sample, and the rates of its last moments are seen.
+  // Under 10 ms the clock-tick counters (100 Hz) would make the percentages noise.
+  void SampleLast(std::chrono::steady_clock::time_point last) {
+    if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(10)) return;
+    MonitorSample s;
+    if (sampler_.Sample(NowUs(), &s).ok()) on_sample_(s);
   }
 
   ProcSampler sampler_;  // used by the sampling thread only, after Begin

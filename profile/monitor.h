@@ -46,7 +46,8 @@ class ProcSampler {
 
 // Start takes the first reading itself (so a missing /proc fails it) and only to prime the
 // rates; on_sample then runs on the monitor's thread once per interval, first one interval
-// after Start. A reading that fails later is skipped and logged once.
+// after Start, and once more at the stop for the interval it cut short (unless under 10 ms).
+// A reading that fails later is skipped and logged once.
 class SystemMonitor {
  public:
   // Fails naming --monitor-interval-ms unless options.interval_ms is in 50..60000.
