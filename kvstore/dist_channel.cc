@@ -51,7 +51,11 @@ std::string Shared(const wire::Meta& meta) {
 
 }  // namespace
 
-DistChannel::DistChannel(Cluster* cluster) : cluster_(cluster), credit_(SendCreditBytes(cluster->num_workers())) {}
+DistChannel::DistChannel(Cluster* cluster, bool spares_take_places)
+    : cluster_(cluster),
+      spares_take_places_(spares_take_places),
+      chains_(cluster->num_servers(), cluster->server_replicas()),
+      credit_(SendCreditBytes(cluster->num_workers())) {}
 
 DistChannel::~DistChannel() { CHECK(!sender_.joinable()) << "DistChannel destroyed before Stop"; }
 
@@ -71,7 +75,7 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   const uint64_t id = next_id_++;
   msg.meta.set_request_id(id);
   msg.meta.set_priority(priority);
-  if (!lost_.empty() && lost_.count(cluster_->ids().ServerRank(node)) && Redirect(&pending, &node)) return;
+  if (chains_.Lost(cluster_->ids().ServerRank(node)) && Redirect(&pending, &node)) return;
   msg.meta.set_receiver_id(node);
   pending.node = node;
   if (cluster_->server_replicas() > 0) pending.request = msg;
@@ -207,10 +211,14 @@ void DistChannel::Finish(uint64_t id, const Status& s) {
 }
 
 int DistChannel::RouteLocked(int server_rank) const {
-  for (int r : ReplicaChain(server_rank, cluster_->server_replicas(), cluster_->num_servers())) {
-    if (!lost_.count(r)) return cluster_->ServerId(r);
-  }
-  return cluster_->ServerId(server_rank);  // none left: the scheduler ends the job
+  const std::vector<int>& holders = chains_.Holders(server_rank);
+  // None left: the scheduler ends the job.
+  return cluster_->ServerId(holders.empty() ? server_rank : holders.front());
+}
+
+std::vector<int> DistChannel::Holders(int server_rank) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return chains_.Holders(server_rank);
 }
 
 int DistChannel::Route(int server_rank) const {
@@ -225,12 +233,12 @@ bool DistChannel::Redirect(PendingRequest* p, int* node) {
   return false;
 }
 
-void DistChannel::ServerLost(int server_rank) {
+void DistChannel::ServerLost(int server_rank, int spare) {
   const int dead = cluster_->ServerId(server_rank);
   std::vector<uint64_t> dropped;
   {
     std::lock_guard<std::mutex> l(mu_);
-    lost_.insert(server_rank);
+    chains_.Lose(server_rank, spares_take_places_ ? spare : -1);
     std::set<uint64_t> queued;
     for (auto it = queue_.begin(); it != queue_.end();) {
       Outgoing& out = it->second;
@@ -282,7 +290,9 @@ void DistChannel::OnFailure(const Status& s) {
 void DistChannel::OnMessage(Message&& m) {
   const wire::Meta& meta = m.meta;
   if (meta.command() == wire::SERVER_LOST) {
-    if (meta.sender_id() == kSchedulerId && meta.nodes_size() == 1) ServerLost(meta.nodes(0).rank());
+    if (meta.sender_id() == kSchedulerId && meta.nodes_size() >= 1) {
+      ServerLost(meta.nodes(0).rank(), meta.nodes_size() > 1 ? meta.nodes(1).rank() : -1);
+    }
     return;
   }
   if (meta.command() != wire::RESPONSE) {

@@ -35,6 +35,7 @@
 
 #include "kvstore/kvstore.h"
 #include "net/cluster.h"
+#include "net/server_chains.h"
 
 namespace tally {
 
@@ -63,7 +64,8 @@ struct PendingRequest {
 
 class DistChannel {
  public:
-  explicit DistChannel(Cluster* cluster);
+  // spares_take_places: false under dist_async (ServerLost).
+  explicit DistChannel(Cluster* cluster, bool spares_take_places = true);
   ~DistChannel();  // REQUIRES: Stop() was called.
 
   // Starts the sending thread.
@@ -89,9 +91,13 @@ class DistChannel {
   // requests queued for it or unanswered by it go to the next live server of its chain
   // (the same request ids: the servers count each push once); copies for it as a backup,
   // and requests that only a live server needs (INIT, SET_LR), are dropped.
-  void ServerLost(int server_rank);
+  // spare >= 0: the spare that takes its place in its chains (unless dist_async, where
+  // spares take no place: spares_take_places false).
+  void ServerLost(int server_rank, int spare = -1);
   // The node serving server `rank`'s slices: the first live server of its chain.
   int Route(int server_rank) const;
+  // The ranks of the servers holding server `rank`'s slices, the serving one first.
+  std::vector<int> Holders(int server_rank) const;
   // Whether an answer has carried Meta.stop: some worker asked the job to stop.
   bool stop_seen() const { return stop_seen_.load(); }
   // Whether an answer (not a ROLLBACK's) since the last call said that its step was
@@ -135,7 +141,8 @@ class DistChannel {
   int RouteLocked(int server_rank) const;  // REQUIRES: mu_ held
 
   Cluster* const cluster_;
-  std::set<int> lost_;  // GUARDED_BY(mu_): server ranks
+  const bool spares_take_places_;
+  ServerChains chains_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> pull_us_{0};
   mutable std::mutex mu_;
   std::condition_variable done_cv_;  // pending_ emptied, or a failure

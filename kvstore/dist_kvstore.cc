@@ -33,7 +33,7 @@ class DistKVStore : public KVStore, public MasterWeightStore {
       : type_(type),
         num_devices_(num_devices),
         cluster_(cluster),
-        channel_(std::make_shared<DistChannel>(cluster)) {
+        channel_(std::make_shared<DistChannel>(cluster, type != KVStoreType::kDistAsync)) {
     std::shared_ptr<DistChannel> ch = channel_;
     cluster_->SetDataHandler([ch](Message&& m) { ch->OnMessage(std::move(m)); });
     cluster_->OnFailure([ch](const Status& s) { ch->OnFailure(s); });
@@ -229,9 +229,9 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
   initialised_ = true;
 
   if (rank() == 0) {
-    const int servers = cluster_->num_servers();
     if (has_optimizer_) {
-      for (int s = 0; s < servers; ++s) {
+      // Spares too: one may come to serve.
+      for (int s = 0; s < cluster_->ids().all_servers(); ++s) {
         if (!cluster_->ServerAlive(s)) continue;
         Message m = Request(wire::SET_OPTIMIZER, 0);
         *m.meta.mutable_optimizer() = ToWireOptimizer(optimizer_);
@@ -428,10 +428,9 @@ void DistKVStore::PullSlices(wire::Command command, int key, const Key& k, const
 }
 
 void DistKVStore::SendCopies(int server_rank, const Message& m, const PendingRequest& p, int priority) {
-  const int primary = channel_->Route(server_rank);
-  for (int r : ReplicaChain(server_rank, cluster_->server_replicas(), cluster_->num_servers())) {
-    const int node = cluster_->ServerId(r);
-    if (node == primary || !cluster_->ServerAlive(r)) continue;
+  const std::vector<int> holders = channel_->Holders(server_rank);
+  for (size_t i = 1; i < holders.size(); ++i) {
+    const int node = cluster_->ServerId(holders[i]);
     Message copy = m;
     if (copy.meta.command() == wire::PUSHPULL) copy.meta.set_command(wire::PUSH);
     PendingRequest c;
@@ -480,7 +479,7 @@ void DistKVStore::SetLearningRate(float lr) {
   // every key), otherwise the most advanced key's next step is taken.
   int64_t step = 0;
   for (const auto& kv : keys_) step = std::max(step, kv.second.next_step);
-  for (int s = 0; s < cluster_->num_servers(); ++s) {
+  for (int s = 0; s < cluster_->ids().all_servers(); ++s) {
     if (!cluster_->ServerAlive(s)) continue;
     Message m = Request(wire::SET_LR, step);
     m.meta.set_lr(lr);

@@ -87,6 +87,12 @@ bool Updater::RestoreState(int key) {
   return true;
 }
 
+Tensor Updater::SavedMomentum(int key) const {
+  auto it = states_.find(key);
+  if (it == states_.end() || !it->second.saved || !it->second.saved_mom.defined()) return Tensor();
+  return it->second.saved_mom.Clone();
+}
+
 void Updater::Update(int key, const Tensor& grad, Tensor* weight) {
   CHECK_EQ(grad.numel(), weight->numel()) << "update of key " << key;
   const SgdParams p = ToSgdParams(config_, gradient_scale_);

@@ -37,6 +37,9 @@ class Updater {
   // the state and no allocation.
   void SaveState(int key, const Tensor& weight);
   bool RestoreState(int key);
+  // A copy of the momentum SaveState kept, while RestoreState has not put it back;
+  // undefined otherwise (a spare server receives it with the rest, kv_server_replica.cc).
+  Tensor SavedMomentum(int key) const;
 
  private:
   struct State {

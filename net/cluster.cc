@@ -101,6 +101,7 @@ class Cluster::Impl {
   }
   int num_workers() const { return cfg_.num_workers; }
   int num_servers() const { return cfg_.num_servers; }
+  int spare_servers() const { return cfg_.spare_servers; }
 
   void SetDataHandler(std::function<void(Message&&)> handler) {
     std::deque<Message> waiting;
@@ -240,7 +241,8 @@ class Cluster::Impl {
         case wire::SERVER_LOST:
           // To the data handler, in order with the data: a server stops waiting for the lost
           // one there, a worker sends its requests elsewhere.
-          if (m.meta.nodes_size() == 1 && ServerLost(m.meta.nodes(0))) Deliver(std::move(m));
+          // nodes[1], when present, is the spare that takes the lost server's place.
+          if (m.meta.nodes_size() >= 1 && ServerLost(m.meta)) Deliver(std::move(m));
           break;
         default: Deliver(std::move(m));
       }
@@ -248,13 +250,15 @@ class Cluster::Impl {
   }
 
   // Records a lost server; false when it was known already.
-  bool ServerLost(const wire::Node& node) {
+  bool ServerLost(const wire::Meta& meta) {
+    const wire::Node& node = meta.nodes(0);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!lost_servers_.insert(node.rank()).second) return false;
     }
     LOG(WARNING) << DescribeNode(node) << " stopped answering; its slices go on on their replicas "
-                 << "(--server-replicas " << cfg_.server_replicas << ")";
+                 << "(--server-replicas " << cfg_.server_replicas << ")"
+                 << (meta.nodes_size() > 1 ? "; spare " + DescribeNode(meta.nodes(1)) + " takes its place" : "");
     return true;
   }
 
@@ -429,6 +433,7 @@ Cluster::~Cluster() = default;
 const wire::Node& Cluster::me() const { return impl_->me(); }
 int Cluster::num_workers() const { return impl_->num_workers(); }
 int Cluster::num_servers() const { return impl_->num_servers(); }
+int Cluster::spare_servers() const { return impl_->spare_servers(); }
 const wire::Node& Cluster::node(int id) const { return impl_->node(id); }
 void Cluster::SetDataHandler(std::function<void(Message&&)> h) { impl_->SetDataHandler(std::move(h)); }
 Status Cluster::Send(int id, Message msg) { return impl_->Send(id, std::move(msg)); }

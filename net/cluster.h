@@ -62,6 +62,9 @@ struct ClusterConfig {
   // TALLY_SERVER_REPLICAS: every server's slices are also held by the next R servers (its
   // chain, ReplicaChain); a server's death then ends nothing while one of each chain lives.
   int server_replicas = 0;
+  // TALLY_SPARE_SERVERS: servers beyond num_servers that hold nothing until one takes a lost
+  // server's place in its chains (docs/faults.md); ranks num_servers.., ids after the workers.
+  int spare_servers = 0;
   FaultSpec faults;      // TALLY_TEST_FAULTS: test-only fault injection (docs/faults.md)
 };
 
@@ -88,7 +91,8 @@ class Cluster {
   const wire::Node& me() const;
   int num_workers() const;
   int num_servers() const;
-  NodeIds ids() const { return NodeIds{num_servers(), num_workers()}; }
+  int spare_servers() const;
+  NodeIds ids() const { return NodeIds{num_servers(), num_workers(), spare_servers()}; }
   int ServerId(int server_rank) const { return ids().Server(server_rank); }
   int WorkerId(int worker_rank) const { return ids().Worker(worker_rank); }
   const wire::Node& node(int id) const;

@@ -110,6 +110,11 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg) {
                                    ": each replica needs a server of its own, and the job has " +
                                    std::to_string(cfg->num_servers) + " (DMLC_NUM_SERVER)");
   }
+  TALLY_RETURN_IF_ERROR(ReadInt("TALLY_SPARE_SERVERS", 0, 4095, false, &cfg->spare_servers));
+  if (cfg->spare_servers > 0 && cfg->server_replicas == 0) {
+    return Status::InvalidArgument("TALLY_SPARE_SERVERS=" + std::to_string(cfg->spare_servers) +
+                                   ": a spare takes a lost server's place, which needs TALLY_SERVER_REPLICAS >= 1");
+  }
   TALLY_RETURN_IF_ERROR(ReadSecret(cfg));
   if (!cfg->job_secret.empty() && cfg->role != wire::SCHEDULER && cfg->rank < 0) {
     return Status::InvalidArgument("with a job secret every node needs its rank: set TALLY_RANK "
@@ -133,7 +138,8 @@ Status NewJobTransport(const ClusterConfig& cfg, std::unique_ptr<Transport>* out
     auth.self = NodeName(cfg.role, cfg.rank);
     auth.job.num_servers = cfg.num_servers;
     auth.job.num_workers = cfg.num_workers;
-    const int count = cfg.role == wire::SERVER ? cfg.num_servers : cfg.num_workers;
+    auth.job.spare_servers = cfg.spare_servers;
+    const int count = cfg.role == wire::SERVER ? cfg.num_servers + cfg.spare_servers : cfg.num_workers;
     if (cfg.role != wire::SCHEDULER && (cfg.rank < 0 || cfg.rank >= count)) {
       return Status::InvalidArgument("TALLY_RANK=" + std::to_string(cfg.rank) + ": not a rank of this job's " +
                                      std::to_string(count) + (cfg.role == wire::SERVER ? " servers" : " workers"));

@@ -40,10 +40,10 @@ Status ValidateMessage(const Message& msg) {
   if (m.slices_size() > kMaxSlicesPerMessage) {
     return Status::InvalidArgument(std::to_string(m.slices_size()) + " slices in one message");
   }
-  // A PULL names slices without sending data; every other data command (REPLICATE too) sends one
-  // frame per slice.
+  // A PULL names slices without sending data; every other data command (REPLICATE and
+  // REPLICA_STATE too) sends one frame per slice.
   const bool carries_data = m.command() == wire::INIT || m.command() == wire::PUSH || m.command() == wire::PUSHPULL ||
-                            m.command() == wire::REPLICATE ||
+                            m.command() == wire::REPLICATE || m.command() == wire::REPLICA_STATE ||
                             (m.command() == wire::RESPONSE && !msg.data.empty());
   const size_t frames = carries_data ? static_cast<size_t>(m.slices_size()) : 0;
   if (msg.data.size() != frames) {
@@ -124,7 +124,7 @@ bool JobNames::Has(const std::string& name) const {
 }
 
 std::string JobNames::Of(int id) const {
-  const NodeIds ids{num_servers, num_workers};
+  const NodeIds ids = this->ids();
   if (id == kSchedulerId) return NodeName(wire::SCHEDULER, 0);
   if (ids.IsServer(id)) return NodeName(wire::SERVER, ids.ServerRank(id));
   if (ids.IsWorker(id)) return NodeName(wire::WORKER, ids.WorkerRank(id));

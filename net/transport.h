@@ -111,10 +111,11 @@ class Transport {
 // The names of a job's nodes, which authentication proves: "scheduler", "server R",
 // "worker R". Ids follow the node table (NodeIds, node_ids.h).
 struct JobNames {
-  int num_servers = 0, num_workers = 0;
+  int num_servers = 0, num_workers = 0, spare_servers = 0;
+  NodeIds ids() const { return NodeIds{num_servers, num_workers, spare_servers}; }
   std::string Of(int id) const;  // empty for an id outside the job
   bool Has(const std::string& name) const;  // whether some node of the job has that name
-  int size() const { return NodeIds{num_servers, num_workers}.size(); }
+  int size() const { return ids().size(); }
 };
 std::string NodeName(wire::Role role, int rank);
 

@@ -1,9 +1,11 @@
 #include "scheduler/scheduler.h"
 
+#include "net/server_chains.h"
 #include "profile/trace.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -23,7 +25,12 @@ int64_t MsSince(Clock::time_point t) {
 class Scheduler {
  public:
   Scheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport)
-      : cfg_(cfg), transport_(std::move(transport)) {}
+      : cfg_(cfg),
+        ids_{cfg.num_servers, cfg.num_workers, cfg.spare_servers},
+        transport_(std::move(transport)),
+        chains_(cfg.num_servers, cfg.server_replicas) {
+    for (int k = 0; k < cfg.spare_servers; ++k) free_spares_.push_back(cfg.num_servers + k);
+  }
   ~Scheduler() {
     LOG(INFO) << DescribeCounters(transport_->Counters());
     transport_->Close();
@@ -33,13 +40,15 @@ class Scheduler {
     int port = 0;
     TALLY_RETURN_IF_ERROR(transport_->Bind(cfg_.scheduler_host, cfg_.scheduler_port, &port));
     LOG(INFO) << "scheduler listening on " << cfg_.scheduler_host << ":" << port << " for "
-              << cfg_.num_workers << " workers and " << cfg_.num_servers << " servers";
+              << cfg_.num_workers << " workers and " << cfg_.num_servers << " servers"
+              << (cfg_.spare_servers ? " (and " + std::to_string(cfg_.spare_servers) + " spare)" : "");
     TALLY_RETURN_IF_ERROR(Gather());
     return Serve();
   }
 
  private:
-  int total() const { return cfg_.num_workers + cfg_.num_servers; }
+  int total() const { return ids_.size() - 1; }
+  int servers() const { return ids_.all_servers(); }
 
   // Waits for every node's REGISTER, then assigns ranks and sends the node table.
   Status Gather() {
@@ -73,7 +82,7 @@ class Scheduler {
       int have = 0;
       for (const Message& r : regs) have += r.meta.nodes(0).role() == role;
       if ((role != wire::SERVER && role != wire::WORKER) ||
-          have >= (role == wire::SERVER ? cfg_.num_servers : cfg_.num_workers)) {
+          have >= (role == wire::SERVER ? servers() : cfg_.num_workers)) {
         LOG(WARNING) << "refused the registration of " << DescribeNode(m.meta.nodes(0))
                      << ": the job has no place for it";
         continue;
@@ -104,7 +113,7 @@ class Scheduler {
     std::string why = "the job did not gather within " + std::to_string(cfg_.register_timeout_ms) +
                       " ms (TALLY_REGISTER_TIMEOUT_MS): " + std::to_string(workers) + " of " +
                       std::to_string(cfg_.num_workers) + " workers and " + std::to_string(servers) + " of " +
-                      std::to_string(cfg_.num_servers) + " servers registered";
+                      std::to_string(this->servers()) + " servers registered";
     // Tell those who came, so that they do not wait for a table that never comes.
     for (size_t i = 0; i < regs.size(); ++i) {
       const wire::Node& n = regs[i].meta.nodes(0);
@@ -126,10 +135,8 @@ class Scheduler {
     me.set_host(cfg_.scheduler_host);
     me.set_port(cfg_.scheduler_port);
     me.set_pid(static_cast<int>(getpid()));
-    const NodeIds ids{cfg_.num_servers, cfg_.num_workers};
     for (wire::Role role : {wire::SERVER, wire::WORKER}) {
-      const int count = role == wire::SERVER ? cfg_.num_servers : cfg_.num_workers;
-      const int base = role == wire::SERVER ? ids.Server(0) : ids.Worker(0);  // the id of rank 0
+      const int count = role == wire::SERVER ? servers() : cfg_.num_workers;
       std::vector<bool> taken(count, false);
       std::vector<const wire::Node*> unranked;
       for (const Message& r : regs) {
@@ -144,23 +151,24 @@ class Scheduler {
                                          ", which is " + (n.rank() >= count ? "out of range" : "taken"));
         }
         taken[n.rank()] = true;
-        Place(n, n.rank(), base);
+        Place(n, n.rank());
       }
       int next = 0;
       for (const wire::Node* n : unranked) {
         while (taken[next]) ++next;
         taken[next] = true;
-        Place(*n, next, base);
+        Place(*n, next);
       }
     }
     return Status::Ok();
   }
 
-  void Place(const wire::Node& n, int rank, int base) {
-    wire::Node& slot = nodes_[base + rank];
+  void Place(const wire::Node& n, int rank) {
+    const int id = n.role() == wire::SERVER ? ids_.Server(rank) : ids_.Worker(rank);
+    wire::Node& slot = nodes_[id];
     slot = n;
     slot.set_rank(rank);
-    slot.set_id(base + rank);
+    slot.set_id(id);
   }
 
   uint32_t GroupOf(int id) const {
@@ -235,6 +243,9 @@ class Scheduler {
             }
             break;
           }
+          case wire::REPLICA_READY:
+            SpareReady(from);
+            break;
           case wire::WORKER_DONE:
             profile::Tracer::Get().Instant("worker done", "scheduler", profile::NowUs());
             done_workers.insert(from);
@@ -279,48 +290,72 @@ class Scheduler {
     transport_->Send(id, m).ok();
   }
 
-  // Nodes past the dead timeout. Servers whose slices all live on (--server-replicas: some
-  // server of every chain is alive) are lost and the job goes on (SERVER_LOST); any other
-  // death ends the job, naming every node dead so far.
+  // Nodes past the dead timeout. Servers whose slices all live on (--server-replicas: a
+  // ready holder of every chain is alive) are lost and the job goes on (SERVER_LOST), each
+  // replaced by a free spare if there is one; any other death ends the job, naming every
+  // node dead so far.
   Status OnSilent(const std::vector<int>& silent) {
-    std::set<int> dead = dead_;
     bool fatal = false;
+    ServerChains after = chains_;
     for (int id : silent) {
-      dead.insert(id);
-      fatal |= id == 0 || nodes_[id].role() != wire::SERVER || cfg_.server_replicas == 0;
+      const bool server = id != 0 && nodes_[id].role() == wire::SERVER;
+      fatal |= !server || cfg_.server_replicas == 0;
+      if (server) after.Lose(ids_.ServerRank(id));
     }
-    const std::string lost = LostSlices(dead);
+    const std::string lost = fatal ? "" : LostSlices(after);
     if (fatal || !lost.empty()) return DeclareDead(silent, lost);
     for (int id : silent) {
       dead_.insert(id);
       last_heard_.erase(id);
-      LOG(ERROR) << DescribeNode(nodes_[id]) << " stopped answering: its slices go on on their replicas";
+      const int rank = ids_.ServerRank(id);
+      free_spares_.erase(std::remove(free_spares_.begin(), free_spares_.end(), rank), free_spares_.end());
+      unready_.erase(rank);
+      // A spare takes the place of a server that held slices (not of another free spare).
+      const bool held = !chains_.ChainsOf(rank).empty();
+      const int spare = held && !free_spares_.empty() ? free_spares_.front() : -1;
+      if (spare >= 0) {
+        free_spares_.erase(free_spares_.begin());
+        unready_.insert(spare);
+      }
+      chains_.Lose(rank, spare);
+      LOG(ERROR) << DescribeNode(nodes_[id]) << " stopped answering: "
+                 << (held ? "its slices go on on their replicas" : "a spare, holding nothing")
+                 << (spare >= 0 ? "; spare " + DescribeNode(nodes_[ids_.Server(spare)]) + " takes its place" : "");
       profile::Tracer::Get().Instant("server lost", "scheduler", profile::NowUs());
       wire::Meta m;
       m.set_command(wire::SERVER_LOST);
       *m.add_nodes() = nodes_[id];
+      if (spare >= 0) *m.add_nodes() = nodes_[ids_.Server(spare)];
       Broadcast(m).ok();
     }
     return Status::Ok();
   }
 
-  // "the slices of server 1 (on servers 1 and 2, all dead)" when some chain has no live
-  // server left among `dead`; empty otherwise.
-  std::string LostSlices(const std::set<int>& dead) const {
-    const NodeIds ids{cfg_.num_servers, cfg_.num_workers};
-    for (int s = 0; s < cfg_.num_servers; ++s) {
-      const std::vector<int> chain = ReplicaChain(s, cfg_.server_replicas, cfg_.num_servers);
+  // A spare has every slice of the chains it took over: it counts as their holder now.
+  void SpareReady(int id) {
+    if (!ids_.IsServer(id) || !unready_.erase(ids_.ServerRank(id))) return;
+    LOG(INFO) << DescribeNode(nodes_[id]) << " holds the slices of the place it took: "
+              << "--server-replicas " << cfg_.server_replicas << " restored there";
+    profile::Tracer::Get().Instant("spare ready", "scheduler", profile::NowUs());
+  }
+
+  // "the slices of server 1 are lost (held by servers 1 and 2, none alive; ...)" when some
+  // chain of `after` has no holder left but spares still receiving it; empty otherwise.
+  std::string LostSlices(const ServerChains& after) const {
+    for (int c = 0; c < after.size(); ++c) {
       bool alive = false;
+      for (int h : after.Holders(c)) alive |= !unready_.count(h);
+      if (alive) continue;
+      const std::vector<int>& held = chains_.Holders(c);
       std::string on;
-      for (size_t i = 0; i < chain.size(); ++i) {
-        alive |= !dead.count(ids.Server(chain[i]));
-        on += (i == 0 ? "" : i + 1 == chain.size() ? " and " : ", ") + std::to_string(chain[i]);
+      for (size_t i = 0; i < held.size(); ++i) {
+        on += (i == 0 ? "" : i + 1 == held.size() ? " and " : ", ") + std::to_string(held[i]);
       }
-      if (!alive) {
-        return "the slices of server " + std::to_string(s) + " are lost (held by server" +
-               (chain.size() > 1 ? "s " : " ") + on + ", none alive; --server-replicas " +
-               std::to_string(cfg_.server_replicas) + ")";
-      }
+      std::string receiving;
+      for (int h : after.Holders(c)) receiving += " (spare " + std::to_string(h) + " still receiving them)";
+      return "the slices of server " + std::to_string(c) + " are lost (held by server" +
+             (held.size() > 1 ? "s " : " ") + on + ", none alive; --server-replicas " +
+             std::to_string(cfg_.server_replicas) + ")" + receiving;
     }
     return "";
   }
@@ -344,7 +379,11 @@ class Scheduler {
   }
 
   const ClusterConfig cfg_;
+  const NodeIds ids_;
   std::unique_ptr<Transport> transport_;
+  ServerChains chains_;            // who holds each chain, after the losses so far
+  std::vector<int> free_spares_;   // spare ranks alive and in no chain, in rank order
+  std::set<int> unready_;          // spares that took a place and are still receiving it
   std::vector<wire::Node> nodes_;  // by id
   std::map<int, Clock::time_point> last_heard_;
   std::set<int> dead_;

@@ -50,8 +50,8 @@ std::vector<Tensor> TakeData(Message* msg) {
 
 }  // namespace
 
-KVServer::KVServer(int num_servers, int num_workers, SendFn send)
-    : ids_{num_servers, num_workers}, send_(std::move(send)) {
+KVServer::KVServer(int num_servers, int num_workers, SendFn send, int spare_servers)
+    : ids_{num_servers, num_workers, spare_servers}, send_(std::move(send)) {
   CHECK_GE(ids_.num_servers, 1);
   CHECK_GE(ids_.num_workers, 1);
 }
@@ -115,8 +115,8 @@ void KVServer::Handle(Message&& msg) {
   }
   const std::string what = wire::Command_Name(m.command()) + " from node " +
                            std::to_string(m.sender_id());
-  if (m.command() == wire::SERVER_LOST && m.sender_id() == kSchedulerId && m.nodes_size() == 1) {
-    ServerLost(m.nodes(0).rank());
+  if (m.command() == wire::SERVER_LOST && m.sender_id() == kSchedulerId && m.nodes_size() >= 1) {
+    ServerLost(m.nodes(0).rank(), m.nodes_size() > 1 ? m.nodes(1).rank() : -1);
     return;
   }
   if (m.command() == wire::RESPONSE) {
@@ -127,13 +127,15 @@ void KVServer::Handle(Message&& msg) {
     }
     return;
   }
-  if (m.command() == wire::REPLICATE) {
+  if (m.command() == wire::REPLICATE || m.command() == wire::REPLICA_STATE) {
     Status r = ValidateMessage(msg);
     if (r.ok() && !ids_.IsServer(m.sender_id())) r = Status::InvalidArgument("the sender is not a server of this job");
-    if (r.ok()) r = HandleReplicate(&msg);
+    if (r.ok() && EarlyForSpare(&msg)) return;
+    if (r.ok()) r = m.command() == wire::REPLICATE ? HandleReplicate(&msg) : HandleReplicaState(&msg);
     if (!r.ok()) LOG(WARNING) << "server: refused " << what << ": " << r.message();
     return;
   }
+  if (HoldForState(&msg)) return;
   Status s = ValidateMessage(msg);
   if (s.ok() && !ids_.IsWorker(m.sender_id())) {
     s = Status::InvalidArgument("the sender is not a worker of this job");
@@ -181,7 +183,7 @@ void KVServer::Handle(Message&& msg) {
   }
   if (!s.ok()) {
     LOG(WARNING) << "server: refused " << what << ": " << s.message();
-    Respond(m, "server " + std::to_string(m.receiver_id() - 1) + ": " + what + ": " + s.message());
+    Respond(m, "server " + std::to_string(ids_.ServerRank(m.receiver_id())) + ": " + what + ": " + s.message());
   }
 }
 

@@ -17,24 +17,21 @@ namespace tally {
 void KVServer::SetReplication(int my_rank, int replicas) {
   my_rank_ = my_rank;
   replicas_ = replicas;
+  chains_ = ServerChains(ids_.num_servers, replicas);
 }
 
 std::vector<int> KVServer::Backups(const Slice* s) const {
-  std::vector<int> out;
-  if (replicas_ == 0 || s->chain < 0 || async_) return out;
-  bool after_me = false;
-  for (int r : ReplicaChain(s->chain, replicas_, ids_.num_servers)) {
-    if (after_me && !lost_.count(r)) out.push_back(r);
-    after_me |= r == my_rank_;
-  }
-  return out;
+  if (replicas_ == 0 || s->chain < 0 || async_) return {};
+  const std::vector<int>& holders = chains_.Holders(s->chain);
+  if (holders.empty() || holders.front() != my_rank_) return {};
+  return std::vector<int>(holders.begin() + 1, holders.end());
 }
 
 int64_t KVServer::Visible(const Slice* s) const {
   return s->owed.empty() ? s->applied : s->owed.begin()->first - 1;
 }
 
-void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale) {
+void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale, float lr) {
   const std::vector<int> backups = Backups(s);
   if (backups.empty()) return;
   for (int r : backups) {
@@ -44,7 +41,7 @@ void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale) {
     m.meta.set_dtype(wire::F32);
     m.meta.set_grad_scale(scale);
     // The backup's own SET_LR of this step travels on another path and may come later.
-    m.meta.set_lr(LearningRateFor(step));
+    m.meta.set_lr(lr >= 0 ? lr : LearningRateFor(step));
     m.meta.set_priority(INT32_MAX);  // ahead of answers: the answers of this step wait for it
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(s->key);
@@ -92,13 +89,18 @@ Status KVServer::HandleReplicate(Message* msg) {
     if (step <= s->applied) continue;  // a repeat: already applied
     // A step some worker rolled back here before its sum came (the ROLLBACK every worker
     // sends each replica) is skipped, as the primary did.
+    Tensor sum;
     if (m.skipped() || s->skip_when_ready.erase(step) > 0) {
       Skip(s, step, std::vector<int>(m.nonfinite_workers().begin(), m.nonfinite_workers().end()));
     } else {
-      Apply(s, {data[i].To(DType::kF32)}, step, scale, m.lr());
+      sum = data[i].To(DType::kF32);
+      Apply(s, {sum}, step, scale, m.lr());
     }
     s->applied = step;
     pushed_ = true;
+    // A step of a primary lost since it sent it, arriving here after this server took the
+    // chain over: its backups (a spare among them) must have it too.
+    Forward(s, step, sum, scale, m.lr());
   }
   return Status::Ok();
 }
@@ -117,8 +119,15 @@ void KVServer::HandleReplicaAck(const Message& msg) {
   }
 }
 
-void KVServer::ServerLost(int rank) {
-  if (!lost_.insert(rank).second) return;
+void KVServer::ServerLost(int rank, int spare) {
+  if (chains_.Lost(rank)) return;
+  // Under dist_async each holder applies the workers' own copies as they come: a spare
+  // given a snapshot would miss those in flight, so it takes no place (docs/faults.md).
+  if (async_ && spare >= 0) {
+    if (spare == my_rank_) LOG(WARNING) << "server: dist_async: a spare takes no lost server's place";
+    spare = -1;
+  }
+  chains_.Lose(rank, spare);
   for (auto& [id, s] : slices_) {
     for (auto it = s->owed.begin(); it != s->owed.end();) {
       it->second.erase(rank);
@@ -126,6 +135,8 @@ void KVServer::ServerLost(int rank) {
     }
     AnswerVisible(s.get());
   }
+  SendStates();
+  if (spare >= 0 && spare == my_rank_) TakePlace(rank);
 }
 
 void KVServer::AnswerVisible(Slice* s) {

@@ -21,10 +21,11 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
   // Answers leave by priority (the request's) within a credit per worker, so that the
   // first layers' weights overtake a backlog of the others' (net/priority_sender.h).
   PrioritySender sender(c, SendCreditBytes(c->num_workers()));
-  KVServer server(c->num_servers(), c->num_workers(), [&sender](int id, Message m) {
+  KVServer server(c->num_servers(), c->num_workers(), [&sender, c](int id, Message m) {
+    if (id == kSchedulerId) return c->Send(id, std::move(m));  // REPLICA_READY
     const int priority = m.meta.priority();
     return sender.Send(id, std::move(m), priority);
-  });
+  }, c->spare_servers());
   server.SetReplication(c->me().rank(), c->server_replicas());
   if (observer.step) server.SetStepRecorder(observer.step, observer.step_begins);
   c->SetDataHandler([&server](Message&& m) { server.Handle(std::move(m)); });

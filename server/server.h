@@ -50,6 +50,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,7 @@
 
 #include "kvstore/updater.h"
 #include "net/cluster.h"
+#include "net/server_chains.h"
 #include "net/transport.h"
 #include "profile/records.h"
 
@@ -70,8 +72,9 @@ class KVServer {
   // Sends msg to node `id`; RunServer passes Cluster::Send.
   using SendFn = std::function<Status(int id, Message msg)>;
 
-  // The job's shape: node ids 1..num_servers are servers, the next num_workers are workers.
-  KVServer(int num_servers, int num_workers, SendFn send);
+  // The job's shape: node ids 1..num_servers are servers, the next num_workers are workers,
+  // then the spare servers (NodeIds).
+  KVServer(int num_servers, int num_workers, SendFn send, int spare_servers = 0);
   ~KVServer();
 
   // Handles one data message (a request from a worker) and answers it, now or, for a
@@ -82,7 +85,11 @@ class KVServer {
   // slice's INIT names its chain; as the chain's first live server, this one forwards every
   // synchronous step's summed gradient to the live servers after it (REPLICATE) and answers
   // the step's pulls and pushes once they have applied it. SERVER_LOST (from the scheduler,
-  // through the data handler) stops the waiting for a lost server.
+  // through the data handler) stops the waiting for a lost server. When a spare takes the
+  // lost server's place (--spare-servers, sync only), the server of each chain it joins
+  // sends it every slice's state (REPLICA_STATE), then its steps as to any backup; the
+  // spare holds the workers' requests until every chain has come, then tells the
+  // scheduler (REPLICA_READY).
   void SetReplication(int my_rank, int replicas);
 
   // For tests and logs: the fp32 master values of the slice of `key` starting at `offset`
@@ -127,15 +134,31 @@ class KVServer {
   // HandleReplicaAck: a backup has; ServerLost: a server will never acknowledge again.
   Status HandleReplicate(Message* msg);
   void HandleReplicaAck(const Message& msg);
-  void ServerLost(int rank);
+  // `spare` >= 0: the spare that takes the lost server's place.
+  void ServerLost(int rank, int spare);
   // The live servers after this one in s's chain, when this one serves s.
   std::vector<int> Backups(const Slice* s) const;
   // Sends step `step` of s (its applied fp32 sum, or that it was skipped) to the backups.
-  void Forward(Slice* s, int64_t step, const Tensor& sum, float scale);
+  // lr >= 0: that learning rate (a forwarded step's own) instead of the step's here.
+  void Forward(Slice* s, int64_t step, const Tensor& sum, float scale, float lr = -1);
   // The last step of s that may be answered: applied, and acknowledged by the backups.
   int64_t Visible(const Slice* s) const;
   // Answers the pulls (and deferred pushes) of s whose step is now visible.
   void AnswerVisible(Slice* s);
+
+  // Spares (kv_server_spare.cc). SendStates: as the server of a chain, its slices' state
+  // and then the end marker, to each spare that joined the chain and has not had them.
+  void SendStates();
+  Message StateOf(Slice* s);
+  // A spare: one slice's state, or a chain's end marker (then, the last, REPLICA_READY).
+  Status HandleReplicaState(Message* msg);
+  // A spare: whether msg (a worker's request) waits for the chains still to come.
+  bool HoldForState(Message* msg);
+  // A spare not yet told it takes a place: whether msg (a server's state or step, sent by
+  // one that was told first) waits for that.
+  bool EarlyForSpare(Message* msg);
+  // A spare told it takes `lost`'s place: awaits its chains, and takes the early messages.
+  void TakePlace(int lost);
 
   // Checks that every slice of msg is known, with the stored length, and fills `out`.
   Status FindSlices(const Message& msg, std::vector<Slice*>* out);
@@ -165,7 +188,12 @@ class KVServer {
 
   const NodeIds ids_;  // the job's servers and workers, and their node ids
   int my_rank_ = -1, replicas_ = 0;  // SetReplication
-  std::set<int> lost_;               // server ranks lost (SERVER_LOST)
+  ServerChains chains_;              // who holds each chain, after the losses (SERVER_LOST)
+  std::set<std::pair<int, int>> sent_states_;  // (chain, spare rank) whose states went
+  std::set<int> awaiting_chains_;    // a spare: the chains whose states are still to come
+  std::set<int> complete_chains_;    // a spare: the chains whose states all came
+  std::deque<Message> held_;         // a spare: workers' requests until awaiting_chains_ empties
+  std::deque<Message> early_;        // a spare: servers' messages before its SERVER_LOST
   SendFn send_;
   bool async_ = false;
   bool pushed_ = false;  // a push has arrived: the optimizer can no longer change

@@ -8,6 +8,11 @@ step after it is printed beside its goal, the dead timeout plus 3 s.
 SkippedStepFailoverTest: a step skipped for a NaN, then a server killed: the same as the
 job with the NaN alone.
 AsyncFailoverTest: the same under dist_async, which ends whole.
+SpareTest: 2 servers, --server-replicas 1 and a spare: server 0 is killed, the spare takes
+its place and receives its slices; a step is then skipped for a NaN (rolled back on the
+spare too); then server 1, the last of the first two, is killed, and the spare alone ends
+the job, bit for bit as the run with the NaN and no fault. Under dist_async the spare takes
+no place, and the job ends whole.
 LostTest: a server and a worker killed together end the job naming both; the two servers
 of one chain (the primary and its only backup) killed together end it naming the slices
 lost.
@@ -115,6 +120,53 @@ class AsyncFailoverTest(FaultCase):
         self.assertEqual(code, 0, out[-4000:])
         self.assertLogHas(out, r"launch\.py: the job finished: the scheduler, 2 servers and 2 workers exited 0 "
                                r"after [\d.]+ s \(server 1 on localhost lost on the way\)")
+        self.assertEqual(self.assertLatestLoads(prefix), 3)
+
+
+class SpareTest(FaultCase):
+    def wait_log(self, path, proc, pattern, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if re.search(pattern, read(path)):
+                return
+            if proc.poll() is not None:
+                self.fail("the job ended (%s) before %r:\n%s" % (proc.returncode, pattern, read(path)[-4000:]))
+            time.sleep(0.05)
+        self.fail("no %r within %d s:\n%s" % (pattern, timeout, read(path)[-4000:]))
+
+    def test_a_spare_takes_the_place_and_outlives_both_first_servers(self):
+        nan = {"TALLY_TEST_NAN": "0:70"}
+        ref = os.path.join(self.dir, "ref", "m")
+        code, out = self.run_launch(ref, "reference", ["-s", "2"], env=nan)
+        self.assertEqual(code, 0, out[-4000:])
+        self.assertLogHas(out, r"step 70 skipped")
+        prefix = os.path.join(self.dir, "run", "m")
+        proc, path = self.start_launch(prefix, "run", ["-s", "2", "--server-replicas", "1", "--spare-servers", "1"],
+                                       env=nan)
+        self.wait_step(path, proc, 30)
+        os.kill(self.pid_of("server", 0), signal.SIGKILL)
+        self.wait_log(path, proc, r"\[scheduler\] .*server 2 .* holds the slices of the place it took")
+        # Without the spare, server 1 held the only copy of every slice by now.
+        self.wait_step(path, proc, 90)
+        os.kill(self.pid_of("server", 1), signal.SIGKILL)
+        code = self.wait_launch(proc, path)
+        out = read(path)
+        self.assertEqual(code, 0, out[-4000:])
+        self.assertLogHas(out, r"\[worker 0\] .*server 0 .* stopped answering; its slices go on .*spare server 2 .* "
+                               r"takes its place")
+        self.assertLogHas(out, r"\[worker 0\] .*server 1 .* stopped answering; its slices go on")
+        self.assertNotIn("restart", out)
+        self.assertSameCheckpoint(prefix + FINAL, ref + FINAL)
+
+    def test_under_dist_async_a_spare_takes_no_place(self):
+        prefix = os.path.join(self.dir, "m")
+        proc, path = self.start_launch(prefix, "async", REPLICAS + ["--spare-servers", "1"], ["--kv-store", "dist_async"])
+        self.wait_step(path, proc, 60)
+        os.kill(self.pid_of("server", 1), signal.SIGKILL)
+        code = self.wait_launch(proc, path)
+        out = read(path)
+        self.assertEqual(code, 0, out[-4000:])
+        self.assertLogHas(out, r"\[server 3\] .*dist_async: a spare takes no lost server's place")
         self.assertEqual(self.assertLatestLoads(prefix), 3)
 
 

@@ -66,6 +66,10 @@ def build_parser():
                         help="keep every server's slices also on the next R servers, so that the "
                              "job goes on without a restart when a server dies, as long as one "
                              "server of each chain lives (default: 0; docs/faults.md)")
+    parser.add_argument("--spare-servers", type=int, default=0, metavar="K",
+                        help="start K more servers that hold nothing until one takes the place of a "
+                             "server that died, receiving its slices, so that --server-replicas "
+                             "holds again (needs --server-replicas; synchronous kvstores; default: 0)")
     parser.add_argument("--log-dir", metavar="DIR",
                         help="also write each process's output, without the [role] prefix, to "
                              "DIR/ROLE-RANK.log (DIR/scheduler.log); a restarted job's attempt N "
@@ -129,6 +133,9 @@ def plan(args):
     if not 0 <= args.server_replicas < num_servers:
         raise UsageError(f"--server-replicas {args.server_replicas}: from 0 to one less than the "
                          f"server count ({num_servers}), each replica on a server of its own")
+    if args.spare_servers < 0 or (args.spare_servers and not args.server_replicas):
+        raise UsageError(f"--spare-servers {args.spare_servers}: a spare takes a lost server's place "
+                         f"in its chains, which needs --server-replicas 1 or more")
     if args.max_restarts:
         check_restartable(command)
     remote_only = {"--sync-dst-dir": args.sync_dst_dir, "--ssh-opts": args.ssh_opts,
@@ -148,7 +155,7 @@ def plan(args):
     extra.update(parse_env_options(args.env, os.environ))
     procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host,
                      cluster=args.launcher, server_hosts=server_hosts,
-                     server_replicas=args.server_replicas)
+                     server_replicas=args.server_replicas, spare_servers=args.spare_servers)
     cwd = args.sync_dst_dir or os.getcwd()
     return procs, cwd, hosts + (server_hosts or [])
 

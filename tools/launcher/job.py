@@ -15,7 +15,7 @@ JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORK
             "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "DMLC_TASK_ID", "DMLC_WORKER_ID",
             "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT", "DMLC_JOB_CLUSTER", "TALLY_RANK",
             "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN", "TALLY_STOPPED_STATUS",
-            "TALLY_SERVER_REPLICAS")
+            "TALLY_SERVER_REPLICAS", "TALLY_SPARE_SERVERS")
 
 # How the launcher asks `tally train` to exit after a stop on SIGTERM whose checkpoint was
 # saved (TALLY_STOPPED_STATUS; on its own it exits 0 then): a status of its own, so that the
@@ -154,32 +154,35 @@ def set_attempt(procs, attempt):
         proc.env["DMLC_NUM_ATTEMPT"] = str(attempt)
 
 
-def task_ids(role, rank, num_workers, num_servers):
+def task_ids(role, rank, num_workers, num_servers, spare_servers=0):
     """The ids MXNet's launcher (dmlc-tracker) gives a process: DMLC_TASK_ID numbers the
     workers first, then the servers, as its local launcher does; the scheduler, which
     dmlc-tracker starts itself without one, comes after them, so that every process of the
-    job has an id of its own. DMLC_WORKER_ID and DMLC_SERVER_ID are the rank in the role."""
+    job has an id of its own (spare servers, ranks num_servers on, count as servers).
+    DMLC_WORKER_ID and DMLC_SERVER_ID are the rank in the role."""
     if role == "worker":
         return {"DMLC_TASK_ID": str(rank), "DMLC_WORKER_ID": str(rank)}
     if role == "server":
         return {"DMLC_TASK_ID": str(num_workers + rank), "DMLC_SERVER_ID": str(rank)}
-    return {"DMLC_TASK_ID": str(num_workers + num_servers)}
+    return {"DMLC_TASK_ID": str(num_workers + num_servers + spare_servers)}
 
 
 def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_host=None,
-             cluster="local", server_hosts=None, server_replicas=0):
+             cluster="local", server_hosts=None, server_replicas=0, spare_servers=0):
     """Returns every process of the job, scheduler first, then servers, then workers.
 
     `hosts` is [hosts.Host]; the scheduler goes on the first host, servers and workers
     each follow `rotation(hosts)`. `node_host`, when given, replaces the host name in
     DMLC_NODE_HOST (the local launcher gives 127.0.0.1). `cluster` is the launcher's name,
     for DMLC_JOB_CLUSTER. `server_hosts`, when given, takes the servers (in their own
-    rotation) and leaves `hosts` to the scheduler and the workers.
+    rotation) and leaves `hosts` to the scheduler and the workers. `spare_servers` more
+    servers (ranks num_servers on) wait to take a lost server's place (docs/faults.md).
     """
-    order = rotation(hosts, max(num_workers, num_servers))
-    server_order = rotation(server_hosts, num_servers) if server_hosts else order
+    all_servers = num_servers + spare_servers
+    order = rotation(hosts, max(num_workers, all_servers))
+    server_order = rotation(server_hosts, all_servers) if server_hosts else order
     placed = [("scheduler", 0, hosts[0])]
-    placed += [("server", r, server_order[r % len(server_order)]) for r in range(num_servers)]
+    placed += [("server", r, server_order[r % len(server_order)]) for r in range(all_servers)]
     placed += [("worker", r, order[r % len(order)]) for r in range(num_workers)]
     procs = []
     for role, rank, host in placed:
@@ -191,7 +194,7 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
             "DMLC_NUM_SERVER": str(num_servers),
             "DMLC_NODE_HOST": node_host or host.name,
             "TALLY_RANK": str(rank),
-            **task_ids(role, rank, num_workers, num_servers),
+            **task_ids(role, rank, num_workers, num_servers, spare_servers),
             "DMLC_NUM_ATTEMPT": "0",
             "DMLC_JOB_CLUSTER": cluster,
             "TALLY_STOPPED_STATUS": str(SAVED_STOP_STATUS),
@@ -201,6 +204,8 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
             # workers on two cores). --env OMP_WAIT_POLICY:active overrides it.
             "OMP_WAIT_POLICY": "passive",
         }
+        if spare_servers:
+            env["TALLY_SPARE_SERVERS"] = str(spare_servers)
         env.update(extra_env)
         procs.append(Proc(role, rank, host.name, env, ssh_port=host.port))
     return procs

@@ -1,0 +1,175 @@
+// A spare server taking a lost server's place (--spare-servers; server.h, docs/faults.md):
+// the server of each chain the spare joins sends it every slice's whole state
+// (REPLICA_STATE: values, momentum, the undo copy and the step bookkeeping), then an end
+// marker, and from then on forwards its steps to it as to any backup. The messages to the
+// spare leave in order (one priority), so a step forwarded after a slice's state is applied
+// on top of it. The spare holds the workers' requests meanwhile, and tells the scheduler
+// once every chain has come; from then on it counts as their holder.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "server/kv_server_slice.h"
+#include "server/server.h"
+
+namespace tally {
+
+namespace {
+
+// One frame of a slice's state: the slice named again for each (docs/wire.md).
+void AddPart(Message* m, uint64_t key, uint64_t offset, const Tensor& data) {
+  wire::KeySlice* ks = m->meta.add_slices();
+  ks->set_key(key);
+  ks->set_offset(offset);
+  ks->set_length(static_cast<uint64_t>(data.numel()));
+  m->data.push_back(data);
+}
+
+}  // namespace
+
+void KVServer::SendStates() {
+  if (async_) return;
+  for (int c = 0; c < chains_.size(); ++c) {
+    const std::vector<int>& holders = chains_.Holders(c);
+    if (holders.empty() || holders.front() != my_rank_) continue;
+    for (size_t i = 1; i < holders.size(); ++i) {
+      const int spare = holders[i];
+      if (!ids_.IsSpare(spare) || !sent_states_.insert({c, spare}).second) continue;
+      int sent = 0;
+      for (auto& [id, s] : slices_) {
+        if (s->chain != c) continue;
+        Status st = send_(ids_.Server(spare), StateOf(s.get()));
+        if (!st.ok()) LOG(WARNING) << "server: sending chain " << c << " to spare " << spare << ": " << st;
+        ++sent;
+      }
+      Message end;
+      end.meta.set_command(wire::REPLICA_STATE);
+      end.meta.set_chain(c + 1);
+      end.meta.set_priority(INT32_MAX);
+      Status st = send_(ids_.Server(spare), std::move(end));
+      if (!st.ok()) LOG(WARNING) << "server: sending chain " << c << " to spare " << spare << ": " << st;
+      LOG(INFO) << "server: sent the " << sent << " slices of chain " << c << " to spare server " << spare;
+    }
+  }
+}
+
+Message KVServer::StateOf(Slice* s) {
+  Message m;
+  m.meta.set_command(wire::REPLICA_STATE);
+  m.meta.set_chain(s->chain + 1);
+  m.meta.set_step(s->applied);
+  m.meta.set_dtype(wire::F32);
+  m.meta.set_priority(INT32_MAX);  // as REPLICATE: the steps forwarded later follow it
+  // The values may go by reference: an update copies them first while a send holds them.
+  AddPart(&m, s->key, s->offset, s->value);
+  const Tensor mom = updater_ ? updater_->Momentum(s->id, s->value) : Tensor();
+  if (mom.defined()) {
+    m.meta.set_optimizer_state(true);
+    AddPart(&m, s->key, s->offset, mom);
+  }
+  const Tensor undo_mom = updater_ ? updater_->SavedMomentum(s->id) : Tensor();
+  if (s->undo_step >= 0 && s->undo.defined() && mom.defined() == undo_mom.defined()) {
+    m.meta.set_undo_step(s->undo_step + 1);
+    AddPart(&m, s->key, s->offset, s->undo.Clone());  // KeepUndo may reuse the buffer before it leaves
+    if (undo_mom.defined()) AddPart(&m, s->key, s->offset, undo_mom);
+  }
+  m.meta.set_skipped_step(s->skipped + 1);
+  for (int rank : s->nonfinite_ranks) m.meta.add_nonfinite_workers(rank);
+  if (s->stop_from != INT64_MAX) m.meta.set_stop_from(s->stop_from + 1);
+  for (int64_t step : s->skip_when_ready) m.meta.add_skip_steps(step);
+  return m;
+}
+
+Status KVServer::HandleReplicaState(Message* msg) {
+  const wire::Meta& m = msg->meta;
+  const int chain = m.chain() - 1;
+  if (chain < 0 || chain >= chains_.size() || !chains_.Holds(my_rank_, chain)) {
+    return Status::InvalidArgument("REPLICA_STATE of chain " + std::to_string(chain) + ", not held here");
+  }
+  if (complete_chains_.count(chain)) return Status::Ok();  // a later server of the chain sends it again
+  if (m.slices_size() == 0) {
+    complete_chains_.insert(chain);
+    awaiting_chains_.erase(chain);
+    if (!awaiting_chains_.empty()) return Status::Ok();
+    LOG(INFO) << "server: holding every slice of chains taken over; " << held_.size() << " held requests go on";
+    Message ready;
+    ready.meta.set_command(wire::REPLICA_READY);
+    Status st = send_(kSchedulerId, std::move(ready));
+    if (!st.ok()) LOG(WARNING) << "server: telling the scheduler this spare is ready: " << st;
+    std::deque<Message> held = std::move(held_);
+    held_.clear();
+    for (Message& h : held) Handle(std::move(h));
+    return Status::Ok();
+  }
+  const bool has_mom = m.optimizer_state(), has_undo = m.undo_step() > 0;
+  const int parts = 1 + has_mom + (has_undo ? 1 + has_mom : 0);
+  if (m.slices_size() != parts) {
+    return Status::InvalidArgument(std::to_string(m.slices_size()) + " parts for " + std::to_string(parts));
+  }
+  if (has_mom && !updater_) return Status::InvalidArgument("momentum without an optimizer");
+  const wire::KeySlice& ks = m.slices(0);
+  std::unique_ptr<Slice>& slot = slices_[{ks.key(), ks.offset()}];
+  if (!slot) {
+    slot = std::make_unique<Slice>();
+    slot->id = static_cast<int>(slices_.size()) - 1;
+  }
+  Slice* s = slot.get();
+  *s = Slice{s->id, ks.key(), ks.offset(), static_cast<int64_t>(ks.length())};
+  s->chain = chain;
+  s->value = msg->data[0].Clone();  // the frame may be the sender's own buffer (in-process)
+  s->applied = m.step();
+  s->skipped = m.skipped_step() - 1;
+  s->nonfinite_ranks.assign(m.nonfinite_workers().begin(), m.nonfinite_workers().end());
+  s->stop_from = m.stop_from() > 0 ? m.stop_from() - 1 : INT64_MAX;
+  s->skip_when_ready.insert(m.skip_steps().begin(), m.skip_steps().end());
+  if (has_undo) {
+    // The optimizer keeps its undo copy itself: put the undone state in, save it, and then
+    // the current one.
+    const Tensor& undo = msg->data[1 + has_mom];
+    s->undo = undo.Clone();
+    s->undo_step = m.undo_step() - 1;
+    if (has_mom) {
+      TALLY_RETURN_IF_ERROR(updater_->SetMomentum(s->id, s->undo, msg->data[2 + has_mom]));
+      updater_->SaveState(s->id, s->undo);
+    }
+  }
+  if (has_mom) TALLY_RETURN_IF_ERROR(updater_->SetMomentum(s->id, s->value, msg->data[1]));
+  pushed_ = true;
+  return Status::Ok();
+}
+
+bool KVServer::EarlyForSpare(Message* msg) {
+  if (!ids_.IsSpare(my_rank_) || !chains_.ChainsOf(my_rank_).empty()) return false;
+  early_.push_back(std::move(*msg));
+  return true;
+}
+
+void KVServer::TakePlace(int lost) {
+  for (int c : chains_.ChainsOf(my_rank_)) {
+    if (!complete_chains_.count(c)) awaiting_chains_.insert(c);
+  }
+  LOG(INFO) << "server: taking the place of server " << lost << ": awaiting the state of "
+            << awaiting_chains_.size() << " chains";
+  std::deque<Message> early = std::move(early_);
+  early_.clear();
+  for (Message& m : early) Handle(std::move(m));
+}
+
+bool KVServer::HoldForState(Message* msg) {
+  if (awaiting_chains_.empty()) return false;
+  switch (msg->meta.command()) {
+    case wire::PUSH:
+    case wire::PULL:
+    case wire::PUSHPULL:
+    case wire::ROLLBACK:
+      held_.push_back(std::move(*msg));
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace tally
