@@ -166,6 +166,24 @@ TEST(ClusterConfig, ReadsTheEnvironmentAndNamesBadVariables) {
   s = ClusterConfigFromEnv(&c);
   EXPECT_NE(s.message().find("DMLC_NUM_WORKER"), std::string::npos) << s;
   setenv("DMLC_NUM_WORKER", "4", 1);
+  // A spare takes a place in the replica chains: none without replicas.
+  setenv("TALLY_SPARE_SERVERS", "1", 1);
+  s = ClusterConfigFromEnv(&c);
+  EXPECT_NE(s.message().find("TALLY_SPARE_SERVERS=1: a spare takes a lost server's place, which needs "
+                             "TALLY_SERVER_REPLICAS >= 1"), std::string::npos) << s;
+  setenv("TALLY_SERVER_REPLICAS", "1", 1);
+  setenv("TALLY_RANK", "2", 1);  // the spare's rank: servers 0 and 1, then it
+  ASSERT_TRUE(ClusterConfigFromEnv(&c).ok());
+  EXPECT_EQ(c.spare_servers, 1);
+  std::unique_ptr<Transport> t;
+  EXPECT_TRUE(NewJobTransport(c, &t).ok());
+  setenv("TALLY_RANK", "3", 1);
+  ASSERT_TRUE(ClusterConfigFromEnv(&c).ok());
+  s = NewJobTransport(c, &t);
+  EXPECT_NE(s.message().find("TALLY_RANK=3: not a rank of this job's 3 servers"), std::string::npos) << s;
+  unsetenv("TALLY_SPARE_SERVERS");
+  unsetenv("TALLY_SERVER_REPLICAS");
+  setenv("TALLY_RANK", "1", 1);
   setenv("DMLC_ROLE", "boss", 1);
   s = ClusterConfigFromEnv(&c);
   EXPECT_NE(s.message().find("DMLC_ROLE"), std::string::npos) << s;

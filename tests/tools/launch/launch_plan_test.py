@@ -119,6 +119,17 @@ class HostfileTest(HostfileCase):
         job.set_attempt(procs, 2)
         self.assertEqual({p.env["DMLC_NUM_ATTEMPT"] for p in procs}, {"2"})
 
+    def test_spare_servers_follow_the_servers_with_ids_of_their_own(self):
+        procs = job.plan_job(2, 2, [hosts.Host("a", 1), hosts.Host("b", 1)], "a", 9000, {},
+                             server_replicas=1, spare_servers=1)
+        placed = [(p.name, p.host, p.env["TALLY_RANK"], p.env["DMLC_TASK_ID"], p.env.get("TALLY_SPARE_SERVERS"))
+                  for p in procs]
+        self.assertEqual(placed, [
+            ("scheduler", "a", "0", "5", "1"), ("server 0", "a", "0", "2", "1"), ("server 1", "b", "1", "3", "1"),
+            ("server 2", "a", "2", "4", "1"), ("worker 0", "a", "0", "0", "1"), ("worker 1", "b", "1", "1", "1")])
+        self.assertEqual({p.env["DMLC_NUM_SERVER"] for p in procs}, {"2"})  # spares are not counted there
+        self.assertNotIn("TALLY_SPARE_SERVERS", job.plan_job(1, 1, [hosts.Host("a", 1)], "a", 9000, {})[0].env)
+
 
 class DryRunTest(HostfileCase):
     """The command lines of the ssh, slurm and mpi launchers, as --dry-run prints them."""
@@ -274,6 +285,11 @@ class DryRunTest(HostfileCase):
             self.assertIn(f"TALLY_RANK={rank}", argv[argv.index("TALLY_RANK=" + rank) - 1:])
             self.assertEqual(argv[argv.index("TALLY_RANK=" + rank) - 1], "-x")
             self.assertEqual(argv[-3:], ["train", "--kv-store", "dist_sync"])
+
+    def test_spares_need_replicas(self):
+        err, _ = self.refused("ssh", "h1\n", "-n", "1", "-s", "2", "--spare-servers", "1")
+        self.assertIn("--spare-servers 1: a spare takes a lost server's place in its chains, which needs "
+                      "--server-replicas 1 or more", err)
 
     def test_slurm_refuses_an_ssh_port(self):
         err, path = self.refused("slurm", "n1\nn2:2\n", "-n", "1")
