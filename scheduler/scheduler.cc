@@ -36,13 +36,14 @@ class Scheduler {
     transport_->Close();
   }
 
-  Status Run() {
+  Status Run(const std::function<void()>& gathered) {
     int port = 0;
     TALLY_RETURN_IF_ERROR(transport_->Bind(cfg_.scheduler_host, cfg_.scheduler_port, &port));
     LOG(INFO) << "scheduler listening on " << cfg_.scheduler_host << ":" << port << " for "
               << cfg_.num_workers << " workers and " << cfg_.num_servers << " servers"
               << (cfg_.spare_servers ? " (and " + std::to_string(cfg_.spare_servers) + " spare)" : "");
     TALLY_RETURN_IF_ERROR(Gather());
+    if (gathered) gathered();
     return Serve();
   }
 
@@ -392,9 +393,10 @@ class Scheduler {
 
 }  // namespace
 
-Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport) {
+Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
+                    const std::function<void()>& gathered) {
   Scheduler s(cfg, std::move(transport));
-  return s.Run();
+  return s.Run(gathered);
 }
 
 }  // namespace tally

@@ -9,14 +9,17 @@
 // the free ranks in order of registration. Ids: 0 scheduler, 1..M servers, M+1..M+N workers.
 // Returns Ok when every worker finished; otherwise why the job failed (a node died, the
 // job did not gather within register_timeout_ms, two nodes asked for one rank).
+// `gathered`, when given, runs once every node has registered and has the node table.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "net/cluster.h"
 
 namespace tally {
 
-Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport);
+Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
+                    const std::function<void()>& gathered = nullptr);
 
 }  // namespace tally

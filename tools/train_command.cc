@@ -235,8 +235,18 @@ int StoppedExit(int rank) {
 extern "C" void OnWorkerTerminate(int) { g_terminate = true; }
 
 // A scheduler or server keeps serving after SIGTERM until the workers have saved and
-// finished (the job's end stops it; a dead worker too, through the heartbeats).
+// finished (the job's end stops it; a dead worker too, through the heartbeats). Before the
+// job has gathered there is nothing to save, and perhaps no worker to wait for (a worker
+// refused its flags): it exits at once.
+std::atomic<bool> g_role_joined{false};
+
 extern "C" void OnRoleTerminate(int) {
+  if (!g_role_joined.load()) {
+    const char msg[] = "tally: SIGTERM before the job gathered: nothing to save, exiting\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(kTerminatedExit);
+  }
   const char msg[] = "tally: SIGTERM: serving on until the workers have saved their checkpoint and finished\n";
   ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)ignored;
@@ -371,18 +381,20 @@ int RunRole(const ClusterConfig& c) {
   std::unique_ptr<Transport> transport;
   if (s.ok()) s = NewJobTransport(c, &transport);
   if (s.ok() && scheduler) {
-    s = RunScheduler(c, std::move(transport));
+    s = RunScheduler(c, std::move(transport), [] { g_role_joined = true; });
   } else if (s.ok()) {
     ServerObserver observer;
+    observer.joined = [&](const Cluster& cluster) {
+      g_role_joined = true;
+      if (options.run_dir.empty()) return;
+      Status started = NodeProfiler::Start(options, MakeNodeMeta("server", cluster.me().rank(), cluster.me().host()), &prof);
+      if (!started.ok()) {
+        std::fprintf(stderr, "tally server: profiler: %s\n", started.ToString().c_str());
+        return;
+      }
+      prof->SetClock([&cluster](int64_t* offset, int64_t* rtt) { return cluster.ClockOffset(offset, rtt); });
+    };
     if (!options.run_dir.empty()) {
-      observer.joined = [&](const Cluster& cluster) {
-        Status started = NodeProfiler::Start(options, MakeNodeMeta("server", cluster.me().rank(), cluster.me().host()), &prof);
-        if (!started.ok()) {
-          std::fprintf(stderr, "tally server: profiler: %s\n", started.ToString().c_str());
-          return;
-        }
-        prof->SetClock([&cluster](int64_t* offset, int64_t* rtt) { return cluster.ClockOffset(offset, rtt); });
-      };
       observer.step = [&](const profile::StepRecord& r) {
         if (prof) prof->AddStep(r);
       };

@@ -86,6 +86,17 @@ class KillTest(FaultCase):
                 self.assertLess(took, EXIT_WITHIN_S, out[-4000:])
                 print("  the latest checkpoint loads: %s" % self.assertLatestLoads(prefix))
 
+    def test_a_worker_refusing_its_flags_ends_the_job_at_once(self):
+        # Before the job gathers there is nothing to save: the scheduler and the servers
+        # exit on the launcher's SIGTERM instead of waiting for workers that will not come.
+        start = time.time()
+        code, out = self.run_launch(os.path.join(self.dir, "flags", "m"), "flags", extra=["--dtype", "float16"])
+        took = time.time() - start
+        self.assertEqual(code, 2, out[-4000:])
+        self.assertLogHas(out, r"worker \d on localhost exited with status 2; stopping the job")
+        self.assertLogHas(out, r"\[scheduler\] tally: SIGTERM before the job gathered: nothing to save, exiting")
+        self.assertLess(took, EXIT_WITHIN_S, out[-4000:])
+
 
 if __name__ == "__main__":
     fault_job.main()
