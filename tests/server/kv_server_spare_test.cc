@@ -64,7 +64,7 @@ class SpareTest : public ::testing::Test {
   }
   Message PushPull(int worker, int64_t step, const std::vector<float>& g) {
     Message m = Request(wire::PUSHPULL, worker, step);
-    AddSlice(&m, Values(g));
+    AddSlice(&m, Values(g, push_dtype_));
     m.meta.set_pull_dtype(wire::F32);
     return m;
   }
@@ -129,6 +129,9 @@ class SpareTest : public ::testing::Test {
         << "server " << i << ": " << ::testing::PrintToString(Floats(a)) << " vs " << ::testing::PrintToString(Floats(b));
     EXPECT_EQ(servers_[i]->AppliedStep(7, 0), servers_[kRef]->AppliedStep(7, 0));
   }
+  // Steps 0 and 1 on servers 0 and 1; server 1 lost and the spare in its place; step 2;
+  // server 0 lost; steps 3 and 4 on the spare alone: the same bits as the reference.
+  void TakeOverAndOutlive();
   bool SentReady(int i) {
     for (Message& m : Take(i, kSchedulerId)) {
       if (m.meta.command() == wire::REPLICA_READY) return true;
@@ -136,12 +139,23 @@ class SpareTest : public ::testing::Test {
     return false;
   }
 
+  DType push_dtype_ = DType::kF32;  // the workers' gradients on the wire
   std::unique_ptr<KVServer> servers_[4];
   std::vector<std::pair<int, Message>> out_[4];
   uint64_t next_id_ = 0;
 };
 
 TEST_F(SpareTest, TheSpareTakesTheStateThenTheStepsAndOutlivesTheServerThatSentIt) {
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TearDown();
+    SetUp();
+    push_dtype_ = dtype;
+    TakeOverAndOutlive();
+  }
+}
+
+void SpareTest::TakeOverAndOutlive() {
   Step(0, 1, 0);
   Step(0, 1, 1);
   servers_[0]->Handle(Lost(1, kSpare));
