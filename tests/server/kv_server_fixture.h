@@ -36,6 +36,30 @@ inline std::vector<float> Floats(const Tensor& t) {
   return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
 }
 
+// Adds key's slice at offset 0, all of `data`, to m (m's dtype becomes data's).
+inline void AddKeySlice(Message* m, uint64_t key, const Tensor& data) {
+  wire::KeySlice* s = m->meta.add_slices();
+  s->set_key(key);
+  s->set_length(static_cast<uint64_t>(data.numel()));
+  m->meta.set_dtype(ToWire(data.dtype()));
+  m->data.push_back(data);
+}
+
+// What a KVServer sent, as its send function saw it: (receiver id, message).
+using Sent = std::vector<std::pair<int, Message>>;
+
+// Takes from *sent the messages to node `to`, in order, leaving the rest.
+inline std::vector<Message> TakeSentTo(Sent* sent, int to) {
+  std::vector<Message> got;
+  Sent left;
+  for (auto& [id, m] : *sent) {
+    if (id == to) got.push_back(std::move(m));
+    else left.push_back({id, std::move(m)});
+  }
+  *sent = std::move(left);
+  return got;
+}
+
 class KVServerTest : public ::testing::Test {
  protected:
   void Make(int workers) {

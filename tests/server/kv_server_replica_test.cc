@@ -51,13 +51,7 @@ class ReplicaTest : public ::testing::Test {
     m.meta.set_num_workers(2);
     return m;
   }
-  static void AddSlice(Message* m, const Tensor& data) {
-    wire::KeySlice* s = m->meta.add_slices();
-    s->set_key(7);
-    s->set_length(static_cast<uint64_t>(data.numel()));
-    m->meta.set_dtype(ToWire(data.dtype()));
-    m->data.push_back(data);
-  }
+  static void AddSlice(Message* m, const Tensor& data) { kv_server_test::AddKeySlice(m, 7, data); }
   Message PushPull(int rank, int64_t step, const std::vector<float>& g) {
     Message m = Request(wire::PUSHPULL, Worker(rank), step);
     AddSlice(&m, Values(g));
@@ -71,14 +65,7 @@ class ReplicaTest : public ::testing::Test {
   }
   // Takes what server `rank` sent to node `to`, leaving the rest.
   std::vector<Message> Take(int rank, int to) {
-    std::vector<Message> got;
-    std::vector<std::pair<int, Message>> left;
-    for (auto& [id, m] : out_[rank]) {
-      if (id == to) got.push_back(std::move(m));
-      else left.push_back({id, std::move(m)});
-    }
-    out_[rank] = std::move(left);
-    return got;
+    return kv_server_test::TakeSentTo(&out_[rank], to);
   }
   // Carries server `from`'s messages to server `to` (REPLICATE one way, RESPONSE back).
   int Carry(int from, int to) {
@@ -91,7 +78,7 @@ class ReplicaTest : public ::testing::Test {
   }
 
   std::unique_ptr<KVServer> servers_[2];
-  std::vector<std::pair<int, Message>> out_[2];
+  kv_server_test::Sent out_[2];
   uint64_t next_id_ = 0;
 };
 

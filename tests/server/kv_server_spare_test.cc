@@ -55,13 +55,7 @@ class SpareTest : public ::testing::Test {
     m.meta.set_num_workers(kWorkers);
     return m;
   }
-  static void AddSlice(Message* m, const Tensor& data) {
-    wire::KeySlice* s = m->meta.add_slices();
-    s->set_key(7);
-    s->set_length(static_cast<uint64_t>(data.numel()));
-    m->meta.set_dtype(ToWire(data.dtype()));
-    m->data.push_back(data);
-  }
+  static void AddSlice(Message* m, const Tensor& data) { kv_server_test::AddKeySlice(m, 7, data); }
   Message PushPull(int worker, int64_t step, const std::vector<float>& g) {
     Message m = Request(wire::PUSHPULL, worker, step);
     AddSlice(&m, Values(g, push_dtype_));
@@ -88,14 +82,7 @@ class SpareTest : public ::testing::Test {
   }
   // Takes what server i sent to node `to`.
   std::vector<Message> Take(int i, int to) {
-    std::vector<Message> got;
-    std::vector<std::pair<int, Message>> left;
-    for (auto& [id, m] : out_[i]) {
-      if (id == to) got.push_back(std::move(m));
-      else left.push_back({id, std::move(m)});
-    }
-    out_[i] = std::move(left);
-    return got;
+    return kv_server_test::TakeSentTo(&out_[i], to);
   }
   // Carries server `from`'s messages to server `to`.
   int Carry(int from, int to) {
@@ -141,7 +128,7 @@ class SpareTest : public ::testing::Test {
 
   DType push_dtype_ = DType::kF32;  // the workers' gradients on the wire
   std::unique_ptr<KVServer> servers_[4];
-  std::vector<std::pair<int, Message>> out_[4];
+  kv_server_test::Sent out_[4];
   uint64_t next_id_ = 0;
 };
 
