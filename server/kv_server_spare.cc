@@ -56,6 +56,15 @@ void KVServer::SendStates() {
   }
 }
 
+void KVServer::ResendState(Slice* s) {
+  if (s->chain < 0 || sent_states_.empty()) return;
+  for (int h : chains_.Holders(s->chain)) {
+    if (!sent_states_.count({s->chain, h})) continue;
+    Status st = send_(ids_.Server(h), StateOf(s));
+    if (!st.ok()) LOG(WARNING) << "server: sending key " << s->key << " again to spare " << h << ": " << st;
+  }
+}
+
 Message KVServer::StateOf(Slice* s) {
   Message m;
   m.meta.set_command(wire::REPLICA_STATE);
@@ -89,8 +98,11 @@ Status KVServer::HandleReplicaState(Message* msg) {
   if (chain < 0 || chain >= chains_.size() || !chains_.Holds(my_rank_, chain)) {
     return Status::InvalidArgument("REPLICA_STATE of chain " + std::to_string(chain) + ", not held here");
   }
-  if (complete_chains_.count(chain)) return Status::Ok();  // a later server of the chain sends it again
+  // Only the chain's serving server's state counts: one lost since may have sent some.
+  // It may send a slice again (a rollback, or a new serving server): the last one holds.
+  if (chains_.Holders(chain).front() != ids_.ServerRank(m.sender_id())) return Status::Ok();
   if (m.slices_size() == 0) {
+    if (complete_chains_.count(chain)) return Status::Ok();
     complete_chains_.insert(chain);
     awaiting_chains_.erase(chain);
     if (!awaiting_chains_.empty()) return Status::Ok();

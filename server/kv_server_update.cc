@@ -133,16 +133,19 @@ Status KVServer::HandleRollback(const Message& msg) {
   }
   // Idempotent: every worker asks, and only the first finds anything to undo.
   for (Slice* s : slices) {
+    bool changed = false;
     if (s->applied < step) {
-      s->skip_when_ready.insert(step);
-      continue;
+      changed = s->skip_when_ready.insert(step).second;
+    } else {
+      if (s->undo_step == step) {
+        std::swap(s->value, s->undo);  // the update's values become the spare buffer
+        if (updater_) updater_->RestoreState(s->id);
+        s->undo_step = -1;
+      }
+      changed = s->skipped != step;
+      if (changed) Skip(s, step, {});
     }
-    if (s->undo_step == step) {
-      std::swap(s->value, s->undo);  // the update's values become the spare buffer
-      if (updater_) updater_->RestoreState(s->id);
-      s->undo_step = -1;
-    }
-    if (s->skipped != step) Skip(s, step, {});
+    if (changed) ResendState(s);
   }
   LogSkip(step, -1, "rolled back at worker " + std::to_string(ids_.WorkerRank(m.sender_id())) +
                         "'s request (a non-finite gradient elsewhere)");

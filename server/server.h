@@ -150,6 +150,9 @@ class KVServer {
   // and then the end marker, to each spare that joined the chain and has not had them.
   void SendStates();
   Message StateOf(Slice* s);
+  // s changed other than by a step (a rollback): its state again to the spares that had
+  // it, whose workers' copy of the rollback may have left before they knew of them.
+  void ResendState(Slice* s);
   // A spare: one slice's state, or a chain's end marker (then, the last, REPLICA_READY).
   Status HandleReplicaState(Message* msg);
   // A spare: whether msg (a worker's request) waits for the chains still to come.

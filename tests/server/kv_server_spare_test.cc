@@ -182,9 +182,38 @@ TEST_F(SpareTest, WorkersRequestsWaitForTheStateAndTheUndoCopyComesWithIt) {
     Handle(i, std::move(r));
     EXPECT_EQ(Take(i, kIds.Worker(0)).size(), 1u);
   }
+  // Server 0 sends the rolled-back slice again, which the spare, rolled back already, has.
+  EXPECT_EQ(Carry(0, kSpare), 1);
   ExpectSameBits(0);
   ExpectSameBits(kSpare);
   // The momentum rolled back too: the next steps agree, bit for bit.
+  Step(0, kSpare, 2);
+  Step(0, kSpare, 3);
+  ExpectSameBits(kSpare);
+}
+
+TEST_F(SpareTest, ARollbackTheSpareWasNotSentReachesItWithTheStateAgain) {
+  Step(0, 1, 0);
+  Step(0, 1, 1);
+  for (int i : {0, kSpare}) servers_[i]->Handle(Lost(1, kSpare));
+  // Both workers' rollbacks of step 1 left before they knew of the spare: server 0 alone
+  // has them, after it sent the spare the state of step 1.
+  for (int i : {0, kRef}) {
+    for (int w : {0, 1}) {
+      Message r = Request(wire::ROLLBACK, w, 1);
+      AddSlice(&r, Values({0.f, 0.f, 0.f}));
+      r.data.clear();
+      Handle(i, std::move(r));
+    }
+  }
+  out_[kRef].clear();
+  for (int w : {0, 1}) EXPECT_EQ(Take(0, kIds.Worker(w)).size(), 1u);
+  // The state of step 1, both chains' end markers, then the rolled-back slice again (once:
+  // the second rollback changed nothing).
+  EXPECT_EQ(Carry(0, kSpare), 4);
+  EXPECT_TRUE(SentReady(kSpare));
+  ExpectSameBits(0);
+  ExpectSameBits(kSpare);
   Step(0, kSpare, 2);
   Step(0, kSpare, 3);
   ExpectSameBits(kSpare);
