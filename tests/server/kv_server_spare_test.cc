@@ -119,6 +119,21 @@ class SpareTest : public ::testing::Test {
   // Steps 0 and 1 on servers 0 and 1; server 1 lost and the spare in its place; step 2;
   // server 0 lost; steps 3 and 4 on the spare alone: the same bits as the reference.
   void TakeOverAndOutlive();
+  Message Rollback(int worker, int64_t step) {
+    Message m = Request(wire::ROLLBACK, worker, step);
+    AddSlice(&m, Values({0.f, 0.f, 0.f}));
+    m.data.clear();  // a rollback names its slices and sends no data
+    return m;
+  }
+  // Server 0 and the spare hold the reference's bits, and still do after steps `step` and
+  // `step` + 1 on server 0 with the spare as its backup: their momentum agrees too.
+  void AgreeThroughTwoSteps(int64_t step) {
+    ExpectSameBits(0);
+    ExpectSameBits(kSpare);
+    Step(0, kSpare, step);
+    Step(0, kSpare, step + 1);
+    ExpectSameBits(kSpare);
+  }
   bool SentReady(int i) {
     for (Message& m : Take(i, kSchedulerId)) {
       if (m.meta.command() == wire::REPLICA_READY) return true;
@@ -169,27 +184,18 @@ TEST_F(SpareTest, WorkersRequestsWaitForTheStateAndTheUndoCopyComesWithIt) {
   servers_[kSpare]->Handle(Lost(1, kSpare));
   servers_[0]->Handle(Lost(1, kSpare));
   // A worker rolls step 1 back (another key was not finite), its copy for the spare first.
-  Message rollback = Request(wire::ROLLBACK, 0, 1);
-  AddSlice(&rollback, Values({0.f, 0.f, 0.f}));
-  rollback.data.clear();
-  Handle(kSpare, rollback);
+  Handle(kSpare, Rollback(0, 1));
   EXPECT_TRUE(out_[kSpare].empty()) << "answered before the state came";
   EXPECT_EQ(Carry(0, kSpare), 3);
   EXPECT_TRUE(SentReady(kSpare));
   EXPECT_EQ(Take(kSpare, kIds.Worker(0)).size(), 1u);  // the held rollback, answered now
   for (int i : {0, kRef}) {
-    Message r = rollback;
-    Handle(i, std::move(r));
+    Handle(i, Rollback(0, 1));
     EXPECT_EQ(Take(i, kIds.Worker(0)).size(), 1u);
   }
   // Server 0 sends the rolled-back slice again, which the spare, rolled back already, has.
   EXPECT_EQ(Carry(0, kSpare), 1);
-  ExpectSameBits(0);
-  ExpectSameBits(kSpare);
-  // The momentum rolled back too: the next steps agree, bit for bit.
-  Step(0, kSpare, 2);
-  Step(0, kSpare, 3);
-  ExpectSameBits(kSpare);
+  AgreeThroughTwoSteps(2);
 }
 
 TEST_F(SpareTest, ARollbackTheSpareWasNotSentReachesItWithTheStateAgain) {
@@ -199,12 +205,7 @@ TEST_F(SpareTest, ARollbackTheSpareWasNotSentReachesItWithTheStateAgain) {
   // Both workers' rollbacks of step 1 left before they knew of the spare: server 0 alone
   // has them, after it sent the spare the state of step 1.
   for (int i : {0, kRef}) {
-    for (int w : {0, 1}) {
-      Message r = Request(wire::ROLLBACK, w, 1);
-      AddSlice(&r, Values({0.f, 0.f, 0.f}));
-      r.data.clear();
-      Handle(i, std::move(r));
-    }
+    for (int w : {0, 1}) Handle(i, Rollback(w, 1));
   }
   out_[kRef].clear();
   for (int w : {0, 1}) EXPECT_EQ(Take(0, kIds.Worker(w)).size(), 1u);
@@ -212,11 +213,7 @@ TEST_F(SpareTest, ARollbackTheSpareWasNotSentReachesItWithTheStateAgain) {
   // the second rollback changed nothing).
   EXPECT_EQ(Carry(0, kSpare), 4);
   EXPECT_TRUE(SentReady(kSpare));
-  ExpectSameBits(0);
-  ExpectSameBits(kSpare);
-  Step(0, kSpare, 2);
-  Step(0, kSpare, 3);
-  ExpectSameBits(kSpare);
+  AgreeThroughTwoSteps(2);
 }
 
 TEST_F(SpareTest, AStepOfTheLostPrimaryThatCameLateReachesTheSpare) {
