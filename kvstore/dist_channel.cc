@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include <glog/logging.h>
 
@@ -211,6 +212,7 @@ void DistChannel::Finish(uint64_t id, const Status& s) {
 }
 
 int DistChannel::RouteLocked(int server_rank) const {
+  if (server_rank >= chains_.size()) return cluster_->ServerId(server_rank);  // a spare's own requests
   const std::vector<int>& holders = chains_.Holders(server_rank);
   // None left: the scheduler ends the job.
   return cluster_->ServerId(holders.empty() ? server_rank : holders.front());
@@ -227,8 +229,8 @@ int DistChannel::Route(int server_rank) const {
 }
 
 bool DistChannel::Redirect(PendingRequest* p, int* node) {
-  if (p->replica_copy || !KeyCommand(p->command)) return true;
-  *node = RouteLocked(cluster_->ids().ServerRank(*node));
+  if (p->replica_copy || !KeyCommand(p->command) || p->chain < 0) return true;
+  *node = RouteLocked(p->chain);
   p->node = *node;
   return false;
 }
@@ -238,6 +240,7 @@ void DistChannel::ServerLost(int server_rank, int spare) {
   std::vector<uint64_t> dropped;
   {
     std::lock_guard<std::mutex> l(mu_);
+    const std::vector<int> held = chains_.ChainsOf(server_rank);
     chains_.Lose(server_rank, spares_take_places_ ? spare : -1);
     std::set<uint64_t> queued;
     for (auto it = queue_.begin(); it != queue_.end();) {
@@ -271,9 +274,13 @@ void DistChannel::ServerLost(int server_rank, int spare) {
       queue_.emplace(std::make_pair(-static_cast<int64_t>(again.meta.priority()), next_seq_++),
                      Outgoing{node, std::move(again), std::string()});
     }
-    LOG(WARNING) << "kvstore: server " << server_rank << " lost: " << dropped.size()
-                 << " copies for it dropped, its slices now served by server "
-                 << cluster_->ids().ServerRank(RouteLocked(server_rank));
+    std::string served;
+    for (int c : held) {
+      served += (served.empty() ? "" : ", ") + std::to_string(c) + " by server " +
+                std::to_string(cluster_->ids().ServerRank(RouteLocked(c)));
+    }
+    LOG(WARNING) << "kvstore: server " << server_rank << " lost: " << dropped.size() << " requests for it dropped"
+                 << (held.empty() ? std::string(" (it held no slices)") : "; its chains now served: " + served);
   }
   for (uint64_t id : dropped) Finish(id, Status::Ok());
   send_cv_.notify_all();

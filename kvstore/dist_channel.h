@@ -60,6 +60,9 @@ struct PendingRequest {
   // to the next server of the chain when the one it went to is lost.
   bool replica_copy = false;
   Message request;
+  // The rank of the server whose slice this is (its chain): a request, not a copy, goes
+  // again to the chain's serving server when the node it went to is lost. -1: none.
+  int chain = -1;
 };
 
 class DistChannel {

@@ -10,10 +10,11 @@ SkippedStepFailoverTest: a step skipped for a NaN, then a server killed: the sam
 job with the NaN alone.
 AsyncFailoverTest: the same under dist_async, with a spare that takes no place there: the
 job ends whole.
-SpareTest: 2 servers, --server-replicas 1 and a spare: server 0 is killed, the spare takes
-its place and receives its slices; a step is then skipped for a NaN (rolled back on the
-spare too); then server 1, the last of the first two, is killed, and the spare alone ends
-the job, bit for bit as the run with the NaN and no fault.
+SpareTest: 2 servers, --server-replicas 1 and 2 spares: the first spare is killed holding
+nothing; server 0 is killed, the second spare takes its place and receives its slices; a
+step is then skipped for a NaN (rolled back on the spare too); then server 1, the last of
+the first two, is killed, and the spare alone ends the job, bit for bit as the run with the
+NaN and no fault.
 LostTest: a server and a worker killed together end the job naming both; the two servers
 of one chain (the primary and its only backup) killed together end it naming the slices
 lost.
@@ -152,15 +153,19 @@ class SpareTest(FaultCase):
         self.assertEqual(code, 0, out[-4000:])
         self.assertLogHas(out, r"step 70 skipped")
         prefix = os.path.join(self.dir, "run", "m")
-        proc, path = self.start_launch(prefix, "run", ["-s", "2", "--server-replicas", "1", "--spare-servers", "1"],
+        proc, path = self.start_launch(prefix, "run", ["-s", "2", "--server-replicas", "1", "--spare-servers", "2"],
                                        env=nan)
+        # A spare that dies holding nothing changes nothing; the other takes the next place.
+        self.wait_step(path, proc, 10)
+        os.kill(self.pid_of("server", 2), signal.SIGKILL)
+        self.wait_log(path, proc, r"\[scheduler\] .*server 2 .* stopped answering: a spare, holding nothing")
         self.wait_step(path, proc, 30)
         os.kill(self.pid_of("server", 0), signal.SIGKILL)
-        self.wait_log(path, proc, r"\[scheduler\] .*server 2 .* holds the slices of the place it took")
+        self.wait_log(path, proc, r"\[scheduler\] .*server 3 .* holds the slices of the place it took")
         # Without the spare, server 1 held the only copy of every slice by now.
         self.wait_step(path, proc, 90)
         out = kill_then_finish(self, path, proc, 1)
-        self.assertLogHas(out, r"\[worker 0\] .*server 0 .* stopped answering; its slices go on .*spare server 2 .* "
+        self.assertLogHas(out, r"\[worker 0\] .*server 0 .* stopped answering; its slices go on .*spare server 3 .* "
                                r"takes its place")
         self.assertLogHas(out, r"\[worker 0\] .*server 1 .* stopped answering; its slices go on")
         self.assertNotIn("restart", out)
