@@ -252,9 +252,16 @@ class Cluster::Impl {
   // Records a lost server; false when it was known already.
   bool ServerLost(const wire::Meta& meta) {
     const wire::Node& node = meta.nodes(0);
+    bool idle_spare;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!lost_servers_.insert(node.rank()).second) return false;
+      if (meta.nodes_size() > 1) placed_spares_.insert(meta.nodes(1).rank());
+      idle_spare = node.rank() >= cfg_.num_servers && !placed_spares_.count(node.rank());
+    }
+    if (idle_spare) {
+      LOG(WARNING) << "spare " << DescribeNode(node) << " stopped answering; it held nothing";
+      return true;
     }
     LOG(WARNING) << DescribeNode(node) << " stopped answering; its slices go on on their replicas "
                  << "(--server-replicas " << cfg_.server_replicas << ")"
@@ -401,6 +408,7 @@ class Cluster::Impl {
   Clock::time_point last_heard_;               // GUARDED_BY(mu_)
   std::vector<std::function<void(const Status&)>> failure_callbacks_;  // GUARDED_BY(mu_)
   std::set<int> lost_servers_;                                          // GUARDED_BY(mu_): ranks
+  std::set<int> placed_spares_;  // GUARDED_BY(mu_): spare ranks named to take a lost server's place
   struct ClockSample {
     int64_t offset_us, rtt_us;
   };

@@ -106,8 +106,13 @@ class Job:
     def lose(self, child):
         """A server died under --server-replicas: noted, and not the end of the job."""
         self.lost.append(child)
-        say(f"{child.label} {describe_status(child.poll())}; its slices go on on their replicas "
-            f"(--server-replicas {self.server_replicas}) while another server of its chain lives")
+        # Spares (--spare-servers) have ranks from DMLC_NUM_SERVER on; one may have taken a
+        # place by now, which only the scheduler knows.
+        spare = child.proc.rank >= int(child.proc.env.get("DMLC_NUM_SERVER", child.proc.rank + 1))
+        say(f"{child.label} {describe_status(child.poll())}; " + (
+            "it was a spare server (--spare-servers): the job goes on without it" if spare else
+            f"its slices go on on their replicas (--server-replicas {self.server_replicas}) while another "
+            f"server of its chain lives"))
 
     @property
     def received(self):
