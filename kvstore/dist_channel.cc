@@ -223,9 +223,14 @@ std::vector<int> DistChannel::Holders(int server_rank) const {
   return chains_.Holders(server_rank);
 }
 
-int DistChannel::Route(int server_rank) const {
-  std::lock_guard<std::mutex> l(mu_);
-  return RouteLocked(server_rank);
+void DistChannel::EnqueueToChain(int chain, Message msg, int priority, PendingRequest pending) {
+  int node;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    node = RouteLocked(chain);
+  }
+  pending.chain = chain;
+  Enqueue(node, std::move(msg), priority, std::move(pending));
 }
 
 bool DistChannel::Redirect(PendingRequest* p, int* node) {

@@ -97,8 +97,9 @@ class DistChannel {
   // spare >= 0: the spare that takes its place in its chains (unless dist_async, where
   // spares take no place: spares_take_places false).
   void ServerLost(int server_rank, int spare = -1);
-  // The node serving server `rank`'s slices: the first live server of its chain.
-  int Route(int server_rank) const;
+  // Enqueue to the server now serving chain `chain` (the rank of the server whose slice
+  // msg's is): the chain's first live holder, and again its next should that one be lost.
+  void EnqueueToChain(int chain, Message msg, int priority, PendingRequest pending);
   // The ranks of the servers holding server `rank`'s slices, the serving one first.
   std::vector<int> Holders(int server_rank) const;
   // Whether an answer has carried Meta.stop: some worker asked the job to stop.

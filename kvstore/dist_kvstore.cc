@@ -383,8 +383,7 @@ Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority)
     PendingRequest p;
     Message m = SliceRequest(wire::PUSH, step, key, sl, sum, &p);
     if (type_ == KVStoreType::kDistAsync) SendCopies(sl.server, m, p, priority);
-    p.chain = sl.server;
-    channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
+    channel_->EnqueueToChain(sl.server, std::move(m), priority, std::move(p));
   }
   return Status::Ok();
 }
@@ -424,8 +423,7 @@ void DistKVStore::PullSlices(wire::Command command, int key, const Key& k, const
     p.length = sl.length;
     // A rollback undoes the step on the backups too (their answers are not needed).
     if (command == wire::ROLLBACK) SendCopies(sl.server, m, p, priority);
-    p.chain = sl.server;
-    channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
+    channel_->EnqueueToChain(sl.server, std::move(m), priority, std::move(p));
   }
 }
 
@@ -466,8 +464,7 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
     p.offset = sl.offset;
     p.length = sl.length;
     if (type_ == KVStoreType::kDistAsync) SendCopies(sl.server, m, p, priority);
-    p.chain = sl.server;
-    channel_->Enqueue(channel_->Route(sl.server), std::move(m), priority, std::move(p));
+    channel_->EnqueueToChain(sl.server, std::move(m), priority, std::move(p));
   }
   return Status::Ok();
 }

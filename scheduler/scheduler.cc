@@ -5,7 +5,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -28,9 +27,7 @@ class Scheduler {
       : cfg_(cfg),
         ids_{cfg.num_servers, cfg.num_workers, cfg.spare_servers},
         transport_(std::move(transport)),
-        chains_(cfg.num_servers, cfg.server_replicas) {
-    for (int k = 0; k < cfg.spare_servers; ++k) free_spares_.push_back(cfg.num_servers + k);
-  }
+        chains_(cfg.num_servers, cfg.server_replicas) {}
   ~Scheduler() {
     LOG(INFO) << DescribeCounters(transport_->Counters());
     transport_->Close();
@@ -305,19 +302,15 @@ class Scheduler {
     }
     const std::string lost = fatal ? "" : LostSlices(after);
     if (fatal || !lost.empty()) return DeclareDead(silent, lost);
+    for (int id : silent) dead_.insert(id);  // none of them is a free spare any more
     for (int id : silent) {
-      dead_.insert(id);
       last_heard_.erase(id);
       const int rank = ids_.ServerRank(id);
-      free_spares_.erase(std::remove(free_spares_.begin(), free_spares_.end(), rank), free_spares_.end());
       unready_.erase(rank);
       // A spare takes the place of a server that held slices (not of another free spare).
       const bool held = !chains_.ChainsOf(rank).empty();
-      const int spare = held && !free_spares_.empty() ? free_spares_.front() : -1;
-      if (spare >= 0) {
-        free_spares_.erase(free_spares_.begin());
-        unready_.insert(spare);
-      }
+      const int spare = held ? FreeSpare() : -1;
+      if (spare >= 0) unready_.insert(spare);
       chains_.Lose(rank, spare);
       LOG(ERROR) << DescribeNode(nodes_[id]) << " stopped answering: "
                  << (held ? "its slices go on on their replicas" : "a spare, holding nothing")
@@ -330,6 +323,14 @@ class Scheduler {
       Broadcast(m).ok();
     }
     return Status::Ok();
+  }
+
+  // The lowest spare alive and holding nothing, or -1.
+  int FreeSpare() const {
+    for (int s = cfg_.num_servers; s < ids_.all_servers(); ++s) {
+      if (!dead_.count(ids_.Server(s)) && chains_.ChainsOf(s).empty()) return s;
+    }
+    return -1;
   }
 
   // A spare has every slice of the chains it took over: it counts as their holder now.
@@ -383,7 +384,6 @@ class Scheduler {
   const NodeIds ids_;
   std::unique_ptr<Transport> transport_;
   ServerChains chains_;            // who holds each chain, after the losses so far
-  std::vector<int> free_spares_;   // spare ranks alive and in no chain, in rank order
   std::set<int> unready_;          // spares that took a place and are still receiving it
   std::vector<wire::Node> nodes_;  // by id
   std::map<int, Clock::time_point> last_heard_;
