@@ -3,6 +3,9 @@
 #include "data/gpu_loader.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <vector>
 
 #include "ops/device.h"
 
@@ -13,7 +16,68 @@ Status CreateNvjpegLoader(const GpuLoaderConfig& config, std::unique_ptr<GpuLoad
 bool GpuDecodeBuilt() { return true; }
 #else
 bool GpuDecodeBuilt() { return false; }
+
+Status MeasureGpuDecodeOverlap(const GpuLoaderConfig&, int, double, GpuDecodeOverlap*) {
+  return Status::InvalidArgument("GPU loader: this Tally was built without nvJPEG");
+}
 #endif
+
+Status ParseGpuDecodeTuning(const std::string& spec, GpuDecodeTuning* out) {
+  GpuDecodeTuning t;
+  std::stringstream words(spec);
+  for (std::string w; std::getline(words, w, ',');) {
+    if (w == "default" || w.empty()) {
+    } else if (w == "standalone") {
+      t.shared_handle = true;
+      t.shared_state = true;
+      t.decode_threads = 1;
+      t.high_priority = false;
+      t.probe_handle = true;
+    } else if (w == "shared-handle") {
+      t.shared_handle = true;
+    } else if (w == "shared-state") {
+      t.shared_state = true;
+    } else if (w.rfind("threads=", 0) == 0) {
+      char* end = nullptr;
+      const long n = std::strtol(w.c_str() + 8, &end, 10);
+      if (*end != '\0' || end == w.c_str() + 8 || n < 1 || n > 3) {
+        return Status::InvalidArgument("GPU decode tuning '" + spec + "': " + w + " wants 1 to 3 threads");
+      }
+      t.decode_threads = static_cast<int>(n);
+    } else if (w == "default-priority") {
+      t.high_priority = false;
+    } else if (w == "cuda-malloc") {
+      t.pooled_memory = false;
+    } else if (w == "probe-handle") {
+      t.probe_handle = true;
+    } else if (w == "pinned-input") {
+      t.pinned_input = true;
+    } else if (w == "no-preallocate") {
+      t.preallocate = false;
+    } else {
+      return Status::InvalidArgument("GPU decode tuning '" + spec + "': unknown setting '" + w +
+                                     "' (default, standalone, shared-handle, shared-state, threads=N, default-priority, "
+                                     "cuda-malloc, probe-handle, pinned-input, no-preallocate)");
+    }
+  }
+  *out = t;
+  return Status::Ok();
+}
+
+std::string DescribeGpuDecodeTuning(const GpuDecodeTuning& t) {
+  std::vector<std::string> words;
+  if (t.shared_handle) words.push_back("shared-handle");
+  if (t.shared_state) words.push_back("shared-state");
+  if (t.decode_threads > 0) words.push_back("threads=" + std::to_string(t.decode_threads));
+  if (!t.high_priority) words.push_back("default-priority");
+  if (!t.pooled_memory) words.push_back("cuda-malloc");
+  if (t.probe_handle) words.push_back("probe-handle");
+  if (t.pinned_input) words.push_back("pinned-input");
+  if (!t.preallocate) words.push_back("no-preallocate");
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
+  return out.empty() ? "default" : out;
+}
 
 std::string DescribeGpuLoaderStats(const GpuLoaderStats& s) {
   char line[400];
@@ -40,6 +104,15 @@ Status CheckGpuLoaderConfig(const GpuLoaderConfig& config) {
   if (config.device < 0) return Status::InvalidArgument("GPU loader: device must be >= 0");
   if (config.buffers < 2 || config.buffers > 4) {
     return Status::InvalidArgument("GPU loader: buffers must be 2, 3 or 4, not " + std::to_string(config.buffers));
+  }
+  if (config.tuning.shared_state && config.tuning.decode_threads > 1) {
+    return Status::InvalidArgument("GPU loader: one JPEG state (shared-state) is for one decode thread, not " +
+                                   std::to_string(config.tuning.decode_threads));
+  }
+  if (config.tuning.decode_threads >= config.buffers) {
+    return Status::InvalidArgument("GPU loader: " + std::to_string(config.tuning.decode_threads) +
+                                   " decode threads need more than " + std::to_string(config.buffers) +
+                                   " buffers (one is in use while the others are decoded)");
   }
   return Status::Ok();
 }

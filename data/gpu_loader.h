@@ -45,6 +45,30 @@
 
 namespace tally {
 
+// How the loader drives nvJPEG. The defaults are the loader's normal way; each other setting
+// changes one thing, so that `tally bench io --gpu --overlap` can tell which of them makes a
+// decode wait for unrelated work on the device (docs/gpu.md, "Decoding beside the step"),
+// and a training job can be run with one (TALLY_GPU_DECODE_TUNING, ParseGpuDecodeTuning).
+struct GpuDecodeTuning {
+  bool shared_handle = false;   // one nvJPEG handle for every buffer (default: one each)
+  bool shared_state = false;    // one JPEG state and one stream for every buffer: one thread
+  int decode_threads = 0;       // threads calling nvjpegDecodeBatched; 0: buffers - 1 (1 if shared_state)
+  bool high_priority = true;    // decode streams at the device's greatest priority
+  bool pooled_memory = true;    // nvJPEG draws on the caching pools (else cudaMalloc/cudaFree)
+  bool probe_handle = false;    // the CPU threads parse headers on a handle of their own
+  bool pinned_input = false;    // bitstreams copied into page-locked memory before decoding
+  bool preallocate = true;      // nvjpegDecodeBatchedPreAllocate for the largest image seen
+};
+
+// "default", or settings joined by commas: shared-handle, shared-state, threads=N,
+// default-priority, cuda-malloc, probe-handle, pinned-input, no-preallocate; "standalone" is
+// shared-handle, shared-state, threads=1, default-priority, probe-handle (one thread, handle,
+// state and stream decoding, as a program of its own would). An unknown word is an error
+// naming it.
+Status ParseGpuDecodeTuning(const std::string& spec, GpuDecodeTuning* out);
+// The settings that differ from the defaults, in ParseGpuDecodeTuning's words ("default").
+std::string DescribeGpuDecodeTuning(const GpuDecodeTuning& t);
+
 struct GpuLoaderConfig {
   LoaderConfig loader;      // records, sharding, seeds, augmentation, CPU threads, prefetch
   int device = 0;           // cuda:device
@@ -55,6 +79,7 @@ struct GpuLoaderConfig {
   // Output buffers, 2 to 4: the batch in use plus the ones decoded ahead of it. Each holds a
   // batch in `dtype` (77 MB for 256 fp16 images of 224x224x3).
   int buffers = 3;
+  GpuDecodeTuning tuning;
 };
 
 struct GpuLoaderStats {
@@ -97,5 +122,21 @@ class GpuLoader {
 
 // The checks Create makes on the config before it looks for a GPU (exposed for tests).
 Status CheckGpuLoaderConfig(const GpuLoaderConfig& config);
+
+// What a batch's decode waits for. A loader made from `config` hands out `batches` batches
+// (each waited for on the device's stream, as a step would) three times: on an idle device,
+// beside a host function holding another stream for `busy_seconds`, and beside that long of
+// short kernels filling every SM from another stream (a training step's shape: blocks
+// retire every 0.1 ms, so higher-priority work gets in). A decoder that runs beside the step
+// takes about as long beside either as idle; one that waits for the device takes the busy
+// time (data/gpu/decode_overlap.cc).
+struct GpuDecodeOverlap {
+  std::string decoder;          // GpuLoader::decoder()
+  double idle_s = 0, beside_host_s = 0, beside_kernels_s = 0;  // each for `batches` batches
+  double busy_kernels_s = 0;    // how long the kernels kept the SMs (measured on the device)
+  GpuLoaderStats stats;         // over the three runs
+};
+Status MeasureGpuDecodeOverlap(const GpuLoaderConfig& config, int batches, double busy_seconds,
+                               GpuDecodeOverlap* out);
 
 }  // namespace tally

@@ -35,6 +35,7 @@
 DECLARE_bool(json);
 DECLARE_bool(gpu);  // defined with bench compute's flags; here: measure the GPU input path
 DECLARE_string(python);
+DECLARE_bool(decode_overlap);  // tools/bench_io_overlap.cc
 DEFINE_int32(images, 512, "bench io: images per timed pass (generated, or the first N of --data)");
 DEFINE_string(data, "", "bench io: a folder of JPEGs or a .rec to read instead of generated images");
 DEFINE_string(io_threads, "1,2", "bench io: thread counts to measure (also accepted as --threads)");
@@ -44,6 +45,9 @@ DEFINE_int32(gpu_prep_threads, 8, "bench io --gpu: CPU threads reading and plann
 DEFINE_int32(gpu_batches, 40, "bench io --gpu: timed batches (the pack is read epoch after epoch)");
 
 namespace tally {
+
+Status BenchGpuOverlap(const std::string& dir, std::vector<BenchRow>* rows);  // tools/bench_io_overlap.cc
+
 namespace {
 
 // A photo-like 500x375 image: smooth shading, a few textured regions and sensor-like noise,
@@ -254,8 +258,8 @@ int BenchIo(int argc, char** argv) {
   int n = static_cast<int>(ptrs.size());
   char** v = ptrs.data();
   ParseFlags("tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec] [--io_batch=32] "
-             "[--gpu [--gpu_batch=256] [--gpu_prep_threads=8] [--gpu_batches=40]]",
-             &n, &v, {__FILE__});
+             "[--gpu [--gpu_batch=256] [--gpu_prep_threads=8] [--gpu_batches=40] [--decode-overlap]]",
+             &n, &v, {__FILE__, "bench_io_overlap.cc"});
 
   std::vector<int> thread_counts;
   std::stringstream ss(FLAGS_io_threads);
@@ -267,6 +271,10 @@ int BenchIo(int argc, char** argv) {
     }
     thread_counts.push_back(k);
   }
+  if (FLAGS_decode_overlap && !FLAGS_gpu) {
+    std::fprintf(stderr, "tally bench io: --decode-overlap measures the GPU input path: add --gpu\n");
+    return 2;
+  }
   std::vector<std::string> images;
   Status s = CollectImages(&images);
   char tmpl[] = "/tmp/tally_bench_io_XXXXXX";
@@ -277,7 +285,7 @@ int BenchIo(int argc, char** argv) {
   size_t bytes = 0;
   for (const std::string& i : images) bytes += i.size();
   std::vector<BenchRow> rows;
-  if (FLAGS_gpu && s.ok()) s = BenchGpu(dir, images.size(), bytes, &rows);
+  if (FLAGS_gpu && s.ok()) s = FLAGS_decode_overlap ? BenchGpuOverlap(dir, &rows) : BenchGpu(dir, images.size(), bytes, &rows);
   for (int t : thread_counts) {
     if (!s.ok() || FLAGS_gpu) break;
     double tally = 0;

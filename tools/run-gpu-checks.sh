@@ -13,8 +13,12 @@
 #   bench   tally bench compute --gpu --json, PyTorch AMP the peer      -> OUTDIR/bench.jsonl
 #   pack    an ImageNet-sized synthetic JPEG pack (tally make-data, im2rec) -> OUTDIR/work/
 #   bench-io  tally bench io --gpu on it: nvJPEG decode + augmentation    -> OUTDIR/bench.jsonl
+#   bench-io-overlap  tally bench io --gpu --decode-overlap: each way of driving nvJPEG timed
+#           idle and beside busy work on another stream                 -> OUTDIR/bench.jsonl
 #   jobs    ResNet-50 --benchmark 1 in fp16 and bf16 with --kv-store device; fp16 at batch
-#           256 on its synthetic batch and on the JPEG pack decoded on the GPU; one GPU
+#           256 on its synthetic batch and on the JPEG pack decoded on the GPU (again with
+#           the decode tuning that bench-io-overlap found fastest beside busy kernels, when
+#           that is not the default); one GPU
 #           worker with two CPU servers (dist_device_sync) through tools/launch.py; each
 #           must exit 0 with its loss falling                           -> OUTDIR/jobs/
 # Then OUTDIR/summary.json (tools/gpu_checks_summary.py): commit, device, every test's
@@ -154,7 +158,9 @@ fi
 if [[ ",$only," == *,bench,* ]]; then
   step bench 240 "$out/bench.log" "$tally" bench compute --gpu --json --python python3
   step bench-io 120 "$out/bench-io.log" "$tally" bench io --gpu --json --data "$pack.rec"
-  cat "$out/bench.log" "$out/bench-io.log" 2>/dev/null | grep '^{' >"$out/bench.jsonl"
+  step bench-io-overlap 150 "$out/bench-io-overlap.log" "$tally" bench io --gpu --decode-overlap --json \
+    --data "$pack.rec"
+  cat "$out/bench.log" "$out/bench-io.log" "$out/bench-io-overlap.log" 2>/dev/null | grep '^{' >"$out/bench.jsonl"
 fi
 
 if [[ ",$only," == *,jobs,* ]]; then
@@ -177,6 +183,25 @@ if [[ ",$only," == *,jobs,* ]]; then
       --num-layers 50 --image-shape 3,224,224 --num-classes 1000 --disp-batches 5 --lr 0.05 \
       --progress=false "${data[@]}"
   done
+  # The hardware decoder's fastest way beside busy kernels, if bench-io-overlap ran and it is
+  # not the default: the JPEG job again with it, to see whether it keeps the step fed.
+  best=$(python3 - "$out/bench-io-overlap.log" <<'EOF' 2>/dev/null
+import json, sys
+prefix = "gpu-decode-beside-kernels-hardware-"
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = [r for r in rows if r["case"].startswith(prefix) and r["value"] > 0]
+if rows:
+    print(min(rows, key=lambda r: r["value"])["case"][len(prefix):])
+EOF
+  )
+  if [[ -n "$best" && "$best" != default ]]; then
+    step "job:device-float16-b256-jpeg-tuned" 150 "$out/jobs/device-float16-b256-jpeg-tuned.log" \
+      "$tally" train --gpus 0 --kv-store device --dtype float16 --batch-size 256 --network resnet \
+      --num-layers 50 --image-shape 3,224,224 --num-classes 1000 --disp-batches 5 --lr 0.05 \
+      --progress=false --data-train "$pack.rec" --random-resized-crop 1 --min-random-area 0.08 \
+      --max-random-aspect-ratio 1.333 --min-random-aspect-ratio 0.75 --num-epochs 3 --data-nthreads 8 \
+      --gpu-decode-tuning "$best"
+  fi
   step "job:dist_device_sync" 180 "$out/jobs/dist_device_sync.log" \
     python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" train --gpus 0 \
     --kv-store dist_device_sync --dtype float16 --batch-size 64 --num-examples $((64 * 30)) \

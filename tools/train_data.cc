@@ -24,6 +24,9 @@ DEFINE_string(gpu_decoder, "hardware",
               "cuda (nvJPEG on the GPU's cores, beside the training step)");
 DEFINE_int32(gpu_decode_buffers, 3,
              "--gpu-decode 1: output buffers on the GPU, 2 to 4 (the batch in use and those decoded ahead)");
+DEFINE_string(gpu_decode_tuning, "default",
+              "--gpu-decode 1: how the loader drives nvJPEG, for measuring (docs/gpu.md, \"Decoding beside the "
+              "step\"): default, standalone, or settings such as shared-handle,threads=1,pinned-input");
 DEFINE_string(rgb_mean, "123.68,116.779,103.939", "mean subtracted from R,G,B");
 DEFINE_string(rgb_std, "1,1,1", "R,G,B are divided by this after the mean");
 DEFINE_int32(random_mirror, 1, "1: flip training images left-right at random");
@@ -231,6 +234,14 @@ Status UseGpuDecode(const TrainerConfig& cfg, bool* use) {
   if (FLAGS_gpu_decoder != "hardware" && FLAGS_gpu_decoder != "cuda") {
     return Status::InvalidArgument("--gpu-decoder " + FLAGS_gpu_decoder + ": hardware or cuda");
   }
+  GpuDecodeTuning tuning;
+  Status t = ParseGpuDecodeTuning(FLAGS_gpu_decode_tuning, &tuning);
+  if (!t.ok()) return Status::InvalidArgument("--gpu-decode-tuning: " + t.message());
+  if (tuning.decode_threads >= FLAGS_gpu_decode_buffers) {
+    return Status::InvalidArgument("--gpu-decode-tuning " + FLAGS_gpu_decode_tuning + ": " +
+                                   std::to_string(tuning.decode_threads) + " decode threads need more than " +
+                                   "--gpu-decode-buffers " + std::to_string(FLAGS_gpu_decode_buffers));
+  }
   if (FLAGS_gpu_decode == 0 || cfg.gpus.empty()) return Status::Ok();
   const bool asked = !gflags::GetCommandLineFlagInfoOrDie("gpu_decode").is_default;
   std::string why;
@@ -274,10 +285,12 @@ Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const Da
     gc.channels = StemInputChannels(cfg);
     gc.buffers = FLAGS_gpu_decode_buffers;
     gc.hardware_decoder = FLAGS_gpu_decoder == "hardware";
+    TALLY_RETURN_IF_ERROR(ParseGpuDecodeTuning(FLAGS_gpu_decode_tuning, &gc.tuning));
     std::unique_ptr<GpuLoader> loader;
     Status s = GpuLoader::Create(gc, &loader);
     if (!s.ok()) return Status::InvalidArgument("--data-train (decoded on the GPU, --gpu-decode 1): " + s.message());
-    decoded_by = "cuda:" + std::to_string(gc.device) + " by nvJPEG (" + loader->decoder() + " decoder)";
+    decoded_by = "cuda:" + std::to_string(gc.device) + " by nvJPEG (" + loader->decoder() + " decoder, tuning " +
+                 DescribeGpuDecodeTuning(gc.tuning) + ")";
     source.reset(new GpuRecordSource(std::move(loader), cfg.model.num_classes));
   } else {
     std::unique_ptr<Loader> loader;

@@ -29,7 +29,7 @@ bool BlockPool::Reusable(const Block& b, size_t bytes, cudaStream_t stream) cons
   // A block much larger than asked for is kept for a request its size.
   // A free block has been handed back, so it has its `released` event.
   if (b.in_use || b.size < bytes || b.size > 2 * bytes + kGranule) return false;
-  if (kind_ == Kind::kDevice && b.stream == stream && stream != nullptr) return true;
+  if (stream_ordered_ && kind_ == Kind::kDevice && b.stream == stream && stream != nullptr) return true;
   const cudaError_t e = cudaEventQuery(b.released);
   if (e == cudaErrorNotReady) return false;
   TALLY_CUDA_CHECK(e);

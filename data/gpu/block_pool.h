@@ -13,9 +13,12 @@
 // nvJPEG's default allocators free and allocate as the images of a batch change size.
 //
 // A block handed back is reused once the work queued on its stream before the hand-back has
-// run (an event), or at once for device memory asked for on that same stream, whose order
-// already keeps the uses apart. Pinned memory is written by the host, so it always waits for
-// the event. Thread-safe.
+// run (an event), or, in a stream-ordered pool, at once for device memory asked for on that
+// same stream, whose order already keeps the uses apart. Pinned memory is written by the
+// host, so it always waits for the event; so does the device memory of a pool that is not
+// stream-ordered, for writers that ignore stream order (nvJPEG's hardware decoder writes its
+// output when called, not when the work queued before the call on its stream has run, as
+// reported for nvJPEG 12.3 to 13.2 on H100). Thread-safe.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,7 +33,7 @@ namespace tally {
 class BlockPool {
  public:
   enum class Kind { kDevice, kPinned };
-  explicit BlockPool(Kind kind) : kind_(kind) {}
+  explicit BlockPool(Kind kind, bool stream_ordered = true) : kind_(kind), stream_ordered_(stream_ordered) {}
   ~BlockPool();  // frees every block: nothing may use them any more
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -54,6 +57,7 @@ class BlockPool {
   bool Reusable(const Block& b, size_t bytes, cudaStream_t stream) const;
 
   const Kind kind_;
+  const bool stream_ordered_;
   mutable std::mutex mu_;
   std::vector<Block> blocks_;  // GUARDED_BY(mu_)
   int64_t cuda_allocations_ = 0;  // GUARDED_BY(mu_)

@@ -111,14 +111,21 @@ Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr
   // and the next step waits for them, while the training step's kernels fill the GPU.
   int least = 0, greatest = 0;
   TALLY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  if (!config.tuning.high_priority) greatest = 0;  // the default priority
   const LoaderConfig& c = config.loader;
   const int bs = c.batch_size;
-  for (Slot& slot : d->slots_) {
-    // A stream a slot: decodes of different slots on different threads run side by side.
-    TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&slot.stream, cudaStreamNonBlocking, greatest));
+  for (size_t i = 0; i < d->slots_.size(); ++i) {
+    Slot& slot = d->slots_[i];
+    if (d->OwnsStreamAndState(i)) {
+      // A stream a slot: decodes of different slots on different threads run side by side.
+      TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&slot.stream, cudaStreamNonBlocking, greatest));
+      TALLY_NVJPEG_CHECK(nvjpegJpegStateCreate(slot.handle, &slot.state));
+    } else {
+      slot.stream = d->slots_[0].stream;
+      slot.state = d->slots_[0].state;
+    }
     slot.output = Tensor::Empty({bs, c.augment.data_h, c.augment.data_w, config.channels}, config.dtype,
                                 Device{Device::Kind::kCuda, config.device});
-    TALLY_NVJPEG_CHECK(nvjpegJpegStateCreate(slot.handle, &slot.state));
     TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&slot.ready, cudaEventDisableTiming));
     TALLY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&slot.params_host), bs * sizeof(GpuAugmentSample),
                                    cudaHostAllocDefault));
@@ -132,6 +139,27 @@ Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr
 // A handle a slot: decodes on one handle from several threads were measured to run one after
 // the other, at no more batches a second than one thread's.
 bool NvjpegBatchDecoder::CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* status) {
+  const GpuDecodeTuning& t = config_.tuning;
+  const size_t n = t.shared_handle ? 1 : slots_.size();
+  *status = NVJPEG_STATUS_SUCCESS;
+  while (handles_.size() < n && *status == NVJPEG_STATUS_SUCCESS) {
+    nvjpegHandle_t h = nullptr;
+    *status = CreateHandle(backend, &h);
+    if (*status == NVJPEG_STATUS_SUCCESS) handles_.push_back(h);
+  }
+  if (*status == NVJPEG_STATUS_SUCCESS && t.probe_handle) *status = CreateHandle(backend, &probe_handle_);
+  if (*status != NVJPEG_STATUS_SUCCESS) {
+    for (nvjpegHandle_t h : handles_) TALLY_NVJPEG_CHECK(nvjpegDestroy(h));
+    handles_.clear();
+    probe_handle_ = nullptr;
+    return false;
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].handle = handles_[i % handles_.size()];
+  return true;
+}
+
+nvjpegStatus_t NvjpegBatchDecoder::CreateHandle(nvjpegBackend_t backend, nvjpegHandle_t* handle) {
+  if (!config_.tuning.pooled_memory) return nvjpegCreateEx(backend, nullptr, nullptr, 0, handle);
   // nvJPEG's allocator callbacks, drawing on the pools: 0 is success.
   auto allocate = [](void* pool, void** ptr, size_t size, cudaStream_t stream) {
     *ptr = static_cast<BlockPool*>(pool)->Allocate(size, stream);
@@ -143,17 +171,7 @@ bool NvjpegBatchDecoder::CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* 
   };
   nvjpegDevAllocatorV2_t device{allocate, release, &device_pool_};
   nvjpegPinnedAllocatorV2_t pinned{allocate, release, &pinned_pool_};
-  for (Slot& slot : slots_) {
-    *status = nvjpegCreateExV2(backend, &device, &pinned, 0, &slot.handle);
-    if (*status == NVJPEG_STATUS_SUCCESS) continue;
-    slot.handle = nullptr;
-    for (Slot& made : slots_) {
-      if (made.handle != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(made.handle));
-      made.handle = nullptr;
-    }
-    return false;
-  }
-  return true;
+  return nvjpegCreateExV2(backend, &device, &pinned, 0, handle);
 }
 
 void NvjpegBatchDecoder::Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes) {
@@ -170,17 +188,19 @@ NvjpegBatchDecoder::~NvjpegBatchDecoder() {
   for (Slot& s : slots_) {
     if (s.stream != nullptr) TALLY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   }
-  for (Slot& s : slots_) {
-    if (s.state != nullptr) TALLY_NVJPEG_CHECK(nvjpegJpegStateDestroy(s.state));
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != nullptr && OwnsStreamAndState(i)) TALLY_NVJPEG_CHECK(nvjpegJpegStateDestroy(s.state));
     if (s.ready != nullptr) TALLY_CUDA_CHECK(cudaEventDestroy(s.ready));
     if (s.params_host != nullptr) TALLY_CUDA_CHECK(cudaFreeHost(s.params_host));
     if (s.params_dev != nullptr) TALLY_CUDA_CHECK(cudaFree(s.params_dev));
     if (s.grey != nullptr) TALLY_CUDA_CHECK(cudaFree(s.grey));
   }
-  for (Slot& s : slots_) {
-    if (s.stream != nullptr) TALLY_CUDA_CHECK(cudaStreamDestroy(s.stream));
-    if (s.handle != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(s.handle));
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].stream != nullptr && OwnsStreamAndState(i)) TALLY_CUDA_CHECK(cudaStreamDestroy(slots_[i].stream));
   }
+  for (nvjpegHandle_t h : handles_) TALLY_NVJPEG_CHECK(nvjpegDestroy(h));
+  if (probe_handle_ != nullptr) TALLY_NVJPEG_CHECK(nvjpegDestroy(probe_handle_));
 }
 
 Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batch, const Replace& replace) {
@@ -235,7 +255,8 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   }
   if (which.empty()) return Status::Ok();
   const int m = static_cast<int>(which.size());
-  if (hardware_) {
+  if (config_.tuning.pinned_input) StageInput(s, *batch, &data);
+  if (hardware_ && config_.tuning.preallocate) {
     int w = 0, h = 0;
     for (int j : which) {
       w = std::max(w, batch->samples[j].width);
@@ -289,6 +310,24 @@ void NvjpegBatchDecoder::Preallocate(Slot& s, int width, int height) {
   }
   s.prealloc_w = w;
   s.prealloc_h = h;
+}
+
+// The hardware decoder reads its bitstreams straight from the pointers it is given; from
+// pageable memory that is a slower, staged copy (pinned_input measures whether it matters).
+// The slot's previous decode is over (Decode waited for it), so its buffer is free.
+void NvjpegBatchDecoder::StageInput(Slot& s, const HostBatch& batch, std::vector<const unsigned char*>* data) {
+  size_t total = 0;
+  for (const HostSample& h : batch.samples) {
+    if (h.on_gpu) total += Aligned(h.jpeg_size);
+  }
+  Grow(pinned_pool_, s.stream, total, &s.input, &s.input_bytes);
+  size_t at = 0, k = 0;
+  for (const HostSample& h : batch.samples) {
+    if (!h.on_gpu) continue;
+    std::memcpy(s.input + at, h.jpeg, h.jpeg_size);
+    (*data)[k++] = s.input + at;
+    at += Aligned(h.jpeg_size);
+  }
 }
 
 void NvjpegBatchDecoder::UploadCpuImages(Slot& s, HostBatch* batch) {

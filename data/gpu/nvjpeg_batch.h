@@ -111,7 +111,9 @@ class NvjpegBatchDecoder {
   cudaEvent_t ReadyEvent(int slot) const { return slots_[slot].ready; }
 
   bool hardware() const { return hardware_; }
-  nvjpegHandle_t handle() const { return slots_[0].handle; }  // for parsing (NvjpegProbe)
+  // For parsing (NvjpegProbe): a handle of its own with GpuDecodeTuning::probe_handle, else
+  // the first slot's.
+  nvjpegHandle_t handle() const { return probe_handle_ != nullptr ? probe_handle_ : slots_[0].handle; }
   int64_t gpu_decoded() const { return gpu_decoded_; }
   int64_t cpu_decoded() const { return cpu_decoded_; }
   int num_slots() const { return static_cast<int>(slots_.size()); }
@@ -126,8 +128,8 @@ class NvjpegBatchDecoder {
  private:
   struct Slot {
     Tensor output;
-    cudaStream_t stream = nullptr;  // its decodes, uploads and augmentation
-    nvjpegHandle_t handle = nullptr;
+    cudaStream_t stream = nullptr;  // its decodes, uploads and augmentation (OwnsStreamAndState)
+    nvjpegHandle_t handle = nullptr;  // one of handles_
     nvjpegJpegState_t state = nullptr;
     cudaEvent_t ready = nullptr;
     bool used = false;
@@ -135,6 +137,8 @@ class NvjpegBatchDecoder {
     size_t images_bytes = 0;
     uint8_t* staging = nullptr;  // pinned: CPU-decoded images on their way up
     size_t staging_bytes = 0;
+    uint8_t* input = nullptr;  // pinned: the bitstreams, with GpuDecodeTuning::pinned_input
+    size_t input_bytes = 0;
     GpuAugmentSample* params_host = nullptr;  // pinned
     GpuAugmentSample* params_dev = nullptr;
     float* grey = nullptr;  // device scratch, one float a sample
@@ -142,9 +146,15 @@ class NvjpegBatchDecoder {
     std::vector<HostSample> in_flight;  // read by queued copies and decodes
   };
   explicit NvjpegBatchDecoder(const GpuLoaderConfig& config);
-  // A handle on `backend` for every slot, drawing on the pools; false (and why in *status) if
-  // refused.
+  // Whether slot i has a stream and JPEG state of its own; with GpuDecodeTuning::shared_state
+  // every slot uses slot 0's.
+  bool OwnsStreamAndState(size_t i) const { return i == 0 || !config_.tuning.shared_state; }
+  // The slots' handles (one each, or one shared) and the probes' own if tuned so, on
+  // `backend`, drawing on the pools unless tuned not to; false (and why in *status) if refused.
   bool CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* status);
+  nvjpegStatus_t CreateHandle(nvjpegBackend_t backend, nvjpegHandle_t* handle);
+  // The bitstreams of the samples nvJPEG decodes, in page-locked memory (pinned_input).
+  void StageInput(Slot& s, const HostBatch& batch, std::vector<const unsigned char*>* data);
   // Grows a slot's buffer from the pool; its old contents are not kept.
   void Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes);
   Status DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace);
@@ -156,9 +166,12 @@ class NvjpegBatchDecoder {
   GpuAugmentArgs args_;
   // nvJPEG's memory and the slots' images: a cudaFree waits for the whole device (block_pool.h).
   // Declared first, destroyed last: nvJPEG hands its blocks back when its handle dies.
-  BlockPool device_pool_{BlockPool::Kind::kDevice};
+  // Not stream-ordered: the hardware decoder writes when called, whatever its stream still runs.
+  BlockPool device_pool_{BlockPool::Kind::kDevice, /*stream_ordered=*/false};
   BlockPool pinned_pool_{BlockPool::Kind::kPinned};
   bool hardware_ = false;
+  std::vector<nvjpegHandle_t> handles_;  // owned: the slots' (one, or one a slot)
+  nvjpegHandle_t probe_handle_ = nullptr;  // owned, with GpuDecodeTuning::probe_handle
   std::vector<Slot> slots_;
   std::atomic<int64_t> gpu_decoded_{0}, cpu_decoded_{0};
   std::atomic<int64_t> nvjpeg_us_{0}, decode_us_{0};

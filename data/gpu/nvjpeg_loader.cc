@@ -118,7 +118,8 @@ Status NvjpegLoader::Start(const PartSizes& sizes) {
   // One GPU thread a buffer decoded ahead: nvjpegDecodeBatched waits for its own work, which
   // on a GPU busy with training takes several times as long as on an idle one, so one thread
   // would decode at that latency; each thread's decodes run on its slots' streams.
-  const int gpu_threads = slots_ - 1;
+  const GpuDecodeTuning& tuning = config_.tuning;
+  const int gpu_threads = tuning.decode_threads > 0 ? tuning.decode_threads : tuning.shared_state ? 1 : slots_ - 1;
   for (int t = 0; t < gpu_threads; ++t) threads_.emplace_back([this, t, gpu_threads] { GpuLoop(t, gpu_threads); });
   return Status::Ok();
 }

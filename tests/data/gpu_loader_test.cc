@@ -96,10 +96,47 @@ TEST(GpuLoader, RefusesWhatItDoesNotSupport) {
               std::string::npos);
   }
   bad = cfg;
+  bad.tuning.decode_threads = 3;  // with 3 buffers: one is in use, two can be decoded ahead
+  EXPECT_NE(CheckGpuLoaderConfig(bad).message().find("3 decode threads need more than 3 buffers"), std::string::npos);
+  bad.tuning.decode_threads = 2;
+  EXPECT_TRUE(CheckGpuLoaderConfig(bad).ok());
+  bad.tuning.shared_state = true;  // one state cannot serve two threads at once
+  EXPECT_NE(CheckGpuLoaderConfig(bad).message().find("shared-state) is for one decode thread, not 2"),
+            std::string::npos);
+  bad = cfg;
   bad.loader.label_width = 2;
   EXPECT_NE(CheckGpuLoaderConfig(bad).message().find("label_width"), std::string::npos);
   std::unique_ptr<GpuLoader> loader;
   EXPECT_FALSE(GpuLoader::Create(bad, &loader).ok());
+}
+
+TEST(GpuDecodeTuning, ParsesEverySettingAndNamesWhatItRefuses) {
+  GpuDecodeTuning t;
+  ASSERT_TRUE(ParseGpuDecodeTuning("default", &t).ok());
+  EXPECT_EQ(DescribeGpuDecodeTuning(t), "default");
+  const GpuDecodeTuning defaults;
+  EXPECT_FALSE(t.shared_handle);
+  EXPECT_EQ(t.decode_threads, 0);
+  EXPECT_TRUE(t.high_priority && t.pooled_memory && t.preallocate);
+  EXPECT_FALSE(t.probe_handle || t.pinned_input);
+  const std::string all =
+      "shared-handle,shared-state,threads=2,default-priority,cuda-malloc,probe-handle,pinned-input,no-preallocate";
+  ASSERT_TRUE(ParseGpuDecodeTuning(all, &t).ok());
+  EXPECT_TRUE(t.shared_handle && t.shared_state && t.probe_handle && t.pinned_input);
+  EXPECT_EQ(t.decode_threads, 2);
+  EXPECT_FALSE(t.high_priority || t.pooled_memory || t.preallocate);
+  EXPECT_EQ(DescribeGpuDecodeTuning(t), all);  // the words, in ParseGpuDecodeTuning's order
+  ASSERT_TRUE(ParseGpuDecodeTuning("standalone,pinned-input", &t).ok());
+  EXPECT_EQ(DescribeGpuDecodeTuning(t),
+            "shared-handle,shared-state,threads=1,default-priority,probe-handle,pinned-input");
+  for (const char* bad : {"threads=0", "threads=4", "threads=x", "threads=", "fast"}) {
+    t = defaults;
+    t.pinned_input = true;
+    Status s = ParseGpuDecodeTuning(std::string("shared-handle,") + bad, &t);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find(bad), std::string::npos) << s.ToString();
+    EXPECT_TRUE(t.pinned_input && !t.shared_handle) << "a refused spec leaves the tuning as it was: " << bad;
+  }
 }
 
 TEST(GpuLoader, FailsClearlyWithoutNvjpegOrGpu) {
@@ -117,7 +154,7 @@ TEST(GpuLoader, FailsClearlyWithoutNvjpegOrGpu) {
 
 // The same batches as the CPU Loader: labels, epoch, index and pad exactly, images within
 // the tolerance above. Runs past two epochs, so every output buffer is reused.
-void CompareWithCpu(DType dtype, int channels, int buffers) {
+void CompareWithCpu(DType dtype, int channels, int buffers, const std::string& tuning = "default") {
   TALLY_REQUIRE_GPU();
   if (!GpuDecodeBuilt()) GTEST_SKIP() << "skipped: this build has no nvJPEG";
   ScopedTempDir pack_dir("gpu_loader_test");  // before the loaders: removed after they stop
@@ -125,10 +162,11 @@ void CompareWithCpu(DType dtype, int channels, int buffers) {
   cfg.dtype = dtype;
   cfg.channels = channels;
   cfg.buffers = buffers;
+  ASSERT_TRUE(ParseGpuDecodeTuning(tuning, &cfg.tuning).ok()) << tuning;
   std::unique_ptr<GpuLoader> gpu;
   Status s = GpuLoader::Create(cfg, &gpu);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  std::printf("nvJPEG decoder: %s\n", gpu->decoder().c_str());
+  std::printf("nvJPEG decoder: %s, tuning %s\n", gpu->decoder().c_str(), tuning.c_str());
   std::unique_ptr<Loader> cpu;
   ASSERT_TRUE(Loader::Create(cfg.loader, &cpu).ok());
   ASSERT_EQ(gpu->batches_per_epoch(), cpu->batches_per_epoch());
@@ -216,6 +254,16 @@ TEST(GpuLoader, TheCudaDecoderDecodesBesideOtherWorkOnTheDevice) { DecodeBesideO
 TEST(GpuLoader, MatchesCpuLoaderF32TwoBuffers) { CompareWithCpu(DType::kF32, 3, 2); }
 TEST(GpuLoader, MatchesCpuLoaderF16FourChannels) { CompareWithCpu(DType::kF16, 4, 3); }
 TEST(GpuLoader, MatchesCpuLoaderBF16FourBuffers) { CompareWithCpu(DType::kBF16, 3, 4); }
+// Every way of driving nvJPEG that bench io --gpu --decode-overlap measures decodes the same.
+TEST(GpuLoader, MatchesCpuLoaderWithEveryDecodeTuning) {
+  TALLY_REQUIRE_GPU();
+  if (!GpuDecodeBuilt()) GTEST_SKIP() << "skipped: this build has no nvJPEG";
+  for (const char* t : {"standalone,pinned-input", "shared-handle", "shared-state", "threads=1", "default-priority",
+                        "cuda-malloc", "probe-handle", "no-preallocate"}) {
+    SCOPED_TRACE(t);
+    CompareWithCpu(DType::kF16, 4, 3, t);
+  }
+}
 
 }  // namespace
 }  // namespace tally

@@ -97,6 +97,8 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--model-prefix /proc/no/m", "--model-prefix"},
       {"--data-train /no/such.rec --gpu-decode-buffers 7", "--gpu-decode-buffers 7: 2, 3 or 4"},
       {"--data-train /no/such.rec --gpu-decoder fast", "--gpu-decoder fast: hardware or cuda"},
+      {"--data-train /no/such.rec --gpu-decode-tuning fast", "--gpu-decode-tuning: GPU decode tuning 'fast': unknown setting 'fast'"},
+      {"--data-train /no/such.rec --gpu-decode-tuning threads=3", "threads=3: 3 decode threads need more than --gpu-decode-buffers 3"},
   };
   for (const Case& c : cases) {
     CliRun r = Tally("train " + c.args);

@@ -52,6 +52,27 @@ TEST(BlockPool, ReusesABlockOnTheSameStreamAtOnce) {
   cudaStreamDestroy(s);
 }
 
+// For writers that ignore stream order (nvJPEG's hardware decoder), a device block asked for
+// on the stream it was handed back on waits for its event like any other.
+TEST(BlockPool, APoolNotStreamOrderedWaitsForTheWorkQueuedBeforeARelease) {
+  TALLY_REQUIRE_POOL();
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  {
+    BlockPool pool(BlockPool::Kind::kDevice, /*stream_ordered=*/false);
+    void* a = pool.Allocate(1 << 20, s);
+    ASSERT_NE(a, nullptr);
+    Busy(s, 200);
+    pool.Release(a, s);
+    EXPECT_NE(pool.Allocate(1 << 20, s), a) << "handed out while work queued before its release still ran";
+    EXPECT_EQ(pool.cuda_allocations(), 2);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(pool.Allocate(1 << 20, s), a) << "once that work has run, the block comes back";
+    EXPECT_EQ(pool.cuda_allocations(), 2);
+  }
+  cudaStreamDestroy(s);
+}
+
 TEST(BlockPool, PinnedBlocksWaitForTheWorkQueuedBeforeTheirRelease) {
   TALLY_REQUIRE_POOL();
   cudaStream_t s = nullptr;
@@ -73,6 +94,7 @@ TEST(BlockPool, PinnedBlocksWaitForTheWorkQueuedBeforeTheirRelease) {
 }
 #else
 TEST(BlockPool, ReusesABlockOnTheSameStreamAtOnce) { TALLY_REQUIRE_POOL(); }
+TEST(BlockPool, APoolNotStreamOrderedWaitsForTheWorkQueuedBeforeARelease) { TALLY_REQUIRE_POOL(); }
 TEST(BlockPool, PinnedBlocksWaitForTheWorkQueuedBeforeTheirRelease) { TALLY_REQUIRE_POOL(); }
 #endif
 
