@@ -129,11 +129,14 @@ Status CheckGpuLoaderConfig(const GpuLoaderConfig& config);
 // short kernels filling every SM from another stream (a training step's shape: blocks
 // retire every 0.1 ms, so higher-priority work gets in). A decoder that runs beside the step
 // takes about as long beside either as idle; one that waits for the device takes the busy
-// time (data/gpu/decode_overlap.cc).
+// time, and then every thread's stack is written to stderr halfway through the busy time,
+// saying where it waits (data/gpu/decode_overlap.cc).
 struct GpuDecodeOverlap {
   std::string decoder;          // GpuLoader::decoder()
   double idle_s = 0, beside_host_s = 0, beside_kernels_s = 0;  // each for `batches` batches
   double busy_kernels_s = 0;    // how long the kernels kept the SMs (measured on the device)
+  // Seconds in nvjpegDecodeBatched during each run (its calls, summed over the decode threads).
+  double nvjpeg_idle_s = 0, nvjpeg_host_s = 0, nvjpeg_kernels_s = 0;
   GpuLoaderStats stats;         // over the three runs
 };
 Status MeasureGpuDecodeOverlap(const GpuLoaderConfig& config, int batches, double busy_seconds,

@@ -11,6 +11,7 @@
 // With N = 3, two threads decode the two batches after the one in use side by side: on an
 // H100 busy with training one nvjpegDecodeBatched call took as long as a training step.
 #include <nvjpeg.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -114,13 +115,20 @@ Status NvjpegLoader::Start(const PartSizes& sizes) {
   consumer_ = cuda::Context(device).stream;  // also makes config_.device this thread's device
   for (int i = 0; i < slots_; ++i) TALLY_CUDA_CHECK(cudaEventCreateWithFlags(&released_[i], cudaEventDisableTiming));
   TALLY_RETURN_IF_ERROR(NvjpegBatchDecoder::Create(config_, &decoder_));
-  for (int t = 0; t < c.threads; ++t) threads_.emplace_back([this] { PrepLoop(); });
+  // Named, so that stacks and `top -H` tell the stages apart.
+  for (int t = 0; t < c.threads; ++t) {
+    threads_.emplace_back([this] { PrepLoop(); });
+    pthread_setname_np(threads_.back().native_handle(), ("gpu-prep-" + std::to_string(t)).c_str());
+  }
   // One GPU thread a buffer decoded ahead: nvjpegDecodeBatched waits for its own work, which
   // on a GPU busy with training takes several times as long as on an idle one, so one thread
   // would decode at that latency; each thread's decodes run on its slots' streams.
   const GpuDecodeTuning& tuning = config_.tuning;
   const int gpu_threads = tuning.decode_threads > 0 ? tuning.decode_threads : tuning.shared_state ? 1 : slots_ - 1;
-  for (int t = 0; t < gpu_threads; ++t) threads_.emplace_back([this, t, gpu_threads] { GpuLoop(t, gpu_threads); });
+  for (int t = 0; t < gpu_threads; ++t) {
+    threads_.emplace_back([this, t, gpu_threads] { GpuLoop(t, gpu_threads); });
+    pthread_setname_np(threads_.back().native_handle(), ("gpu-decode-" + std::to_string(t)).c_str());
+  }
   return Status::Ok();
 }
 
