@@ -30,6 +30,7 @@
 #include "ops/device.h"
 #include "ops/random.h"
 #include "tools/bench.h"
+#include "tools/bench_io.h"
 #include "tools/command.h"
 
 DECLARE_bool(json);
@@ -46,7 +47,18 @@ DEFINE_int32(gpu_batches, 40, "bench io --gpu: timed batches (the pack is read e
 
 namespace tally {
 
-Status BenchGpuOverlap(const std::string& dir, std::vector<BenchRow>* rows);  // tools/bench_io_overlap.cc
+GpuLoaderConfig BenchGpuLoaderConfig(const std::string& dir) {
+  GpuLoaderConfig cfg;
+  cfg.loader.rec_path = dir + "/images.rec";
+  cfg.loader.idx_path = dir + "/images.idx";
+  cfg.loader.batch_size = FLAGS_gpu_batch;
+  cfg.loader.threads = FLAGS_gpu_prep_threads;
+  cfg.loader.prefetch = 4;
+  cfg.loader.augment = AugmentParams::ImageNetTrain();
+  cfg.dtype = DType::kF16;
+  cfg.channels = 4;
+  return cfg;
+}
 
 namespace {
 
@@ -168,15 +180,7 @@ Status MeasureTally(const std::string& dir, int threads, int batch, int64_t time
 // Images/s of the GPU loader: ImageNet training augmentation to [B,224,224,4] fp16 on cuda:0,
 // each batch's kernels waited for before the next is asked, as a training step would use it.
 Status MeasureGpu(const std::string& dir, double* images_per_s, std::string* decoder, GpuLoaderStats* stats) {
-  GpuLoaderConfig cfg;
-  cfg.loader.rec_path = dir + "/images.rec";
-  cfg.loader.idx_path = dir + "/images.idx";
-  cfg.loader.batch_size = FLAGS_gpu_batch;
-  cfg.loader.threads = FLAGS_gpu_prep_threads;
-  cfg.loader.prefetch = 4;
-  cfg.loader.augment = AugmentParams::ImageNetTrain();
-  cfg.dtype = DType::kF16;
-  cfg.channels = 4;
+  const GpuLoaderConfig cfg = BenchGpuLoaderConfig(dir);
   std::unique_ptr<GpuLoader> loader;
   TALLY_RETURN_IF_ERROR(GpuLoader::Create(cfg, &loader));
   *decoder = loader->decoder();

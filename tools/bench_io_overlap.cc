@@ -18,6 +18,7 @@
 #include "data/gpu_loader.h"
 #include "ops/device.h"
 #include "tools/bench.h"
+#include "tools/bench_io.h"
 
 DECLARE_bool(json);
 DECLARE_int32(images);
@@ -58,16 +59,8 @@ Status MeasureOne(const std::string& dir, const std::string& only) {
   if (colon == std::string::npos || (decoder != "hardware" && decoder != "cuda")) {
     return Status::InvalidArgument("--decode_overlap_only " + only + ": wants hardware:TUNING or cuda:TUNING");
   }
-  GpuLoaderConfig cfg;
+  GpuLoaderConfig cfg = BenchGpuLoaderConfig(dir);
   TALLY_RETURN_IF_ERROR(ParseGpuDecodeTuning(only.substr(colon + 1), &cfg.tuning));
-  cfg.loader.rec_path = dir + "/images.rec";
-  cfg.loader.idx_path = dir + "/images.idx";
-  cfg.loader.batch_size = FLAGS_gpu_batch;
-  cfg.loader.threads = FLAGS_gpu_prep_threads;
-  cfg.loader.prefetch = 4;
-  cfg.loader.augment = AugmentParams::ImageNetTrain();
-  cfg.dtype = DType::kF16;
-  cfg.channels = 4;
   cfg.hardware_decoder = decoder == "hardware";
   GpuDecodeOverlap m;
   TALLY_RETURN_IF_ERROR(MeasureGpuDecodeOverlap(cfg, FLAGS_decode_overlap_batches, FLAGS_decode_overlap_busy_s, &m));
