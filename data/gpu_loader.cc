@@ -54,10 +54,12 @@ Status ParseGpuDecodeTuning(const std::string& spec, GpuDecodeTuning* out) {
       t.pinned_input = true;
     } else if (w == "no-preallocate") {
       t.preallocate = false;
+    } else if (w == "yuv-output") {
+      t.yuv_output = true;
     } else {
       return Status::InvalidArgument("GPU decode tuning '" + spec + "': unknown setting '" + w +
                                      "' (default, standalone, shared-handle, shared-state, threads=N, default-priority, "
-                                     "cuda-malloc, probe-handle, pinned-input, no-preallocate)");
+                                     "cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output)");
     }
   }
   *out = t;
@@ -74,6 +76,7 @@ std::string DescribeGpuDecodeTuning(const GpuDecodeTuning& t) {
   if (t.probe_handle) words.push_back("probe-handle");
   if (t.pinned_input) words.push_back("pinned-input");
   if (!t.preallocate) words.push_back("no-preallocate");
+  if (t.yuv_output) words.push_back("yuv-output");
   std::string out;
   for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
   return out.empty() ? "default" : out;

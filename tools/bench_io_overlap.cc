@@ -40,15 +40,16 @@ struct OverlapCase {
 };
 
 // Every setting on its own against the default for the hardware decoder, whose waits are in
-// question; the cuda decoder's default and standalone settings for comparison.
+// question; the cuda decoder's default, standalone and yuv-output settings for comparison
+// (yuv-output spares it a pass on the SMs).
 std::vector<OverlapCase> Cases() {
   std::vector<OverlapCase> cases;
   for (const char* t : {"default", "standalone", "shared-handle", "shared-state", "threads=1", "default-priority",
-                        "cuda-malloc", "probe-handle", "pinned-input", "no-preallocate", "standalone,pinned-input"}) {
+                        "cuda-malloc", "probe-handle", "pinned-input", "no-preallocate", "yuv-output",
+                        "standalone,pinned-input", "standalone,yuv-output"}) {
     cases.push_back({"hardware", t});
   }
-  cases.push_back({"cuda", "default"});
-  cases.push_back({"cuda", "standalone"});
+  for (const char* t : {"default", "standalone", "yuv-output"}) cases.push_back({"cuda", t});
   return cases;
 }
 

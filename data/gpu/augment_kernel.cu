@@ -36,12 +36,11 @@ __device__ void Resample(const GpuAugmentSample& s, const GpuAugmentArgs& a, int
   const int xi = s.mirror ? a.out_w - 1 - x : x;
   const Tap tx = TapAt(s.crop_x, s.crop_w, a.out_w, s.width, xi);
   const Tap ty = TapAt(s.crop_y, s.crop_h, a.out_h, s.height, y);
-  const uint8_t* img = s.pixels;
-  const size_t row0 = static_cast<size_t>(ty.i0) * s.width * 3, row1 = static_cast<size_t>(ty.i1) * s.width * 3;
-  const uint8_t* a0 = img + row0 + 3 * tx.i0;
-  const uint8_t* b0 = img + row0 + 3 * tx.i1;
-  const uint8_t* a1 = img + row1 + 3 * tx.i0;
-  const uint8_t* b1 = img + row1 + 3 * tx.i1;
+  float a0[3], b0[3], a1[3], b1[3];
+  FetchRgb(s, tx.i0, ty.i0, a0);
+  FetchRgb(s, tx.i1, ty.i0, b0);
+  FetchRgb(s, tx.i0, ty.i1, a1);
+  FetchRgb(s, tx.i1, ty.i1, b1);
   for (int c = 0; c < 3; ++c) {
     const float h0 = a0[c] + tx.w * (b0[c] - a0[c]);
     const float h1 = a1[c] + tx.w * (b1[c] - a1[c]);

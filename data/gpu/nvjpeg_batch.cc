@@ -11,6 +11,20 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t Aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// The pixels one chroma sample covers, across and down; false for layouts without a fixed
+// pair (grey, unknown).
+bool ChromaFactors(nvjpegChromaSubsampling_t css, int* fx, int* fy) {
+  switch (css) {
+    case NVJPEG_CSS_444: *fx = 1, *fy = 1; return true;
+    case NVJPEG_CSS_422: *fx = 2, *fy = 1; return true;
+    case NVJPEG_CSS_420: *fx = 2, *fy = 2; return true;
+    case NVJPEG_CSS_440: *fx = 1, *fy = 2; return true;
+    case NVJPEG_CSS_411: *fx = 4, *fy = 1; return true;
+    case NVJPEG_CSS_410: *fx = 4, *fy = 2; return true;
+    default: return false;
+  }
+}
+
 // nvJPEG's verdicts on the data rather than on the library or the device.
 bool IsDataError(nvjpegStatus_t s) {
   return s == NVJPEG_STATUS_BAD_JPEG || s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED ||
@@ -46,10 +60,20 @@ NvjpegProbe::NvjpegProbe(const NvjpegBatchDecoder& decoder) : decoder_(decoder) 
 
 NvjpegProbe::~NvjpegProbe() { TALLY_NVJPEG_CHECK(nvjpegJpegStreamDestroy(stream_)); }
 
-bool NvjpegProbe::GpuCanDecode(const uint8_t* data, size_t size) {
+bool NvjpegProbe::GpuCanDecode(const uint8_t* data, size_t size, HostSample* sample) {
   if (nvjpegJpegStreamParseHeader(decoder_.handle(), data, size, stream_) != NVJPEG_STATUS_SUCCESS) return false;
   unsigned int components = 0;
   if (nvjpegJpegStreamGetComponentsNum(stream_, &components) != NVJPEG_STATUS_SUCCESS || components != 3) return false;
+  unsigned int w[3] = {}, h[3] = {};
+  for (unsigned int c = 1; c < 3; ++c) {
+    if (nvjpegJpegStreamGetComponentDimensions(stream_, c, &w[c], &h[c]) != NVJPEG_STATUS_SUCCESS) return false;
+  }
+  nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
+  if (nvjpegJpegStreamGetChromaSubsampling(stream_, &css) != NVJPEG_STATUS_SUCCESS) return false;
+  if (!ChromaFactors(css, &sample->chroma_fx, &sample->chroma_fy) && decoder_.yuv()) return false;
+  if (decoder_.yuv() && (w[1] != w[2] || h[1] != h[2] || w[1] == 0 || h[1] == 0)) return false;
+  sample->chroma_w = static_cast<int>(w[1]);
+  sample->chroma_h = static_cast<int>(h[1]);
   if (!decoder_.hardware()) return true;
   int not_supported = 1;  // nvJPEG's convention: 0 means the hardware decoder takes it
   return nvjpegDecodeBatchedSupported(decoder_.handle(), stream_, &not_supported) == NVJPEG_STATUS_SUCCESS &&
@@ -78,7 +102,8 @@ Status LoadHostSample(const RecordReader& reader, const Augmenter& augmenter, ui
   sample->height = info.height;
   Rng rng(AugmentSeed(seed, epoch, record));
   sample->plan = augmenter.Plan(info.width, info.height, &rng);
-  sample->on_gpu = !cpu_decode && info.format == ImageFormat::kJpeg && probe->GpuCanDecode(sample->jpeg, sample->jpeg_size);
+  sample->on_gpu = !cpu_decode && info.format == ImageFormat::kJpeg &&
+                   probe->GpuCanDecode(sample->jpeg, sample->jpeg_size, sample);
   if (sample->on_gpu) return Status::Ok();
   s = DecodeImage(sample->jpeg, sample->jpeg_size, DecodeOptions(), &sample->pixels);
   if (!s.ok()) return Status::InvalidArgument(where() + s.message());
@@ -174,6 +199,11 @@ nvjpegStatus_t NvjpegBatchDecoder::CreateHandle(nvjpegBackend_t backend, nvjpegH
   return nvjpegCreateExV2(backend, &device, &pinned, 0, handle);
 }
 
+size_t NvjpegBatchDecoder::Room(const HostSample& h) const {
+  if (!yuv() || !h.on_gpu) return Aligned(size_t{3} * h.width * h.height);
+  return Aligned(size_t{1} * h.width * h.height) + 2 * Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+}
+
 void NvjpegBatchDecoder::Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes) {
   if (want <= *bytes) return;
   // Handed back on the slot's stream, after the work queued there that used it.
@@ -213,15 +243,23 @@ Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batc
   const int n = static_cast<int>(batch->samples.size());
   // Every image gets room in the device buffer, whichever decoder fills it.
   size_t total = 0;
-  for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
+  for (const HostSample& h : batch->samples) total += Room(h);
   Grow(device_pool_, s.stream, total, &s.images, &s.images_bytes);
   TALLY_RETURN_IF_ERROR(DecodeOnGpu(s, batch, replace));
   UploadCpuImages(s, batch);
   size_t offset = 0;
   for (int j = 0; j < n; ++j) {
     const HostSample& h = batch->samples[j];
-    s.params_host[j] = GpuSampleFor(h.plan, h.width, h.height, s.images + offset);
-    offset += Aligned(size_t{3} * h.width * h.height);
+    GpuAugmentSample& p = s.params_host[j];
+    p = GpuSampleFor(h.plan, h.width, h.height, s.images + offset);
+    if (yuv() && h.on_gpu) {
+      p.cb = p.pixels + Aligned(size_t{1} * h.width * h.height);
+      p.cr = p.cb + Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+      p.chroma_w = h.chroma_w;
+      p.chroma_fx = h.chroma_fx;
+      p.chroma_fy = h.chroma_fy;
+    }
+    offset += Room(h);
   }
   TALLY_CUDA_CHECK(cudaMemcpyAsync(s.params_dev, s.params_host, n * sizeof(GpuAugmentSample), cudaMemcpyHostToDevice,
                                    s.stream));
@@ -241,17 +279,23 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   size_t offset = 0;
   for (int j = 0; j < static_cast<int>(batch->samples.size()); ++j) {
     const HostSample& h = batch->samples[j];
-    const size_t bytes = size_t{3} * h.width * h.height;
     if (h.on_gpu) {
       nvjpegImage_t image = {};
       image.channel[0] = s.images + offset;
-      image.pitch[0] = static_cast<unsigned int>(3 * h.width);
+      if (yuv()) {  // the planes as Decode's parameters point at them
+        image.pitch[0] = static_cast<unsigned int>(h.width);
+        image.channel[1] = image.channel[0] + Aligned(size_t{1} * h.width * h.height);
+        image.channel[2] = image.channel[1] + Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+        image.pitch[1] = image.pitch[2] = static_cast<unsigned int>(h.chroma_w);
+      } else {
+        image.pitch[0] = static_cast<unsigned int>(3 * h.width);
+      }
       data.push_back(h.jpeg);
       lengths.push_back(h.jpeg_size);
       dest.push_back(image);
       which.push_back(j);
     }
-    offset += Aligned(bytes);
+    offset += Room(h);
   }
   if (which.empty()) return Status::Ok();
   const int m = static_cast<int>(which.size());
@@ -264,7 +308,7 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
     }
     if (w > s.prealloc_w || h > s.prealloc_h) Preallocate(s, w, h);
   }
-  TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, NVJPEG_OUTPUT_RGBI));
+  TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, OutputFormat()));
   nvjpegStatus_t st;
   {
     ElapsedMicros<std::atomic<int64_t>> timer(&nvjpeg_us_);
@@ -290,7 +334,7 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   // again, once whatever the failed call queued has drained.
   TALLY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   size_t total = 0;
-  for (const HostSample& h : batch->samples) total += Aligned(size_t{3} * h.width * h.height);
+  for (const HostSample& h : batch->samples) total += Room(h);
   Grow(device_pool_, s.stream, total, &s.images, &s.images_bytes);
   return Status::Ok();
 }
@@ -303,7 +347,7 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
 void NvjpegBatchDecoder::Preallocate(Slot& s, int width, int height) {
   const int w = std::max(s.prealloc_w, width + width / 4), h = std::max(s.prealloc_h, height + height / 4);
   const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(s.handle, s.state, config_.loader.batch_size, w, h,
-                                                           NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI);
+                                                           NVJPEG_CSS_444, OutputFormat());
   if (st != NVJPEG_STATUS_SUCCESS) {
     LOG_FIRST_N(WARNING, 1) << "GPU loader: nvjpegDecodeBatchedPreAllocate(" << w << "x" << h << ") failed ("
                             << NvjpegStatusName(st) << "); the decoder allocates as it goes";
@@ -339,7 +383,7 @@ void NvjpegBatchDecoder::UploadCpuImages(Slot& s, HostBatch* batch) {
   Grow(pinned_pool_, s.stream, staged, &s.staging, &s.staging_bytes);
   size_t offset = 0, at = 0;
   for (const HostSample& h : batch->samples) {
-    const size_t room = Aligned(size_t{3} * h.width * h.height);
+    const size_t room = Room(h);
     if (!h.on_gpu) {
       std::memcpy(s.staging + at, h.pixels.pixels.data(), h.pixels.pixels.size());
       TALLY_CUDA_CHECK(cudaMemcpyAsync(s.images + offset, s.staging + at, h.pixels.pixels.size(),

@@ -69,6 +69,8 @@ struct HostSample {
   int width = 0, height = 0;
   AugmentPlan plan;
   bool on_gpu = false;                   // nvJPEG decodes it; otherwise `pixels` holds it
+  int chroma_w = 0, chroma_h = 0;        // its Cb and Cr planes' size (set by the probe)
+  int chroma_fx = 1, chroma_fy = 1;      // pixels a chroma sample covers (2, 2 for 4:2:0)
   Image pixels;
 };
 
@@ -84,8 +86,9 @@ class NvjpegProbe {
   explicit NvjpegProbe(const NvjpegBatchDecoder& decoder);
   ~NvjpegProbe();
   // Whether the batched GPU decode takes this JPEG (3 components; for the hardware decoder
-  // also a layout it supports: baseline, one scan, no 4:1:0 / 4:1:1).
-  bool GpuCanDecode(const uint8_t* data, size_t size);
+  // also a layout it supports: baseline, one scan, no 4:1:0 / 4:1:1; for YUV output, Cb and
+  // Cr of one size and a known subsampling). Sets the chroma planes' layout in *sample.
+  bool GpuCanDecode(const uint8_t* data, size_t size, HostSample* sample);
 
  private:
   const NvjpegBatchDecoder& decoder_;
@@ -111,6 +114,8 @@ class NvjpegBatchDecoder {
   cudaEvent_t ReadyEvent(int slot) const { return slots_[slot].ready; }
 
   bool hardware() const { return hardware_; }
+  bool yuv() const { return config_.tuning.yuv_output; }
+  nvjpegOutputFormat_t OutputFormat() const { return yuv() ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI; }
   // For parsing (NvjpegProbe): a handle of its own with GpuDecodeTuning::probe_handle, else
   // the first slot's.
   nvjpegHandle_t handle() const { return probe_handle_ != nullptr ? probe_handle_ : slots_[0].handle; }
@@ -155,6 +160,9 @@ class NvjpegBatchDecoder {
   nvjpegStatus_t CreateHandle(nvjpegBackend_t backend, nvjpegHandle_t* handle);
   // The bitstreams of the samples nvJPEG decodes, in page-locked memory (pinned_input).
   void StageInput(Slot& s, const HostBatch& batch, std::vector<const unsigned char*>* data);
+  // Bytes a sample takes in a slot's image buffer: RGB, or the YCbCr planes nvJPEG writes
+  // (GpuDecodeTuning::yuv_output), each plane aligned.
+  size_t Room(const HostSample& h) const;
   // Grows a slot's buffer from the pool; its old contents are not kept.
   void Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes);
   Status DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace);
