@@ -7,8 +7,8 @@ summary.json: {"commit", "bundle", "env", "time_limit_s", "steps": [{name, rc, s
 "tests": {"passed", "failed", "skipped", "crashed", "cases": [{executable, name, result,
 seconds, message}]}, "bench": [the JSON lines of tally bench], "jobs": [{name, rc,
 first_loss, last_loss, loss_fell, speed}], "input_path_share" (the JPEG job's speed over
-the --benchmark 1 job's), "input_path_share_tuned" and "tuned_decode" (the same for the JPEG
-job run with bench-io-overlap's fastest decode tuning, when it ran), "passed"}.
+the --benchmark 1 job's), "input_path_jobs" (every JPEG job: name, its decoder and tuning,
+and that share), "passed"}.
 A test result is passed, failed, skipped (with gtest's reason) or crashed (the process died
 inside it). "passed" is true only if every step ran and exited 0, no test failed or crashed,
 and every job's loss fell.
@@ -102,16 +102,20 @@ def main():
     # batch: how well the input path keeps the GPU fed (the goal is 0.95 or more).
     speed = {j["name"]: j["speed_samples_per_s"] for j in jobs}
     base = speed.get("device-float16-b256-benchmark")
-    share = {k: round(speed[k] / base, 3) if speed.get(k) and base else None
-             for k in ("device-float16-b256-jpeg", "device-float16-b256-jpeg-tuned")}
-    input_share = share["device-float16-b256-jpeg"]
-    # The tuned job (run-gpu-checks.sh runs it only when bench-io-overlap found a better way).
-    tuning = re.search(r"tuning ([^)\s]+)\)", read(os.path.join(out, "jobs", "device-float16-b256-jpeg-tuned.log")))
+    # Every JPEG job: the default, and those run with another decoder or decode tuning, each
+    # with the line its log gives the decoder and tuning in.
+    input_jobs = []
+    for j in jobs:
+        if j["name"].startswith("device-float16-b256-jpeg"):
+            how = re.search(r"by nvJPEG \(([^)]*)\)", read(os.path.join(out, "jobs", j["name"] + ".log")))
+            input_jobs.append({"name": j["name"], "decode": how.group(1) if how else None,
+                               "share": round(j["speed_samples_per_s"] / base, 3)
+                               if j["speed_samples_per_s"] and base else None})
+    input_share = next((j["share"] for j in input_jobs if j["name"] == "device-float16-b256-jpeg"), None)
     summary = {"commit": commit, "bundle": bundle, "env": read(os.path.join(out, "env.txt")),
                "time_limit_s": limit, "steps": steps, "tests": dict(counts, cases=cases),
                "bench": bench, "jobs": jobs, "input_path_share": input_share,
-               "input_path_share_tuned": share["device-float16-b256-jpeg-tuned"],
-               "tuned_decode": tuning.group(1) if tuning else None, "passed": passed}
+               "input_path_jobs": input_jobs, "passed": passed}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"tests: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
@@ -124,11 +128,10 @@ def main():
     for j in jobs:
         print(f"job {j['name']}: rc {j['rc']} loss {j['first_loss']} -> {j['last_loss']} "
               f"speed {j['speed_samples_per_s']}")
-    if input_share is not None:
-        print(f"training from JPEGs decoded on the GPU: {input_share:.0%} of the --benchmark 1 speed")
-    if summary["input_path_share_tuned"] is not None:
-        print(f"  with --gpu-decode-tuning {summary['tuned_decode']}: "
-              f"{summary['input_path_share_tuned']:.0%} of the --benchmark 1 speed")
+    for j in input_jobs:
+        if j["share"] is not None:
+            print(f"training from JPEGs decoded on the GPU ({j['decode']}): {j['share']:.0%} of the "
+                  f"--benchmark 1 speed")
     for s in bad_steps:
         print(f"step {s['name']}: rc {s['rc']} after {s['seconds']} s")
     print("passed" if passed else "NOT passed", "->", os.path.join(out, "summary.json"))

@@ -18,7 +18,7 @@
 #   jobs    ResNet-50 --benchmark 1 in fp16 and bf16 with --kv-store device; fp16 at batch
 #           256 on its synthetic batch and on the JPEG pack decoded on the GPU (again with
 #           the decode tuning that bench-io-overlap found fastest beside busy kernels, when
-#           that is not the default); one GPU
+#           that is not the default, and with the cuda decoder and yuv-output); one GPU
 #           worker with two CPU servers (dist_device_sync) through tools/launch.py; each
 #           must exit 0 with its loss falling                           -> OUTDIR/jobs/
 # Then OUTDIR/summary.json (tools/gpu_checks_summary.py): commit, device, every test's
@@ -194,14 +194,18 @@ if rows:
     print(min(rows, key=lambda r: r["value"])["case"][len(prefix):])
 EOF
   )
-  if [[ -n "$best" && "$best" != default ]]; then
-    step "job:device-float16-b256-jpeg-tuned" 150 "$out/jobs/device-float16-b256-jpeg-tuned.log" \
+  jpeg_job() {  # NAME, then --gpu-decoder and --gpu-decode-tuning
+    step "job:device-float16-b256-jpeg-$1" 150 "$out/jobs/device-float16-b256-jpeg-$1.log" \
       "$tally" train --gpus 0 --kv-store device --dtype float16 --batch-size 256 --network resnet \
       --num-layers 50 --image-shape 3,224,224 --num-classes 1000 --disp-batches 5 --lr 0.05 \
       --progress=false --data-train "$pack.rec" --random-resized-crop 1 --min-random-area 0.08 \
       --max-random-aspect-ratio 1.333 --min-random-aspect-ratio 0.75 --num-epochs 3 --data-nthreads 8 \
-      --gpu-decode-tuning "$best"
-  fi
+      --gpu-decoder "$2" --gpu-decode-tuning "$3"
+  }
+  [[ -n "$best" && "$best" != default ]] && jpeg_job tuned hardware "$best"
+  # The decoder on the SMs, spared nvJPEG's colour pass: it runs beside the step but takes
+  # SM time from it, which only a training job shows.
+  jpeg_job cuda-yuv cuda yuv-output
   step "job:dist_device_sync" 180 "$out/jobs/dist_device_sync.log" \
     python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" train --gpus 0 \
     --kv-store dist_device_sync --dtype float16 --batch-size 64 --num-examples $((64 * 30)) \
