@@ -56,10 +56,12 @@ Status ParseGpuDecodeTuning(const std::string& spec, GpuDecodeTuning* out) {
       t.preallocate = false;
     } else if (w == "yuv-output") {
       t.yuv_output = true;
+    } else if (w == "init-once") {
+      t.init_once = true;
     } else {
       return Status::InvalidArgument("GPU decode tuning '" + spec + "': unknown setting '" + w +
                                      "' (default, standalone, shared-handle, shared-state, threads=N, default-priority, "
-                                     "cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output)");
+                                     "cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output, init-once)");
     }
   }
   *out = t;
@@ -77,6 +79,7 @@ std::string DescribeGpuDecodeTuning(const GpuDecodeTuning& t) {
   if (t.pinned_input) words.push_back("pinned-input");
   if (!t.preallocate) words.push_back("no-preallocate");
   if (t.yuv_output) words.push_back("yuv-output");
+  if (t.init_once) words.push_back("init-once");
   std::string out;
   for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
   return out.empty() ? "default" : out;

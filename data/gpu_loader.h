@@ -59,10 +59,12 @@ struct GpuDecodeTuning {
   bool pinned_input = false;    // bitstreams copied into page-locked memory before decoding
   bool preallocate = true;      // nvjpegDecodeBatchedPreAllocate for the largest image seen
   bool yuv_output = false;      // nvJPEG writes the YCbCr planes; the augmentation converts
+  bool init_once = false;       // nvjpegDecodeBatchedInitialize only when the batch size changes
 };
 
 // "default", or settings joined by commas: shared-handle, shared-state, threads=N,
-// default-priority, cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output;
+// default-priority, cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output,
+// init-once;
 // "standalone" is
 // shared-handle, shared-state, threads=1, default-priority, probe-handle (one thread, handle,
 // state and stream decoding, as a program of its own would). An unknown word is an error

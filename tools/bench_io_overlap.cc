@@ -45,7 +45,7 @@ struct OverlapCase {
 std::vector<OverlapCase> Cases() {
   std::vector<OverlapCase> cases;
   for (const char* t : {"default", "standalone", "shared-handle", "shared-state", "threads=1", "default-priority",
-                        "cuda-malloc", "probe-handle", "pinned-input", "no-preallocate", "yuv-output",
+                        "cuda-malloc", "probe-handle", "pinned-input", "no-preallocate", "yuv-output", "init-once",
                         "standalone,pinned-input", "standalone,yuv-output"}) {
     cases.push_back({"hardware", t});
   }

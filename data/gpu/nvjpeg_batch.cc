@@ -271,14 +271,11 @@ Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batc
   return Status::Ok();
 }
 
-Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace) {
-  std::vector<const unsigned char*> data;
-  std::vector<size_t> lengths;
-  std::vector<nvjpegImage_t> dest;
-  std::vector<int> which;
+NvjpegBatchDecoder::GpuJob NvjpegBatchDecoder::LayOut(Slot& s, const HostBatch& batch) const {
+  GpuJob job;
   size_t offset = 0;
-  for (int j = 0; j < static_cast<int>(batch->samples.size()); ++j) {
-    const HostSample& h = batch->samples[j];
+  for (int j = 0; j < static_cast<int>(batch.samples.size()); ++j) {
+    const HostSample& h = batch.samples[j];
     if (h.on_gpu) {
       nvjpegImage_t image = {};
       image.channel[0] = s.images + offset;
@@ -290,29 +287,48 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
       } else {
         image.pitch[0] = static_cast<unsigned int>(3 * h.width);
       }
-      data.push_back(h.jpeg);
-      lengths.push_back(h.jpeg_size);
-      dest.push_back(image);
-      which.push_back(j);
+      job.data.push_back(h.jpeg);
+      job.lengths.push_back(h.jpeg_size);
+      job.dest.push_back(image);
+      job.which.push_back(j);
     }
     offset += Room(h);
   }
-  if (which.empty()) return Status::Ok();
-  const int m = static_cast<int>(which.size());
-  if (config_.tuning.pinned_input) StageInput(s, *batch, &data);
+  return job;
+}
+
+// With init_once, the state is initialized again only for another batch size, or after a
+// preallocation (kept for its slot, or slot 0 when the slots share one state).
+void NvjpegBatchDecoder::PrepareState(Slot& s, const HostBatch& batch, const std::vector<int>& which) {
+  int& initialized_for = config_.tuning.shared_state ? slots_[0].initialized_for : s.initialized_for;
   if (hardware_ && config_.tuning.preallocate) {
     int w = 0, h = 0;
     for (int j : which) {
-      w = std::max(w, batch->samples[j].width);
-      h = std::max(h, batch->samples[j].height);
+      w = std::max(w, batch.samples[j].width);
+      h = std::max(h, batch.samples[j].height);
     }
-    if (w > s.prealloc_w || h > s.prealloc_h) Preallocate(s, w, h);
+    if (w > s.prealloc_w || h > s.prealloc_h) {
+      Preallocate(s, w, h);
+      initialized_for = 0;
+    }
   }
-  TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, OutputFormat()));
+  const int m = static_cast<int>(which.size());
+  if (!config_.tuning.init_once || initialized_for != m) {
+    TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, OutputFormat()));
+    initialized_for = m;
+  }
+}
+
+Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace) {
+  GpuJob job = LayOut(s, *batch);
+  if (job.which.empty()) return Status::Ok();
+  const int m = static_cast<int>(job.which.size());
+  if (config_.tuning.pinned_input) StageInput(s, *batch, &job.data);
+  PrepareState(s, *batch, job.which);
   nvjpegStatus_t st;
   {
     ElapsedMicros<std::atomic<int64_t>> timer(&nvjpeg_us_);
-    st = nvjpegDecodeBatched(s.handle, s.state, data.data(), lengths.data(), dest.data(), s.stream);
+    st = nvjpegDecodeBatched(s.handle, s.state, job.data.data(), job.lengths.data(), job.dest.data(), s.stream);
   }
   if (st == NVJPEG_STATUS_SUCCESS) {
     gpu_decoded_ += m;
@@ -322,7 +338,7 @@ Status NvjpegBatchDecoder::DecodeOnGpu(Slot& s, HostBatch* batch, const Replace&
   // nvJPEG does not say which image it failed on: the CPU decodes the whole group.
   LOG(WARNING) << "GPU loader: nvjpegDecodeBatched failed (" << NvjpegStatusName(st) << ") on a batch of " << m
                << " images; decoding them on the CPU";
-  for (int j : which) {
+  for (int j : job.which) {
     HostSample& h = batch->samples[j];
     h.on_gpu = false;
     Status d = DecodeImage(h.jpeg, h.jpeg_size, DecodeOptions(), &h.pixels);

@@ -148,6 +148,7 @@ class NvjpegBatchDecoder {
     GpuAugmentSample* params_dev = nullptr;
     float* grey = nullptr;  // device scratch, one float a sample
     int prealloc_w = 0, prealloc_h = 0;  // the hardware decoder's buffers fit images this large
+    int initialized_for = 0;  // the batch size its state was last initialized for (init_once)
     std::vector<HostSample> in_flight;  // read by queued copies and decodes
   };
   explicit NvjpegBatchDecoder(const GpuLoaderConfig& config);
@@ -165,6 +166,16 @@ class NvjpegBatchDecoder {
   size_t Room(const HostSample& h) const;
   // Grows a slot's buffer from the pool; its old contents are not kept.
   void Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes);
+  // One nvjpegDecodeBatched call's arguments: the samples nvJPEG decodes (`which`) and where.
+  struct GpuJob {
+    std::vector<const unsigned char*> data;
+    std::vector<size_t> lengths;
+    std::vector<nvjpegImage_t> dest;
+    std::vector<int> which;
+  };
+  GpuJob LayOut(Slot& s, const HostBatch& batch) const;
+  // Preallocates and initializes the slot's JPEG state for the batch, as tuned.
+  void PrepareState(Slot& s, const HostBatch& batch, const std::vector<int>& which);
   Status DecodeOnGpu(Slot& s, HostBatch* batch, const Replace& replace);
   void UploadCpuImages(Slot& s, HostBatch* batch);
   // Sizes the hardware decoder's buffers for the batch's largest image, with room to spare.

@@ -118,12 +118,12 @@ TEST(GpuDecodeTuning, ParsesEverySettingAndNamesWhatItRefuses) {
   EXPECT_FALSE(t.shared_handle);
   EXPECT_EQ(t.decode_threads, 0);
   EXPECT_TRUE(t.high_priority && t.pooled_memory && t.preallocate);
-  EXPECT_FALSE(t.probe_handle || t.pinned_input || t.yuv_output);
+  EXPECT_FALSE(t.probe_handle || t.pinned_input || t.yuv_output || t.init_once);
   const std::string all =
       "shared-handle,shared-state,threads=2,default-priority,cuda-malloc,probe-handle,pinned-input,no-preallocate,"
-      "yuv-output";
+      "yuv-output,init-once";
   ASSERT_TRUE(ParseGpuDecodeTuning(all, &t).ok());
-  EXPECT_TRUE(t.shared_handle && t.shared_state && t.probe_handle && t.pinned_input && t.yuv_output);
+  EXPECT_TRUE(t.shared_handle && t.shared_state && t.probe_handle && t.pinned_input && t.yuv_output && t.init_once);
   EXPECT_EQ(t.decode_threads, 2);
   EXPECT_FALSE(t.high_priority || t.pooled_memory || t.preallocate);
   EXPECT_EQ(DescribeGpuDecodeTuning(t), all);  // the words, in ParseGpuDecodeTuning's order
@@ -260,7 +260,8 @@ TEST(GpuLoader, MatchesCpuLoaderWithEveryDecodeTuning) {
   TALLY_REQUIRE_GPU();
   if (!GpuDecodeBuilt()) GTEST_SKIP() << "skipped: this build has no nvJPEG";
   for (const char* t : {"standalone,pinned-input", "shared-handle", "shared-state", "threads=1", "default-priority",
-                        "cuda-malloc", "probe-handle", "no-preallocate", "yuv-output", "standalone,yuv-output"}) {
+                        "cuda-malloc", "probe-handle", "no-preallocate", "yuv-output", "standalone,yuv-output",
+                        "init-once"}) {
     SCOPED_TRACE(t);
     CompareWithCpu(DType::kF16, 4, 3, t);
   }
