@@ -64,20 +64,25 @@ bool NvjpegProbe::GpuCanDecode(const uint8_t* data, size_t size, HostSample* sam
   if (nvjpegJpegStreamParseHeader(decoder_.handle(), data, size, stream_) != NVJPEG_STATUS_SUCCESS) return false;
   unsigned int components = 0;
   if (nvjpegJpegStreamGetComponentsNum(stream_, &components) != NVJPEG_STATUS_SUCCESS || components != 3) return false;
+  if (decoder_.yuv() && !ReadChromaLayout(sample)) return false;
+  if (!decoder_.hardware()) return true;
+  int not_supported = 1;  // nvJPEG's convention: 0 means the hardware decoder takes it
+  return nvjpegDecodeBatchedSupported(decoder_.handle(), stream_, &not_supported) == NVJPEG_STATUS_SUCCESS &&
+         not_supported == 0;
+}
+
+bool NvjpegProbe::ReadChromaLayout(HostSample* sample) {
   unsigned int w[3] = {}, h[3] = {};
   for (unsigned int c = 1; c < 3; ++c) {
     if (nvjpegJpegStreamGetComponentDimensions(stream_, c, &w[c], &h[c]) != NVJPEG_STATUS_SUCCESS) return false;
   }
   nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
   if (nvjpegJpegStreamGetChromaSubsampling(stream_, &css) != NVJPEG_STATUS_SUCCESS) return false;
-  if (!ChromaFactors(css, &sample->chroma_fx, &sample->chroma_fy) && decoder_.yuv()) return false;
-  if (decoder_.yuv() && (w[1] != w[2] || h[1] != h[2] || w[1] == 0 || h[1] == 0)) return false;
+  if (!ChromaFactors(css, &sample->chroma_fx, &sample->chroma_fy)) return false;
+  if (w[1] != w[2] || h[1] != h[2] || w[1] == 0 || h[1] == 0) return false;
   sample->chroma_w = static_cast<int>(w[1]);
   sample->chroma_h = static_cast<int>(h[1]);
-  if (!decoder_.hardware()) return true;
-  int not_supported = 1;  // nvJPEG's convention: 0 means the hardware decoder takes it
-  return nvjpegDecodeBatchedSupported(decoder_.handle(), stream_, &not_supported) == NVJPEG_STATUS_SUCCESS &&
-         not_supported == 0;
+  return true;
 }
 
 Status LoadHostSample(const RecordReader& reader, const Augmenter& augmenter, uint64_t seed, int64_t epoch,

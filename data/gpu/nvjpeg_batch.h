@@ -87,10 +87,13 @@ class NvjpegProbe {
   ~NvjpegProbe();
   // Whether the batched GPU decode takes this JPEG (3 components; for the hardware decoder
   // also a layout it supports: baseline, one scan, no 4:1:0 / 4:1:1; for YUV output, Cb and
-  // Cr of one size and a known subsampling). Sets the chroma planes' layout in *sample.
+  // Cr of one size and a known subsampling, whose layout it then sets in *sample).
   bool GpuCanDecode(const uint8_t* data, size_t size, HostSample* sample);
 
  private:
+  // The chroma planes' size and subsampling of the JPEG just parsed; false if unusable.
+  bool ReadChromaLayout(HostSample* sample);
+
   const NvjpegBatchDecoder& decoder_;
   nvjpegJpegStream_t stream_ = nullptr;
 };
