@@ -8,7 +8,7 @@ summary.json: {"commit", "bundle", "env", "time_limit_s", "steps": [{name, rc, s
 seconds, message}]}, "bench": [the JSON lines of tally bench], "jobs": [{name, rc,
 first_loss, last_loss, loss_fell, speed}], "input_path_share" (the JPEG job's speed over
 the --benchmark 1 job's), "input_path_jobs" (every JPEG job: name, its decoder and tuning,
-and that share), "passed"}.
+that share, and the profiler's rules that fired in it), "passed"}.
 A test result is passed, failed, skipped (with gtest's reason) or crashed (the process died
 inside it). "passed" is true only if every step ran and exited 0, no test failed or crashed,
 and every job's loss fell.
@@ -63,6 +63,10 @@ def test_cases(out):
 
 
 SPEED = re.compile(r"Speed: ([0-9.]+) samples/sec")
+# The profiler's findings in a log ("tally: worker 0 step 40: data_starvation: ..."): the
+# JPEG jobs must keep data_starvation silent.
+RULE = re.compile(r"^tally: [^\n]*?: (data_starvation|io_bottleneck|low_gpu_util|step_outliers|"
+                  r"loss_not_decreasing|nan_inf|exploding_gradients): ", re.M)
 LOSS = re.compile(r"cross-entropy=([0-9.eE+-]+|nan|inf)")
 
 
@@ -107,10 +111,12 @@ def main():
     input_jobs = []
     for j in jobs:
         if j["name"].startswith("device-float16-b256-jpeg"):
-            how = re.search(r"by nvJPEG \(([^)]*)\)", read(os.path.join(out, "jobs", j["name"] + ".log")))
+            log = read(os.path.join(out, "jobs", j["name"] + ".log"))
+            how = re.search(r"by nvJPEG \(([^)]*)\)", log)
             input_jobs.append({"name": j["name"], "decode": how.group(1) if how else None,
                                "share": round(j["speed_samples_per_s"] / base, 3)
-                               if j["speed_samples_per_s"] and base else None})
+                               if j["speed_samples_per_s"] and base else None,
+                               "rules": sorted(set(RULE.findall(log)))})
     input_share = next((j["share"] for j in input_jobs if j["name"] == "device-float16-b256-jpeg"), None)
     summary = {"commit": commit, "bundle": bundle, "env": read(os.path.join(out, "env.txt")),
                "time_limit_s": limit, "steps": steps, "tests": dict(counts, cases=cases),
@@ -131,7 +137,7 @@ def main():
     for j in input_jobs:
         if j["share"] is not None:
             print(f"training from JPEGs decoded on the GPU ({j['decode']}): {j['share']:.0%} of the "
-                  f"--benchmark 1 speed")
+                  f"--benchmark 1 speed; the profiler's findings: {', '.join(j['rules']) or 'none'}")
     for s in bad_steps:
         print(f"step {s['name']}: rc {s['rc']} after {s['seconds']} s")
     print("passed" if passed else "NOT passed", "->", os.path.join(out, "summary.json"))

@@ -2,7 +2,7 @@
 # Validates Tally on a GPU machine from the relocatable bundle (tools/bundle.sh), with nothing
 # but a driver, python3 and NVIDIA's libraries there. Shipped as tally-bundle/run-gpu-checks.sh.
 #
-#   tally-bundle/run-gpu-checks.sh OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs]
+#   tally-bundle/run-gpu-checks.sh OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs|input]
 #
 # In order, each step bounded by what is left of --time-limit (default 480 s):
 #   env     the CUDA libraries found and where (libexec/cuda-libs.sh), the GPU, the driver,
@@ -21,13 +21,15 @@
 #           that is not the default, and with the cuda decoder and yuv-output); one GPU
 #           worker with two CPU servers (dist_device_sync) through tools/launch.py; each
 #           must exit 0 with its loss falling                           -> OUTDIR/jobs/
+# --only input runs what concerns the GPU input path alone: the pack, bench-io,
+# bench-io-overlap and the batch-256 jobs (about 2 minutes on an H100).
 # Then OUTDIR/summary.json (tools/gpu_checks_summary.py): commit, device, every test's
 # result, the figures, the jobs' losses, and "passed". At the time limit, or on SIGTERM,
 # the step running is stopped and the summary is written from what was finished. Exits 0
 # only when everything passed.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
-usage() { echo "usage: $0 OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs]" >&2; exit 2; }
+usage() { echo "usage: $0 OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs|input]" >&2; exit 2; }
 [[ $# -ge 1 && "$1" != -* ]] || usage
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "run-gpu-checks: cannot make $1" >&2; exit 2; }
 shift
@@ -40,6 +42,9 @@ while [[ $# -gt 0 ]]; do
     --only) only=${2:-}; shift 2 ;;
     *) usage ;;
   esac
+done
+for word in ${only//,/ }; do
+  [[ $word =~ ^(tests|bench|jobs|input)$ ]] || { echo "run-gpu-checks: --only $only: $word is not tests, bench, jobs or input" >&2; exit 2; }
 done
 deadline=$((SECONDS + limit))
 mkdir -p "$out/tests" "$out/jobs"
@@ -139,7 +144,9 @@ run_tests() {
   done
 }
 
-if [[ ",$only," == *,tests,* ]]; then
+want() { [[ ",$only," == *,"$1",* ]]; }
+
+if want tests; then
   for exe in "$here"/tests/*; do
     [[ -x "$exe" ]] && run_tests "$exe"
   done
@@ -148,29 +155,31 @@ fi
 # An ImageNet-sized JPEG pack (about 500x375, 4,096 images, 100 classes) for the GPU input
 # path's bench and the training job that reads it.
 pack="$out/work/synthetic"
-if [[ ",$only," == *,bench,* || ",$only," == *,jobs,* ]]; then
+if want bench || want jobs || want input; then
   step pack 120 "$out/pack.log" bash -c 'set -e; mkdir -p "$2"
     "$1" make-data synthetic-jpeg --out "$2/jpeg" --classes 100 --per-class 41
     "$1" im2rec --list --recursive "$3" "$2/jpeg"
     "$1" im2rec --pass-through --num-thread 8 "$3" "$2/jpeg"' _ "$tally" "$out/work" "$pack"
 fi
 
-if [[ ",$only," == *,bench,* ]]; then
-  step bench 240 "$out/bench.log" "$tally" bench compute --gpu --json --python python3
+if want bench || want input; then
+  want bench && step bench 240 "$out/bench.log" "$tally" bench compute --gpu --json --python python3
   step bench-io 120 "$out/bench-io.log" "$tally" bench io --gpu --json --data "$pack.rec"
   step bench-io-overlap 150 "$out/bench-io-overlap.log" "$tally" bench io --gpu --decode-overlap --json \
     --data "$pack.rec"
   cat "$out/bench.log" "$out/bench-io.log" "$out/bench-io-overlap.log" 2>/dev/null | grep '^{' >"$out/bench.jsonl"
 fi
 
-if [[ ",$only," == *,jobs,* ]]; then
-  resnet50=(--network resnet --num-layers 50 --image-shape 3,224,224 --num-classes 1000
-            --benchmark 1 --num-epochs 1 --disp-batches 5 --lr 0.05 --progress=false)
+resnet50=(--network resnet --num-layers 50 --image-shape 3,224,224 --num-classes 1000
+          --benchmark 1 --num-epochs 1 --disp-batches 5 --lr 0.05 --progress=false)
+if want jobs; then
   for dtype in float16 bfloat16; do
     step "job:device-$dtype" 150 "$out/jobs/device-$dtype.log" \
       "$tally" train --gpus 0 --kv-store device --dtype "$dtype" --batch-size 128 \
       --num-examples $((128 * 40)) "${resnet50[@]}"
   done
+fi
+if want jobs || want input; then
   # The same step at batch 256, on its synthetic batch and on the JPEG pack decoded on the
   # GPU: the second should keep up with the first (issue: >= 95%).
   for source in benchmark jpeg; do
@@ -206,6 +215,8 @@ EOF
   # The decoder on the SMs, spared nvJPEG's colour pass: it runs beside the step but takes
   # SM time from it, which only a training job shows.
   jpeg_job cuda-yuv cuda yuv-output
+fi
+if want jobs; then
   step "job:dist_device_sync" 180 "$out/jobs/dist_device_sync.log" \
     python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" train --gpus 0 \
     --kv-store dist_device_sync --dtype float16 --batch-size 64 --num-examples $((64 * 30)) \
