@@ -22,66 +22,70 @@ Status MeasureGpuDecodeOverlap(const GpuLoaderConfig&, int, double, GpuDecodeOve
 }
 #endif
 
+namespace {
+
+// The on/off settings: each word sets its field to the value the default lacks.
+struct Switch {
+  const char* word;
+  bool GpuDecodeTuning::*field;
+  bool value;
+};
+constexpr Switch kSwitches[] = {
+    {"shared-handle", &GpuDecodeTuning::shared_handle, true},
+    {"shared-state", &GpuDecodeTuning::shared_state, true},
+    {"default-priority", &GpuDecodeTuning::high_priority, false},
+    {"cuda-malloc", &GpuDecodeTuning::pooled_memory, false},
+    {"probe-handle", &GpuDecodeTuning::probe_handle, true},
+    {"pinned-input", &GpuDecodeTuning::pinned_input, true},
+    {"no-preallocate", &GpuDecodeTuning::preallocate, false},
+    {"yuv-output", &GpuDecodeTuning::yuv_output, true},
+    {"init-once", &GpuDecodeTuning::init_once, true},
+};
+
+Status ParseTuningWord(const std::string& spec, const std::string& w, GpuDecodeTuning* t) {
+  if (w == "default" || w.empty()) return Status::Ok();
+  if (w == "standalone") {
+    t->shared_handle = t->shared_state = t->probe_handle = true;
+    t->high_priority = false;
+    t->decode_threads = 1;
+    return Status::Ok();
+  }
+  for (const Switch& s : kSwitches) {
+    if (w == s.word) {
+      t->*s.field = s.value;
+      return Status::Ok();
+    }
+  }
+  if (w.rfind("threads=", 0) == 0) {
+    char* end = nullptr;
+    const long n = std::strtol(w.c_str() + 8, &end, 10);
+    if (*end != '\0' || end == w.c_str() + 8 || n < 1 || n > 3) {
+      return Status::InvalidArgument("GPU decode tuning '" + spec + "': " + w + " wants 1 to 3 threads");
+    }
+    t->decode_threads = static_cast<int>(n);
+    return Status::Ok();
+  }
+  std::string known = "default, standalone, threads=N";
+  for (const Switch& s : kSwitches) known += std::string(", ") + s.word;
+  return Status::InvalidArgument("GPU decode tuning '" + spec + "': unknown setting '" + w + "' (" + known + ")");
+}
+
+}  // namespace
+
 Status ParseGpuDecodeTuning(const std::string& spec, GpuDecodeTuning* out) {
   GpuDecodeTuning t;
   std::stringstream words(spec);
-  for (std::string w; std::getline(words, w, ',');) {
-    if (w == "default" || w.empty()) {
-    } else if (w == "standalone") {
-      t.shared_handle = true;
-      t.shared_state = true;
-      t.decode_threads = 1;
-      t.high_priority = false;
-      t.probe_handle = true;
-    } else if (w == "shared-handle") {
-      t.shared_handle = true;
-    } else if (w == "shared-state") {
-      t.shared_state = true;
-    } else if (w.rfind("threads=", 0) == 0) {
-      char* end = nullptr;
-      const long n = std::strtol(w.c_str() + 8, &end, 10);
-      if (*end != '\0' || end == w.c_str() + 8 || n < 1 || n > 3) {
-        return Status::InvalidArgument("GPU decode tuning '" + spec + "': " + w + " wants 1 to 3 threads");
-      }
-      t.decode_threads = static_cast<int>(n);
-    } else if (w == "default-priority") {
-      t.high_priority = false;
-    } else if (w == "cuda-malloc") {
-      t.pooled_memory = false;
-    } else if (w == "probe-handle") {
-      t.probe_handle = true;
-    } else if (w == "pinned-input") {
-      t.pinned_input = true;
-    } else if (w == "no-preallocate") {
-      t.preallocate = false;
-    } else if (w == "yuv-output") {
-      t.yuv_output = true;
-    } else if (w == "init-once") {
-      t.init_once = true;
-    } else {
-      return Status::InvalidArgument("GPU decode tuning '" + spec + "': unknown setting '" + w +
-                                     "' (default, standalone, shared-handle, shared-state, threads=N, default-priority, "
-                                     "cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output, init-once)");
-    }
-  }
+  for (std::string w; std::getline(words, w, ',');) TALLY_RETURN_IF_ERROR(ParseTuningWord(spec, w, &t));
   *out = t;
   return Status::Ok();
 }
 
 std::string DescribeGpuDecodeTuning(const GpuDecodeTuning& t) {
-  std::vector<std::string> words;
-  if (t.shared_handle) words.push_back("shared-handle");
-  if (t.shared_state) words.push_back("shared-state");
-  if (t.decode_threads > 0) words.push_back("threads=" + std::to_string(t.decode_threads));
-  if (!t.high_priority) words.push_back("default-priority");
-  if (!t.pooled_memory) words.push_back("cuda-malloc");
-  if (t.probe_handle) words.push_back("probe-handle");
-  if (t.pinned_input) words.push_back("pinned-input");
-  if (!t.preallocate) words.push_back("no-preallocate");
-  if (t.yuv_output) words.push_back("yuv-output");
-  if (t.init_once) words.push_back("init-once");
   std::string out;
-  for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
+  for (const Switch& s : kSwitches) {
+    if (t.*s.field == s.value) out += std::string(out.empty() ? "" : ",") + s.word;
+  }
+  if (t.decode_threads > 0) out += (out.empty() ? "" : ",") + std::string("threads=") + std::to_string(t.decode_threads);
   return out.empty() ? "default" : out;
 }
 

@@ -46,9 +46,9 @@
 namespace tally {
 
 // How the loader drives nvJPEG. The defaults are the loader's normal way; each other setting
-// changes one thing, so that `tally bench io --gpu --overlap` can tell which of them makes a
+// changes one thing, so that `tally bench io --gpu --decode-overlap` can tell which of them makes a
 // decode wait for unrelated work on the device (docs/gpu.md, "Decoding beside the step"),
-// and a training job can be run with one (TALLY_GPU_DECODE_TUNING, ParseGpuDecodeTuning).
+// and a training job can be run with one (tally train --gpu-decode-tuning, ParseGpuDecodeTuning).
 struct GpuDecodeTuning {
   bool shared_handle = false;   // one nvJPEG handle for every buffer (default: one each)
   bool shared_state = false;    // one JPEG state and one stream for every buffer: one thread
@@ -64,13 +64,12 @@ struct GpuDecodeTuning {
 
 // "default", or settings joined by commas: shared-handle, shared-state, threads=N,
 // default-priority, cuda-malloc, probe-handle, pinned-input, no-preallocate, yuv-output,
-// init-once;
-// "standalone" is
-// shared-handle, shared-state, threads=1, default-priority, probe-handle (one thread, handle,
-// state and stream decoding, as a program of its own would). An unknown word is an error
-// naming it.
+// init-once; "standalone" is shared-handle, shared-state, threads=1, default-priority,
+// probe-handle (one thread, handle, state and stream decoding, as a program of its own
+// would). An unknown word is an error naming it.
 Status ParseGpuDecodeTuning(const std::string& spec, GpuDecodeTuning* out);
-// The settings that differ from the defaults, in ParseGpuDecodeTuning's words ("default").
+// The settings that differ from the defaults in ParseGpuDecodeTuning's words, threads=N
+// last ("default" when none differ).
 std::string DescribeGpuDecodeTuning(const GpuDecodeTuning& t);
 
 struct GpuLoaderConfig {

@@ -120,8 +120,8 @@ TEST(GpuDecodeTuning, ParsesEverySettingAndNamesWhatItRefuses) {
   EXPECT_TRUE(t.high_priority && t.pooled_memory && t.preallocate);
   EXPECT_FALSE(t.probe_handle || t.pinned_input || t.yuv_output || t.init_once);
   const std::string all =
-      "shared-handle,shared-state,threads=2,default-priority,cuda-malloc,probe-handle,pinned-input,no-preallocate,"
-      "yuv-output,init-once";
+      "shared-handle,shared-state,default-priority,cuda-malloc,probe-handle,pinned-input,no-preallocate,yuv-output,"
+      "init-once,threads=2";
   ASSERT_TRUE(ParseGpuDecodeTuning(all, &t).ok());
   EXPECT_TRUE(t.shared_handle && t.shared_state && t.probe_handle && t.pinned_input && t.yuv_output && t.init_once);
   EXPECT_EQ(t.decode_threads, 2);
@@ -129,7 +129,7 @@ TEST(GpuDecodeTuning, ParsesEverySettingAndNamesWhatItRefuses) {
   EXPECT_EQ(DescribeGpuDecodeTuning(t), all);  // the words, in ParseGpuDecodeTuning's order
   ASSERT_TRUE(ParseGpuDecodeTuning("standalone,pinned-input", &t).ok());
   EXPECT_EQ(DescribeGpuDecodeTuning(t),
-            "shared-handle,shared-state,threads=1,default-priority,probe-handle,pinned-input");
+            "shared-handle,shared-state,default-priority,probe-handle,pinned-input,threads=1");
   for (const char* bad : {"threads=0", "threads=4", "threads=x", "threads=", "fast"}) {
     t = defaults;
     t.pinned_input = true;
