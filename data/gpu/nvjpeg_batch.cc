@@ -150,6 +150,14 @@ Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr
       // A stream a slot: decodes of different slots on different threads run side by side.
       TALLY_CUDA_CHECK(cudaStreamCreateWithPriority(&slot.stream, cudaStreamNonBlocking, greatest));
       TALLY_NVJPEG_CHECK(nvjpegJpegStateCreate(slot.handle, &slot.state));
+      // A refused output format (yuv-output) is said here, once, rather than at the first batch.
+      const nvjpegStatus_t init = nvjpegDecodeBatchedInitialize(slot.handle, slot.state, bs, 1, d->OutputFormat());
+      if (init != NVJPEG_STATUS_SUCCESS) {
+        return Status::Unavailable(std::string("GPU loader: nvjpegDecodeBatchedInitialize refused the ") +
+                                   (d->hardware_ ? "hardware" : "GPU-assisted") + " decoder's " +
+                                   (d->yuv() ? "YCbCr (yuv-output)" : "interleaved RGB") + " output: " +
+                                   NvjpegStatusName(init));
+      }
     } else {
       slot.stream = d->slots_[0].stream;
       slot.state = d->slots_[0].state;
