@@ -51,7 +51,7 @@ namespace tally {
 // and a training job can be run with one (tally train --gpu-decode-tuning, ParseGpuDecodeTuning).
 struct GpuDecodeTuning {
   bool shared_handle = false;   // one nvJPEG handle for every buffer (default: one each)
-  bool shared_state = false;    // one JPEG state and one stream for every buffer: one thread
+  bool shared_state = false;    // one JPEG state, stream and handle for every buffer: one thread
   int decode_threads = 0;       // threads calling nvjpegDecodeBatched; 0: buffers - 1 (1 if shared_state)
   bool high_priority = true;    // decode streams at the device's greatest priority
   bool pooled_memory = true;    // nvJPEG draws on the caching pools (else cudaMalloc/cudaFree)

@@ -178,7 +178,8 @@ Status NvjpegBatchDecoder::Create(const GpuLoaderConfig& config, std::unique_ptr
 // the other, at no more batches a second than one thread's.
 bool NvjpegBatchDecoder::CreateHandles(nvjpegBackend_t backend, nvjpegStatus_t* status) {
   const GpuDecodeTuning& t = config_.tuning;
-  const size_t n = t.shared_handle ? 1 : slots_.size();
+  // A JPEG state belongs to the handle it was made with: one shared state, one handle.
+  const size_t n = t.shared_handle || t.shared_state ? 1 : slots_.size();
   *status = NVJPEG_STATUS_SUCCESS;
   while (handles_.size() < n && *status == NVJPEG_STATUS_SUCCESS) {
     nvjpegHandle_t h = nullptr;
@@ -214,7 +215,11 @@ nvjpegStatus_t NvjpegBatchDecoder::CreateHandle(nvjpegBackend_t backend, nvjpegH
 
 size_t NvjpegBatchDecoder::Room(const HostSample& h) const {
   if (!yuv() || !h.on_gpu) return Aligned(size_t{3} * h.width * h.height);
-  return Aligned(size_t{1} * h.width * h.height) + 2 * Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+  return ChromaOffset(h, 2) + Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+}
+
+size_t NvjpegBatchDecoder::ChromaOffset(const HostSample& h, int plane) {
+  return Aligned(size_t{1} * h.width * h.height) + (plane - 1) * Aligned(size_t{1} * h.chroma_w * h.chroma_h);
 }
 
 void NvjpegBatchDecoder::Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes) {
@@ -266,8 +271,8 @@ Status NvjpegBatchDecoder::Decode(int slot, cudaEvent_t release, HostBatch* batc
     GpuAugmentSample& p = s.params_host[j];
     p = GpuSampleFor(h.plan, h.width, h.height, s.images + offset);
     if (yuv() && h.on_gpu) {
-      p.cb = p.pixels + Aligned(size_t{1} * h.width * h.height);
-      p.cr = p.cb + Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+      p.cb = p.pixels + ChromaOffset(h, 1);
+      p.cr = p.pixels + ChromaOffset(h, 2);
       p.chroma_w = h.chroma_w;
       p.chroma_fx = h.chroma_fx;
       p.chroma_fy = h.chroma_fy;
@@ -292,10 +297,10 @@ NvjpegBatchDecoder::GpuJob NvjpegBatchDecoder::LayOut(Slot& s, const HostBatch& 
     if (h.on_gpu) {
       nvjpegImage_t image = {};
       image.channel[0] = s.images + offset;
-      if (yuv()) {  // the planes as Decode's parameters point at them
+      if (yuv()) {
         image.pitch[0] = static_cast<unsigned int>(h.width);
-        image.channel[1] = image.channel[0] + Aligned(size_t{1} * h.width * h.height);
-        image.channel[2] = image.channel[1] + Aligned(size_t{1} * h.chroma_w * h.chroma_h);
+        image.channel[1] = image.channel[0] + ChromaOffset(h, 1);
+        image.channel[2] = image.channel[0] + ChromaOffset(h, 2);
         image.pitch[1] = image.pitch[2] = static_cast<unsigned int>(h.chroma_w);
       } else {
         image.pitch[0] = static_cast<unsigned int>(3 * h.width);
@@ -311,24 +316,24 @@ NvjpegBatchDecoder::GpuJob NvjpegBatchDecoder::LayOut(Slot& s, const HostBatch& 
 }
 
 // With init_once, the state is initialized again only for another batch size, or after a
-// preallocation (kept for its slot, or slot 0 when the slots share one state).
+// preallocation. What is known of a state is kept by the slot that owns it.
 void NvjpegBatchDecoder::PrepareState(Slot& s, const HostBatch& batch, const std::vector<int>& which) {
-  int& initialized_for = config_.tuning.shared_state ? slots_[0].initialized_for : s.initialized_for;
+  Slot& owner = config_.tuning.shared_state ? slots_[0] : s;  // the slot whose state it is
   if (hardware_ && config_.tuning.preallocate) {
     int w = 0, h = 0;
     for (int j : which) {
       w = std::max(w, batch.samples[j].width);
       h = std::max(h, batch.samples[j].height);
     }
-    if (w > s.prealloc_w || h > s.prealloc_h) {
-      Preallocate(s, w, h);
-      initialized_for = 0;
+    if (w > owner.prealloc_w || h > owner.prealloc_h) {
+      Preallocate(owner, w, h);
+      owner.initialized_for = 0;
     }
   }
   const int m = static_cast<int>(which.size());
-  if (!config_.tuning.init_once || initialized_for != m) {
-    TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, m, 1, OutputFormat()));
-    initialized_for = m;
+  if (!config_.tuning.init_once || owner.initialized_for != m) {
+    TALLY_NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(owner.handle, owner.state, m, 1, OutputFormat()));
+    owner.initialized_for = m;
   }
 }
 

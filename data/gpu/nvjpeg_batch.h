@@ -152,6 +152,7 @@ class NvjpegBatchDecoder {
     float* grey = nullptr;  // device scratch, one float a sample
     int prealloc_w = 0, prealloc_h = 0;  // the hardware decoder's buffers fit images this large
     int initialized_for = 0;  // the batch size its state was last initialized for (init_once)
+    // (prealloc_* and initialized_for describe the slot's own state: OwnsStreamAndState.)
     std::vector<HostSample> in_flight;  // read by queued copies and decodes
   };
   explicit NvjpegBatchDecoder(const GpuLoaderConfig& config);
@@ -167,6 +168,8 @@ class NvjpegBatchDecoder {
   // Bytes a sample takes in a slot's image buffer: RGB, or the YCbCr planes nvJPEG writes
   // (GpuDecodeTuning::yuv_output), each plane aligned.
   size_t Room(const HostSample& h) const;
+  // Where Cb (plane 1) or Cr (plane 2) of a YCbCr sample starts, from the start of its room.
+  static size_t ChromaOffset(const HostSample& h, int plane);
   // Grows a slot's buffer from the pool; its old contents are not kept.
   void Grow(BlockPool& pool, cudaStream_t stream, size_t want, uint8_t** p, size_t* bytes);
   // One nvjpegDecodeBatched call's arguments: the samples nvJPEG decodes (`which`) and where.
