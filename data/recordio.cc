@@ -163,9 +163,10 @@ Status RecordReader::ReadAt(uint64_t offset, std::string* payload, uint64_t* nex
   for (int part = 0;; ++part) {
     const std::string part_at = part == 0 ? "" : "part " + std::to_string(part) + " at byte " + std::to_string(pos) + ": ";
     if (pos % recordio::kAlign != 0) return Error(offset, index, "offset is not a multiple of 4");
-    if (pos + recordio::kPartHeaderBytes > file_size_) {
-      return Error(offset, index, part_at + "truncated: the file ends " + std::to_string(file_size_ - pos) +
-                                      " bytes into an 8-byte part header");
+    // Written so that an offset near 2^64 (ReadAt takes any) cannot wrap around to look small.
+    if (pos > file_size_ || file_size_ - pos < recordio::kPartHeaderBytes) {
+      return Error(offset, index, part_at + "truncated: the file (" + std::to_string(file_size_) +
+                                      " bytes) ends before this 8-byte part header");
     }
     char header[recordio::kPartHeaderBytes];
     if (!PreadFull(fd_, header, sizeof header, pos)) {

@@ -1,4 +1,5 @@
 // The text files beside a .rec (.idx and .lst) and MXNet's image record header.
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
@@ -50,20 +51,37 @@ static std::vector<std::string> SplitWhitespace(const std::string& line) {
   return out;
 }
 
+// "PATH:LINE: byte OFFSET: FIELD: why, got 'line'": where in a text file a line went wrong.
+static Status LineError(const std::string& path, size_t line_no, uint64_t offset, const std::string& field,
+                        const std::string& why, const std::string& line) {
+  return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": byte " + std::to_string(offset) + ": " +
+                                 field + ": " + why + ", got " + Quote(line));
+}
+
 Status ReadIndexFile(const std::string& path, std::vector<RecordIndexEntry>* entries) {
   entries->clear();
   std::ifstream in(path);
   if (!in) return Status::IoError("cannot open " + path + ": " + std::strerror(errno));
   std::string line;
+  uint64_t next = 0;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+    const uint64_t offset = next;  // of the line in the file
+    next += line.size() + 1;
     StripCr(&line);
     std::vector<std::string> fields = SplitWhitespace(line);
     if (fields.empty()) continue;
     RecordIndexEntry e;
-    if (fields.size() != 2 || !ParseU64(fields[0], &e.key) || !ParseU64(fields[1], &e.offset)) {
-      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + " (record " +
-                                     std::to_string(entries->size()) + "): expected 'key<TAB>byte_offset', got " +
-                                     Quote(line));
+    const std::string record = "record " + std::to_string(entries->size());
+    const std::string expected = "expected 'key<TAB>byte_offset'";
+    if (fields.size() != 2) {
+      return LineError(path, line_no, offset, record, std::to_string(fields.size()) + " fields, " + expected, line);
+    }
+    if (!ParseU64(fields[0], &e.key)) {
+      return LineError(path, line_no, offset, record + "'s key", "not an unsigned 64-bit integer, " + expected, line);
+    }
+    if (!ParseU64(fields[1], &e.offset)) {
+      return LineError(path, line_no, offset + line.find(fields[1], fields[0].size()), record + "'s byte_offset",
+                       "not an unsigned 64-bit integer, " + expected, line);
     }
     entries->push_back(e);
   }
@@ -86,26 +104,43 @@ Status ReadListFile(const std::string& path, std::vector<ListEntry>* entries) {
   std::ifstream in(path);
   if (!in) return Status::IoError("cannot open " + path + ": " + std::strerror(errno));
   std::string line;
+  uint64_t next = 0;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+    const uint64_t offset = next;  // of the line in the file
+    next += line.size() + 1;
     StripCr(&line);
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     // Paths may hold spaces: fields are split on tabs only, as MXNet's im2rec does.
     std::vector<std::string> fields;
+    std::vector<size_t> starts;
     size_t start = 0;
     for (size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1) {
       fields.push_back(line.substr(start, tab - start));
+      starts.push_back(start);
     }
     fields.push_back(line.substr(start));
+    starts.push_back(start);
+    const std::string entry = "entry " + std::to_string(entries->size());
+    const std::string expected = "expected 'index<TAB>label[<TAB>label...]<TAB>path'";
     ListEntry e;
-    bool ok = fields.size() >= 3 && ParseU64(fields[0], &e.index) && !fields.back().empty();
-    for (size_t i = 1; ok && i + 1 < fields.size(); ++i) {
+    if (fields.size() < 3) {
+      return LineError(path, line_no, offset, entry, std::to_string(fields.size()) + " fields, " + expected, line);
+    }
+    if (!ParseU64(fields[0], &e.index)) {
+      return LineError(path, line_no, offset, entry + "'s index", "not an unsigned integer, " + expected,
+                       line);
+    }
+    for (size_t i = 1; i + 1 < fields.size(); ++i) {
       float v;
-      ok = ParseFloat(fields[i], &v);
+      if (!ParseFloat(fields[i], &v)) {
+        return LineError(path, line_no, offset + starts[i], entry + "'s label " + std::to_string(i - 1),
+                         "not a number, " + expected, line);
+      }
       e.labels.push_back(v);
     }
-    if (!ok) {
-      return Status::InvalidArgument(path + ":" + std::to_string(line_no) +
-                                     ": expected 'index<TAB>label[<TAB>label...]<TAB>path', got " + Quote(line));
+    if (fields.back().empty()) {
+      return LineError(path, line_no, offset + starts.back(), entry + "'s path", "empty, " + expected,
+                       line);
     }
     e.path = fields.back();
     entries->push_back(std::move(e));
@@ -147,9 +182,10 @@ std::string PackImageRecord(const ImageRecordHeader& header, std::string_view im
 }
 
 Status UnpackImageRecord(std::string_view payload, ImageRecordHeader* header, std::string_view* image) {
+  // The caller names the file and the record's offset; these name the byte in the record.
   if (payload.size() < recordio::kImageHeaderBytes) {
-    return Status::InvalidArgument("image record of " + std::to_string(payload.size()) +
-                                   " bytes is shorter than its 24-byte header");
+    return Status::InvalidArgument("byte 0 of the record: the image header: the record's " +
+                                   std::to_string(payload.size()) + " bytes are shorter than its 24-byte header");
   }
   const char* p = payload.data();
   header->flag = GetLe32(p);
@@ -160,9 +196,12 @@ Status UnpackImageRecord(std::string_view payload, ImageRecordHeader* header, st
   size_t used = recordio::kImageHeaderBytes;
   if (header->flag > 0) {
     if (header->flag > recordio::kMaxLabels || used + 4ull * header->flag > payload.size()) {
-      return Status::InvalidArgument("image record header declares " + std::to_string(header->flag) +
-                                     " labels but the record holds only " + std::to_string(payload.size()) +
-                                     " bytes");
+      return Status::InvalidArgument("byte 0 of the record: the image header's flag: " +
+                                     std::to_string(header->flag) + " labels, but the record holds only " +
+                                     std::to_string(payload.size()) + " bytes (at most " +
+                                     std::to_string(std::min<uint64_t>(recordio::kMaxLabels,
+                                                                       (payload.size() - used) / 4)) +
+                                     " labels)");
     }
     header->labels.resize(header->flag);
     for (uint32_t i = 0; i < header->flag; ++i) header->labels[i] = BitsFloat(GetLe32(p + used + 4 * i));

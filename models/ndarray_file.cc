@@ -1,7 +1,9 @@
 #include "models/ndarray_file.h"
 
 #include "models/atomic_file.h"
+#include "models/file_sizes.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -23,6 +25,7 @@ constexpr int32_t kCpuDevice = 1;
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 constexpr int32_t kMaxDims = 32;
 constexpr uint64_t kMaxCount = uint64_t{1} << 24;
+constexpr uint64_t kMaxNameBytes = 4096;
 
 // MXNet's type flags (mshadow's kFloat32 = 0 ...) for the dtypes Tally has.
 int32_t TypeFlag(DType t) {
@@ -55,83 +58,132 @@ const char* FlagName(int32_t flag) {
   return flag >= 0 && flag < 13 ? kNames[flag] : "unknown";
 }
 
+// Reads the file front to back, knowing its size: every count and size read is compared
+// with the bytes left before anything of that size is allocated. Errors name the file, the
+// byte offset of the field and the field.
 class Reader {
  public:
-  Reader(const std::string& path, std::ifstream* f) : path_(path), f_(f) {}
+  Reader(const std::string& path, std::ifstream* f, uint64_t size) : path_(path), f_(f), size_(size) {}
+
+  uint64_t offset() const { return offset_; }
+  uint64_t remaining() const { return size_ - offset_; }
 
   template <typename T>
-  Status Get(T* v, const std::string& what) {
-    if (!f_->read(reinterpret_cast<char*>(v), sizeof(T))) return Truncated(what);
+  Status Get(T* v, const std::string& field) {
+    return Bytes(v, sizeof(T), field);
+  }
+  Status Bytes(void* dst, uint64_t n, const std::string& field) {
+    if (n > remaining()) {
+      return Bad(offset_, field, "truncated: needs " + std::to_string(n) + " bytes, the file has " +
+                                     std::to_string(remaining()) + " left (not a whole NDArray file)");
+    }
+    if (!f_->read(static_cast<char*>(dst), static_cast<std::streamsize>(n))) {
+      return Status::IoError(path_ + ": byte " + std::to_string(offset_) + ": " + field + ": read failed");
+    }
+    offset_ += n;
     return Status::Ok();
   }
-  Status Bytes(void* dst, uint64_t n, const std::string& what) {
-    if (!f_->read(static_cast<char*>(dst), static_cast<std::streamsize>(n))) return Truncated(what);
-    return Status::Ok();
+  // "PATH: byte AT: FIELD: WHY".
+  Status Bad(uint64_t at, const std::string& field, const std::string& why) const {
+    return Status::InvalidArgument(path_ + ": byte " + std::to_string(at) + ": " + field + ": " + why);
   }
-  Status Bad(const std::string& why) const { return Status::InvalidArgument(path_ + ": " + why); }
 
  private:
-  Status Truncated(const std::string& what) const {
-    return Status::InvalidArgument(path_ + ": truncated in " + what + " (not a whole NDArray file)");
-  }
   const std::string& path_;
   std::ifstream* f_;
+  const uint64_t size_;
+  uint64_t offset_ = 0;
 };
 
-// Reads one array: `where` names it in errors ("array 3").
-Status ReadArray(Reader* r, const std::string& where, Tensor* out) {
-  uint32_t magic;
-  TALLY_RETURN_IF_ERROR(r->Get(&magic, where));
-  const bool legacy = magic != kV1Magic && magic != kV2Magic && magic != kV3Magic;
-  if (magic == kV2Magic || magic == kV3Magic) {
-    int32_t storage;
-    TALLY_RETURN_IF_ERROR(r->Get(&storage, where));
-    if (storage != kDenseStorage) {
-      return r->Bad(where + " has sparse storage (type " + std::to_string(storage) +
-                    "); Tally reads dense arrays");
-    }
-  }
-  int32_t ndim = static_cast<int32_t>(magic);
-  if (!legacy) TALLY_RETURN_IF_ERROR(r->Get(&ndim, where));
-  if (ndim < -1 || ndim > kMaxDims) return r->Bad(where + ": bad dimension count " + std::to_string(ndim));
-  Shape shape;
+// The shape of one array, with `where` naming it ("array 3") in errors.
+Status ReadShape(Reader* r, const std::string& where, bool legacy, int32_t ndim, Shape* shape) {
   for (int32_t i = 0; i < ndim; ++i) {
+    const std::string field = where + "'s dimension " + std::to_string(i);
+    const uint64_t at = r->offset();
     int64_t d = 0;
     if (legacy) {
       uint32_t d32;
-      TALLY_RETURN_IF_ERROR(r->Get(&d32, where));
+      TALLY_RETURN_IF_ERROR(r->Get(&d32, field));
       d = d32;
     } else {
-      TALLY_RETURN_IF_ERROR(r->Get(&d, where));
+      TALLY_RETURN_IF_ERROR(r->Get(&d, field));
     }
-    if (d < 0 || d > kMaxDim) return r->Bad(where + ": bad dimension " + std::to_string(d));
-    shape.push_back(d);
+    if (d < 0 || d > kMaxDim) return r->Bad(at, field, "bad dimension " + std::to_string(d));
+    shape->push_back(d);
   }
-  // An array that was never given a shape has nothing more (a 0-dim one before numpy mode).
-  if (ndim == -1 || (ndim == 0 && magic != kV3Magic)) {
-    *out = Tensor();
-    return Status::Ok();
-  }
-  int32_t dev_type, dev_id, flag;
-  TALLY_RETURN_IF_ERROR(r->Get(&dev_type, where));
-  TALLY_RETURN_IF_ERROR(r->Get(&dev_id, where));
-  TALLY_RETURN_IF_ERROR(r->Get(&flag, where));
-  DType dtype = DType::kF32;
+  return Status::Ok();
+}
+
+// The elements of an array whose shape (read at `shape_at`) and type flag were read (dtype:
+// the flag's, unless it is float64): their bytes, without wrapping, against what the file
+// still holds, so that a crafted shape whose product wraps to a small number never
+// allocates that small number.
+Status ReadData(Reader* r, const std::string& where, const Shape& shape, uint64_t shape_at, int32_t flag,
+                DType dtype, Tensor* out) {
   const bool f64 = flag == kFloat64Flag;
-  if (!f64 && !DTypeOfFlag(flag, &dtype)) {
-    return r->Bad(where + " holds " + FlagName(flag) + " (type flag " + std::to_string(flag) +
-                  "); Tally reads float32, float64, float16, bfloat16, uint8 and int32");
+  const std::string data = where + "'s data";
+  uint64_t bytes = 0;
+  if (!ShapeBytes(shape, f64 ? sizeof(double) : DTypeSize(dtype), &bytes)) {
+    return r->Bad(shape_at, where + "'s shape",
+                  ShapeString(shape) + " has more elements than a tensor can hold (the product of the dimensions "
+                  "overflows 64 bits)");
+  }
+  if (bytes > r->remaining()) {
+    return r->Bad(r->offset(), data,
+                  "truncated: " + std::string(FlagName(flag)) + ShapeString(shape) + " needs " +
+                      std::to_string(bytes) + " bytes, the file has " + std::to_string(r->remaining()) + " left");
   }
   if (f64) {
-    std::vector<double> wide(NumElements(shape));
-    TALLY_RETURN_IF_ERROR(r->Bytes(wide.data(), wide.size() * sizeof(double), where + "'s data"));
+    std::vector<double> wide(bytes / sizeof(double));
+    TALLY_RETURN_IF_ERROR(r->Bytes(wide.data(), bytes, data));
     *out = Tensor::Empty(shape, DType::kF32);
     float* dst = out->data<float>();
     for (size_t i = 0; i < wide.size(); ++i) dst[i] = static_cast<float>(wide[i]);
     return Status::Ok();
   }
   *out = Tensor::Empty(shape, dtype);
-  return r->Bytes(out->raw_data(), out->nbytes(), where + "'s data");
+  return r->Bytes(out->raw_data(), bytes, data);
+}
+
+// Reads one array: `where` names it in errors ("array 3").
+Status ReadArray(Reader* r, const std::string& where, Tensor* out) {
+  uint32_t magic;
+  TALLY_RETURN_IF_ERROR(r->Get(&magic, where + "'s magic"));
+  const bool legacy = magic != kV1Magic && magic != kV2Magic && magic != kV3Magic;
+  if (magic == kV2Magic || magic == kV3Magic) {
+    int32_t storage;
+    const uint64_t at = r->offset();
+    TALLY_RETURN_IF_ERROR(r->Get(&storage, where + "'s storage type"));
+    if (storage != kDenseStorage) {
+      return r->Bad(at, where + "'s storage type",
+                    "sparse storage (type " + std::to_string(storage) + "); Tally reads dense arrays");
+    }
+  }
+  int32_t ndim = static_cast<int32_t>(magic);
+  const uint64_t ndim_at = legacy ? r->offset() - 4 : r->offset();
+  if (!legacy) TALLY_RETURN_IF_ERROR(r->Get(&ndim, where + "'s ndim"));
+  if (ndim < -1 || ndim > kMaxDims) {
+    return r->Bad(ndim_at, where + "'s ndim", "bad dimension count " + std::to_string(ndim));
+  }
+  Shape shape;
+  TALLY_RETURN_IF_ERROR(ReadShape(r, where, legacy, ndim, &shape));
+  // An array that was never given a shape has nothing more (a 0-dim one before numpy mode).
+  if (ndim == -1 || (ndim == 0 && magic != kV3Magic)) {
+    *out = Tensor();
+    return Status::Ok();
+  }
+  int32_t dev_type, dev_id, flag;
+  TALLY_RETURN_IF_ERROR(r->Get(&dev_type, where + "'s device type"));
+  TALLY_RETURN_IF_ERROR(r->Get(&dev_id, where + "'s device id"));
+  const uint64_t flag_at = r->offset();
+  TALLY_RETURN_IF_ERROR(r->Get(&flag, where + "'s type flag"));
+  DType dtype = DType::kF32;
+  if (flag != kFloat64Flag && !DTypeOfFlag(flag, &dtype)) {
+    return r->Bad(flag_at, where + "'s type flag",
+                  std::string(FlagName(flag)) + " (type flag " + std::to_string(flag) +
+                      "); Tally reads float32, float64, float16, bfloat16, uint8 and int32");
+  }
+  return ReadData(r, where, shape, ndim_at, flag, dtype, out);
 }
 
 template <typename T>
@@ -179,38 +231,57 @@ Status WriteNDArrayFile(const std::string& path, const std::vector<NamedTensor>&
 }
 
 Status ReadNDArrayFile(const std::string& path, NDArrayFile* out) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return Status::NotFound(path + ": cannot open");
-  Reader r(path, &f);
+  const std::streamoff size = f.tellg();
+  if (size < 0 || !f.seekg(0)) return Status::IoError(path + ": cannot find its size");
+  Reader r(path, &f, static_cast<uint64_t>(size));
   uint64_t magic = 0, reserved = 0, count = 0;
-  TALLY_RETURN_IF_ERROR(r.Get(&magic, "the header"));
+  TALLY_RETURN_IF_ERROR(r.Get(&magic, "the magic"));
   if (magic != kNDArrayListMagic) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(magic));
-    return r.Bad(std::string("not an MXNet NDArray file (it begins with ") + buf + ", not 0x112)");
+    return r.Bad(0, "the magic", std::string("not an MXNet NDArray file (it begins with ") + buf + ", not 0x112)");
   }
-  TALLY_RETURN_IF_ERROR(r.Get(&reserved, "the header"));
-  TALLY_RETURN_IF_ERROR(r.Get(&count, "the header"));
-  if (count > kMaxCount) return r.Bad("implausible array count " + std::to_string(count));
+  TALLY_RETURN_IF_ERROR(r.Get(&reserved, "the reserved word"));
+  const uint64_t count_at = r.offset();
+  TALLY_RETURN_IF_ERROR(r.Get(&count, "the array count"));
+  // Each array takes at least its 4-byte first word, and the name count's 8 bytes follow
+  // them: a count the rest of the file cannot hold is refused before anything is allocated.
+  const uint64_t room = r.remaining() < 8 ? 0 : (r.remaining() - 8) / 4;
+  if (count > kMaxCount || count > room) {
+    return r.Bad(count_at, "the array count",
+                 std::to_string(count) + " arrays, but the " + std::to_string(r.remaining()) +
+                     " bytes after it hold at most " + std::to_string(std::min(room, kMaxCount)));
+  }
   NDArrayFile result;
   result.arrays.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
     TALLY_RETURN_IF_ERROR(ReadArray(&r, "array " + std::to_string(i), &result.arrays[i].tensor));
   }
   uint64_t names = 0;
+  const uint64_t names_at = r.offset();
   TALLY_RETURN_IF_ERROR(r.Get(&names, "the name count"));
   if (names != 0 && names != count) {
-    return r.Bad(std::to_string(names) + " names for " + std::to_string(count) + " arrays");
+    return r.Bad(names_at, "the name count", std::to_string(names) + " names for " + std::to_string(count) + " arrays");
   }
   for (uint64_t i = 0; i < names; ++i) {
+    const std::string field = "name " + std::to_string(i);
     uint64_t len = 0;
-    TALLY_RETURN_IF_ERROR(r.Get(&len, "name " + std::to_string(i)));
-    if (len > 4096) return r.Bad("name " + std::to_string(i) + " is " + std::to_string(len) + " bytes long");
+    const uint64_t len_at = r.offset();
+    TALLY_RETURN_IF_ERROR(r.Get(&len, field + "'s length"));
+    if (len > kMaxNameBytes || len > r.remaining()) {
+      return r.Bad(len_at, field + "'s length",
+                   std::to_string(len) + " bytes, above the cap of " + std::to_string(kMaxNameBytes) +
+                       " or the " + std::to_string(r.remaining()) + " bytes left");
+    }
     std::string& name = result.arrays[i].name;
     name.resize(len);
-    TALLY_RETURN_IF_ERROR(r.Bytes(name.data(), len, "name " + std::to_string(i)));
+    TALLY_RETURN_IF_ERROR(r.Bytes(name.data(), len, field));
   }
-  if (f.peek() != std::char_traits<char>::eof()) return r.Bad("bytes after the last name");
+  if (r.remaining() != 0) {
+    return r.Bad(r.offset(), "the end", std::to_string(r.remaining()) + " bytes after the last name");
+  }
   *out = std::move(result);
   return Status::Ok();
 }

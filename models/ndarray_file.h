@@ -15,7 +15,9 @@
 // arrays of float32, float16, bfloat16, uint8 and int32 (float64 arrays are read as float32,
 // since some old Gluon files hold them). Every other failure of the file (missing,
 // truncated, sparse storage, an unknown dtype, a name count that is not the array count)
-// is a Status naming the file and, where it applies, the array. Assumes a little-endian
+// is a Status "PATH: byte OFFSET: FIELD: why". The file is untrusted: every count, shape
+// and length is checked, without overflow, against the bytes the file still holds before
+// anything of its size is allocated (docs/ndarray.md, "Limits"). Assumes a little-endian
 // host, as the format is little-endian on every platform MXNet wrote it from.
 #pragma once
 

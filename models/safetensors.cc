@@ -1,6 +1,7 @@
 #include "models/safetensors.h"
 
 #include "models/atomic_file.h"
+#include "models/file_sizes.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -89,14 +90,14 @@ class JsonReader {
     return pos_ > start;
   }
 
-  // An array of non-negative integers.
-  bool UintArray(std::vector<uint64_t>* out) {
+  // An array of at most max_size non-negative integers.
+  bool UintArray(std::vector<uint64_t>* out, size_t max_size) {
     out->clear();
     if (!Consume('[')) return false;
     if (Consume(']')) return true;
     do {
       uint64_t v;
-      if (!Uint(&v)) return false;
+      if (out->size() == max_size || !Uint(&v)) return false;
       out->push_back(v);
     } while (Consume(','));
     return Consume(']');
@@ -196,54 +197,65 @@ struct Entry {
   DType dtype;
   Shape shape;
   uint64_t begin, end;
+  // File offsets of its object, its shape and its data_offsets in the header, for errors.
+  uint64_t at, shape_at, offsets_at;
 };
 
-// Parses one tensor's {"dtype": ..., "shape": [...], "data_offsets": [b, e]}.
-Status ParseEntry(JsonReader* r, const std::string& where, Entry* e) {
+// The header's first byte in the file (after its length): positions in the header are
+// reported from the file's start.
+constexpr uint64_t kHeaderOffset = 8;
+// More dimensions than this is a corrupt or hostile header (NumPy's own limit is 64), refused
+// before a long list of them is kept.
+constexpr size_t kMaxDims = 64;
+constexpr uint64_t kMaxDim = uint64_t{1} << 40;
+
+// Parses one tensor's {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, which begins
+// at file offset e->at. Errors name the file offset of the field's value.
+Status ParseEntry(JsonReader* r, const std::string& path, Entry* e) {
+  auto bad = [&](uint64_t at, const std::string& field, const std::string& why) {
+    return Status::InvalidArgument(path + ": byte " + std::to_string(at) + ": tensor '" + e->name + "' " + field +
+                                   ": " + why);
+  };
   bool have_dtype = false, have_shape = false, have_offsets = false;
-  if (!r->Consume('{')) return Status::InvalidArgument(where + ": expected an object");
+  if (!r->Consume('{')) return bad(e->at, "its value", "expected an object");
   if (!r->Consume('}')) {
     do {
       std::string key;
-      if (!r->String(&key) || !r->Consume(':')) {
-        return Status::InvalidArgument(where + ": malformed JSON");
-      }
+      if (!r->String(&key) || !r->Consume(':')) return bad(kHeaderOffset + r->pos(), "a key", "malformed JSON");
+      const uint64_t value_at = kHeaderOffset + r->pos();
       if (key == "dtype") {
         std::string name;
-        if (!r->String(&name)) return Status::InvalidArgument(where + ": dtype is not a string");
+        if (!r->String(&name)) return bad(value_at, "dtype", "not a string");
         if (!ParseSafetensorsDType(name, &e->dtype)) {
-          return Status::InvalidArgument(where + ": unsupported dtype '" + name +
-                                         "' (Tally reads F32, F16, BF16, I32, U8)");
+          return bad(value_at, "dtype", "unsupported dtype '" + name + "' (Tally reads F32, F16, BF16, I32, U8)");
         }
         have_dtype = true;
       } else if (key == "shape" || key == "data_offsets") {
         std::vector<uint64_t> v;
-        if (!r->UintArray(&v)) {
-          return Status::InvalidArgument(where + ": " + key + " is not a list of integers");
-        }
+        if (!r->UintArray(&v, kMaxDims)) return bad(value_at, key, "not a list of at most 64 integers");
         if (key == "shape") {
           for (uint64_t d : v) {
-            if (d > (1ull << 40)) return Status::InvalidArgument(where + ": dimension too large");
+            if (d > kMaxDim) return bad(value_at, "shape", "dimension " + std::to_string(d) + " is above 2^40");
             e->shape.push_back(static_cast<int64_t>(d));
           }
+          e->shape_at = value_at;
           have_shape = true;
         } else {
           if (v.size() != 2 || v[0] > v[1]) {
-            return Status::InvalidArgument(where + ": data_offsets must be [begin, end]");
+            return bad(value_at, "data_offsets", "must be [begin, end] with begin <= end");
           }
           e->begin = v[0];
           e->end = v[1];
+          e->offsets_at = value_at;
           have_offsets = true;
         }
       } else if (!r->SkipValue()) {
-        return Status::InvalidArgument(where + ": malformed JSON");
+        return bad(value_at, "'" + key + "'", "malformed JSON");
       }
     } while (r->Consume(','));
-    if (!r->Consume('}')) return Status::InvalidArgument(where + ": malformed JSON");
+    if (!r->Consume('}')) return bad(kHeaderOffset + r->pos(), "its object", "malformed JSON");
   }
-  if (!have_dtype || !have_shape || !have_offsets) {
-    return Status::InvalidArgument(where + ": needs dtype, shape and data_offsets");
-  }
+  if (!have_dtype || !have_shape || !have_offsets) return bad(e->at, "its object", "needs dtype, shape and data_offsets");
   return Status::Ok();
 }
 
@@ -251,8 +263,7 @@ Status ParseHeader(const std::string& path, const std::string& header, std::vect
                    std::map<std::string, std::string>* metadata) {
   JsonReader r(header);
   auto bad = [&](const std::string& what) {
-    return Status::InvalidArgument(path + ": bad safetensors header at byte " +
-                                   std::to_string(8 + r.pos()) + ": " + what);
+    return Status::InvalidArgument(path + ": byte " + std::to_string(kHeaderOffset + r.pos()) + ": the header: " + what);
   };
   if (!r.Consume('{')) return bad("expected a JSON object");
   std::set<std::string> seen;
@@ -267,8 +278,8 @@ Status ParseHeader(const std::string& path, const std::string& header, std::vect
       }
       Entry e;
       e.name = name;
-      Status s = ParseEntry(&r, path + ": tensor '" + name + "'", &e);
-      if (!s.ok()) return s;
+      e.at = kHeaderOffset + r.pos();
+      TALLY_RETURN_IF_ERROR(ParseEntry(&r, path, &e));
       entries->push_back(std::move(e));
     } while (r.Consume(','));
     if (!r.Consume('}')) return bad("malformed JSON");
@@ -402,68 +413,82 @@ Status WriteSafetensorsRaw(const std::string& path, const std::vector<RawNamedTe
   return WriteTensors(path, out, metadata);
 }
 
-Status ReadSafetensors(const std::string& path, SafetensorsFile* out) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) return Status::NotFound(path + ": cannot open");
-  uint64_t file_size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
-  uint64_t header_len = 0;
-  if (file_size < 8 || !f.read(reinterpret_cast<char*>(&header_len), 8)) {
-    return Status::InvalidArgument(path + ": truncated: shorter than the 8-byte header length");
-  }
-  if (header_len > kSafetensorsMaxHeaderBytes) {
-    return Status::InvalidArgument(path + ": header length " + std::to_string(header_len) +
-                                   " exceeds the cap of " +
-                                   std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
-  }
-  if (header_len > file_size - 8) {
-    return Status::InvalidArgument(path + ": truncated: header length " +
-                                   std::to_string(header_len) + " but only " +
-                                   std::to_string(file_size - 8) + " bytes follow");
-  }
-  std::string header(header_len, '\0');
-  if (!f.read(header.data(), header_len)) return Status::IoError(path + ": read failed");
+namespace {
 
-  std::vector<Entry> entries;
-  SafetensorsFile result;
-  TALLY_RETURN_IF_ERROR(ParseHeader(path, header, &entries, &result.metadata));
-
-  // The data must be covered exactly, tensor after tensor, with no gap or overlap.
-  uint64_t data_size = file_size - 8 - header_len;
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+// Checks that the entries' data cover the data section exactly, tensor after tensor, with no
+// gap or overlap, each holding its shape's bytes; sorts them by offset. Errors name the file
+// offset of the field at fault in the header.
+Status CheckDataOffsets(const std::string& path, uint64_t data_start, uint64_t data_size,
+                        std::vector<Entry>* entries) {
+  std::sort(entries->begin(), entries->end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   uint64_t expected = 0;
-  for (const Entry& e : entries) {
-    std::string where = path + ": tensor '" + e.name + "'";
+  for (const Entry& e : *entries) {
+    auto bad = [&](const std::string& field, const std::string& why) {
+      const uint64_t at = field == "shape" ? e.shape_at : e.offsets_at;
+      return Status::InvalidArgument(path + ": byte " + std::to_string(at) + ": tensor '" + e.name + "' " + field +
+                                     ": " + why);
+    };
+    const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
     if (e.end > data_size) {
-      return Status::InvalidArgument(where + ": data_offsets [" + std::to_string(e.begin) + ", " +
-                                     std::to_string(e.end) + "] out of range of the " +
-                                     std::to_string(data_size) + " data bytes (truncated?)");
+      return bad("data_offsets", range + " out of range of the " + std::to_string(data_size) +
+                                     " data bytes from byte " + std::to_string(data_start) + " (truncated?)");
     }
     if (e.begin != expected) {
-      return Status::InvalidArgument(where + ": data_offsets leave a gap or overlap at byte " +
-                                     std::to_string(expected));
+      return bad("data_offsets", range + " leaves a gap or overlap at data byte " + std::to_string(expected));
     }
-    uint64_t bytes = DTypeSize(e.dtype);
-    bool overflow = false;
-    for (int64_t d : e.shape) {
-      overflow |= __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
+    uint64_t bytes = 0;
+    if (!ShapeBytes(e.shape, DTypeSize(e.dtype), &bytes)) {
+      return bad("shape", ShapeString(e.shape) + " has more elements than a tensor can hold (the product of "
+                          "the dimensions overflows 64 bits)");
     }
-    if (overflow || bytes != e.end - e.begin) {
-      return Status::InvalidArgument(where + ": shape " + ShapeString(e.shape) + " of " +
-                                     SafetensorsDTypeName(e.dtype) + " does not match its " +
-                                     std::to_string(e.end - e.begin) + " data bytes");
+    if (bytes != e.end - e.begin) {
+      return bad("shape", ShapeString(e.shape) + " of " + SafetensorsDTypeName(e.dtype) + " is " +
+                              std::to_string(bytes) + " bytes, its data_offsets " + range + " hold " +
+                              std::to_string(e.end - e.begin));
     }
     expected = e.end;
   }
   if (expected != data_size) {
-    return Status::InvalidArgument(path + ": " + std::to_string(data_size - expected) +
-                                   " bytes after the last tensor");
+    return Status::InvalidArgument(path + ": byte " + std::to_string(data_start + expected) + ": the data: " +
+                                   std::to_string(data_size - expected) + " bytes after the last tensor");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadSafetensors(const std::string& path, SafetensorsFile* out) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return Status::NotFound(path + ": cannot open");
+  const std::streamoff size = f.tellg();
+  if (size < 0 || !f.seekg(0)) return Status::IoError(path + ": cannot find its size");
+  const uint64_t file_size = static_cast<uint64_t>(size);
+  uint64_t header_len = 0;
+  if (file_size < 8 || !f.read(reinterpret_cast<char*>(&header_len), 8)) {
+    return Status::InvalidArgument(path + ": byte 0: the header length: truncated: the file has " +
+                                   std::to_string(file_size) + " of its 8 bytes");
+  }
+  if (header_len > kSafetensorsMaxHeaderBytes) {
+    return Status::InvalidArgument(path + ": byte 0: the header length: " + std::to_string(header_len) +
+                                   " exceeds the cap of " + std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
+  }
+  if (header_len > file_size - 8) {
+    return Status::InvalidArgument(path + ": byte 0: the header length: truncated: " + std::to_string(header_len) +
+                                   " bytes, but only " + std::to_string(file_size - 8) + " follow");
+  }
+  std::string header(header_len, '\0');
+  if (!f.read(header.data(), header_len)) return Status::IoError(path + ": byte 8: the header: read failed");
+
+  std::vector<Entry> entries;
+  SafetensorsFile result;
+  TALLY_RETURN_IF_ERROR(ParseHeader(path, header, &entries, &result.metadata));
+  const uint64_t data_start = kHeaderOffset + header_len;
+  TALLY_RETURN_IF_ERROR(CheckDataOffsets(path, data_start, file_size - data_start, &entries));
   for (const Entry& e : entries) {
     Tensor t = Tensor::Empty(e.shape, e.dtype);
     if (!f.read(static_cast<char*>(t.raw_data()), e.end - e.begin)) {
-      return Status::IoError(path + ": read failed in tensor '" + e.name + "'");
+      return Status::IoError(path + ": byte " + std::to_string(data_start + e.begin) + ": tensor '" + e.name +
+                             "' data: read failed");
     }
     result.tensors.push_back({e.name, t});
   }

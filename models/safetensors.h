@@ -13,7 +13,10 @@
 // format's other dtypes (such as I64) from raw bytes; the reader refuses those. Tensors read
 // are CPU tensors owned by the SafetensorsFile's copies of them. Every failure of the outside
 // world (missing, truncated or malformed file, an oversized header, offsets out of range, an
-// unsupported dtype) is a Status naming the file. The functions are thread-compatible:
+// unsupported dtype, a shape whose bytes are not its data's) is a Status "PATH: byte OFFSET:
+// FIELD: why"; the file is untrusted, and every length and shape is checked, without
+// overflow, against the bytes it holds before anything of that size is allocated
+// (docs/safetensors.md, "What the reader refuses"). The functions are thread-compatible:
 // concurrent calls on different files are fine. Assumes a little-endian host, as the data is
 // stored little-endian and copied as is.
 #pragma once

@@ -94,6 +94,16 @@ Status ReadParams(const std::string& path, SafetensorsFile* f, ModelConfig* cfg,
   TALLY_RETURN_IF_ERROR(MetaInt(path, *f, "num_classes", &classes));
   TALLY_RETURN_IF_ERROR(MetaInt(path, *f, "step", step));
   TALLY_RETURN_IF_ERROR(Meta(path, *f, "image_shape", &image_shape));
+  // The network is built from the metadata before its tensors are compared: a class count
+  // beyond the file's elements (its classifier could not be in it) would size that network
+  // from an untrusted number, so it is refused first. Depths past an int are never valid.
+  int64_t elements = 0;
+  for (const NamedTensor& t : f->tensors) elements += t.tensor.defined() ? t.tensor.numel() : 0;
+  if (classes > elements || layers > 100000) {
+    return Status::InvalidArgument(path + ": metadata 'num_classes' " + std::to_string(classes) + " or 'num_layers' " +
+                                   std::to_string(layers) + " cannot describe the " + std::to_string(elements) +
+                                   " elements the file holds");
+  }
   cfg->num_layers = static_cast<int>(layers);
   cfg->num_classes = static_cast<int>(classes);
   Status s = ParseImageShape(image_shape, &cfg->image_shape);

@@ -88,6 +88,25 @@ Status LoadForeign(WeightsFile read, int64_t number, const ModelConfig& model, C
   return Status::Ok();
 }
 
+// A class count that comes from an untrusted file (`tally predict` takes it from a .params'
+// metadata) must not size the network built to receive the weights before they are matched:
+// a classifier of `num_classes` rows is among the file's arrays unless a new one may be made,
+// so a count beyond the file's elements is refused, before the network is allocated.
+Status CheckClassesFit(const std::string& path, const std::vector<NamedTensor>& arrays, const ModelConfig& model,
+                       bool allow_new_classifier) {
+  if (allow_new_classifier) return Status::Ok();
+  int64_t elements = 0;
+  for (const NamedTensor& a : arrays) {
+    if (a.tensor.defined()) elements += a.tensor.numel();  // each fits the file: no overflow
+  }
+  if (model.num_classes > elements) {
+    return Status::InvalidArgument(path + ": a classifier of " + std::to_string(model.num_classes) +
+                                   " classes, but the file's arrays hold only " + std::to_string(elements) +
+                                   " elements in all");
+  }
+  return Status::Ok();
+}
+
 // PREFIX-symbol.json, which MXNet's load_checkpoint reads beside the .params. Written with
 // every checkpoint (a few tens of kB), through a temporary file, so it is always whole.
 Status WriteSymbol(const ModelConfig& model, const Checkpoint& c) {
@@ -123,6 +142,7 @@ Status ImportWeights(WeightsFile file, const ModelConfig& model, bool allow_new_
   if (!foreign) {  // Tally's own .params: under Module names, as MXNet would hold them
     for (NamedTensor& a : arrays) a = {MxnetName(a.name, MxnetScheme::kModule), ToMxnetLayout(a.tensor)};
   }
+  TALLY_RETURN_IF_ERROR(CheckClassesFit(path, arrays, model, allow_new_classifier));
   ModelConfig host = model;  // the names, shapes and initial values; the device plays no part
   host.device = Device::Cpu();
   host.dtype = DType::kF32;

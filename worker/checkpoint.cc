@@ -158,14 +158,21 @@ Status FromParamsArrays(const std::string& path, NDArrayFile* file, std::vector<
   return Status::Ok();
 }
 
+// A count of the metadata (epoch, batch, step): a non-negative decimal that fits in 63 bits.
+// The file is untrusted: a negative batch or one past the range would index the data split.
 Status ParseInt(const std::string& path, const std::map<std::string, std::string>& m, const char* key,
                 int64_t* out) {
   auto it = m.find(key);
+  if (it == m.end()) return Status::InvalidArgument(path + ": metadata '" + key + "' is missing");
+  const std::string& text = it->second;
   char* end = nullptr;
-  if (it != m.end()) *out = std::strtoll(it->second.c_str(), &end, 10);
-  if (it == m.end() || it->second.empty() || *end != '\0') {
-    return Status::InvalidArgument(path + ": metadata '" + key + "' is missing or not a number");
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE) {
+    return Status::InvalidArgument(path + ": metadata '" + key + "' is '" + text.substr(0, 40) +
+                                   "', not a non-negative integer");
   }
+  *out = v;
   return Status::Ok();
 }
 

@@ -126,20 +126,20 @@ TEST(SafetensorsTest, ErrorsNameTheFileAndTheProblem) {
   struct Case { std::string name, bytes, expect; };
   std::string huge(8, '\xff');
   Case cases[] = {
-      {"short", std::string("\x10\x00\x00", 3), "truncated"},
-      {"huge_header", huge + "{}", "exceeds the cap"},
-      {"header_past_end", File("{}", 0).substr(0, 8) + "{", "truncated"},
-      {"offsets_out_of_range", File(entry("F32", "[4]", "[0,16]"), 8), "out of range"},
-      {"unknown_dtype", File(entry("F64", "[1]", "[0,8]"), 8), "unsupported dtype 'F64'"},
-      {"shape_mismatch", File(entry("F32", "[3]", "[0,8]"), 8), "does not match"},
-      {"gap", File(entry("F32", "[1]", "[4,8]"), 8), "gap or overlap"},
-      {"trailing_data", File(entry("F32", "[1]", "[0,4]"), 8), "after the last tensor"},
+      {"short", std::string("\x10\x00\x00", 3), "byte 0: the header length: truncated"},
+      {"huge_header", huge + "{}", "byte 0: the header length: 18446744073709551615 exceeds the cap"},
+      {"header_past_end", File("{}", 0).substr(0, 8) + "{", "byte 0: the header length: truncated"},
+      {"offsets_out_of_range", File(entry("F32", "[4]", "[0,16]"), 8), "byte 55: tensor 't' data_offsets: [0, 16] out of range of the 8 data bytes"},
+      {"unknown_dtype", File(entry("F64", "[1]", "[0,8]"), 8), "byte 22: tensor 't' dtype: unsupported dtype 'F64'"},
+      {"shape_mismatch", File(entry("F32", "[3]", "[0,8]"), 8), "byte 36: tensor 't' shape: [3] of F32 is 12 bytes"},
+      {"gap", File(entry("F32", "[1]", "[4,8]"), 8), "byte 55: tensor 't' data_offsets: [4, 8] leaves a gap or overlap"},
+      {"trailing_data", File(entry("F32", "[1]", "[0,4]"), 8), ": the data: 4 bytes after the last tensor"},
       {"bad_json", File("{\"t\":{\"dtype\":\"F32\",", 0), "malformed JSON"},
-      {"not_object", File("[]", 0), "expected a JSON object"},
-      {"missing_field", File("{\"t\":{\"dtype\":\"F32\"}}", 0), "needs dtype, shape"},
-      {"duplicate", File("{\"__metadata__\":{},\"__metadata__\":{}}", 0), "duplicate"},
+      {"not_object", File("[]", 0), "byte 8: the header: expected a JSON object"},
+      {"missing_field", File("{\"t\":{\"dtype\":\"F32\"}}", 0), "byte 13: tensor 't' its object: needs dtype, shape"},
+      {"duplicate", File("{\"__metadata__\":{},\"__metadata__\":{}}", 0), "the header: duplicate key '__metadata__'"},
       {"overflowing_shape",
-       File(entry("F32", "[1099511627776,1099511627776]", "[0,4]"), 4), "does not match"},
+       File(entry("F32", "[1099511627776,1099511627776]", "[0,4]"), 4), "byte 36: tensor 't' shape: [1099511627776,1099511627776] has more elements than a tensor can hold"},
   };
   for (const Case& c : cases) {
     Status s = ReadBytes(c.name, c.bytes);
