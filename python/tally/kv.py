@@ -254,38 +254,51 @@ class KVStore:
 
 
 def read_optimizer_states(fname):
-    """(keys, states) of an optimizer-states file: states[i] is a float32 array or None."""
+    """(keys, states) of an optimizer-states file: states[i] is a float32 array or None.
+
+    The file is untrusted: every count is checked against the bytes it holds before it is
+    used, and a refusal is a ValueError naming the file, the byte offset and the field."""
     with open(fname, "rb") as f:
         data = f.read()
 
-    def fail(why):
-        raise ValueError("tally.kv load_optimizer_states: %s: %s" % (fname, why))
+    def fail(offset, field, why):
+        raise ValueError("tally.kv load_optimizer_states: %s: byte %d: %s: %s" % (fname, offset, field, why))
 
     if len(data) < _STATES_HEADER.size:
-        fail("too short for the header")
+        fail(0, "the header", "truncated: %d of its %d bytes" % (len(data), _STATES_HEADER.size))
     magic, version, count = _STATES_HEADER.unpack_from(data, 0)
     if magic != STATES_MAGIC:
-        fail("not an optimizer-states file (magic %r, expected %r)" % (magic, STATES_MAGIC))
+        fail(0, "the magic", "not an optimizer-states file (magic %r, expected %r)" % (magic, STATES_MAGIC))
     if version != STATES_VERSION:
-        fail("version %d (this tally reads %d)" % (version, STATES_VERSION))
+        fail(8, "the version", "%d (this tally reads %d)" % (version, STATES_VERSION))
+    room = (len(data) - _STATES_HEADER.size) // _STATES_ENTRY.size
+    if count > room:
+        fail(12, "the key count", "%d keys, but the file is truncated: the %d bytes after the header hold at "
+             "most %d entries" % (count, len(data) - _STATES_HEADER.size, room))
     pos, keys, states = _STATES_HEADER.size, [], []
     for i in range(count):
+        entry = "entry %d" % i
         if pos + _STATES_ENTRY.size > len(data):
-            fail("truncated in entry %d of %d" % (i, count))
+            fail(pos, entry, "truncated: %d of its %d bytes" % (len(data) - pos, _STATES_ENTRY.size))
         key, flags, n = _STATES_ENTRY.unpack_from(data, pos)
+        if keys and key <= keys[-1]:
+            fail(pos, entry + "'s key", "%d after key %d (keys are written in increasing order)" % (key, keys[-1]))
+        if flags & ~_STATES_HAS_STATE:
+            fail(pos + 4, entry + "'s flags", "unknown bits 0x%x (key %d)" % (flags & ~_STATES_HAS_STATE, key))
+        if n < 0:
+            fail(pos + 8, entry + "'s value count", "%d is negative (key %d)" % (n, key))
         pos += _STATES_ENTRY.size
-        if n < 0 or flags & ~_STATES_HAS_STATE:
-            fail("entry %d (key %d) is malformed" % (i, key))
         state = None
         if flags & _STATES_HAS_STATE:
-            if pos + 4 * n > len(data):
-                fail("key %d's %d values are truncated" % (key, n))
+            if 4 * n > len(data) - pos:
+                fail(pos, entry + "'s values", "truncated: key %d's %d float32 values need %d bytes, the file has %d "
+                     "left" % (key, n, 4 * n, len(data) - pos))
             state = np.frombuffer(data, dtype="<f4", count=n, offset=pos).astype(np.float32)
             pos += 4 * n
         keys.append(key)
         states.append(state)
     if pos != len(data):
-        fail("%d bytes after the last entry" % (len(data) - pos))
+        fail(pos, "the end", "%d bytes after the last entry" % (len(data) - pos))
     return keys, states
 
 

@@ -9,6 +9,7 @@ when the build was configured) it prints why and reports itself skipped.
 import gc
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -220,6 +221,27 @@ class ErrorTest(unittest.TestCase):
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) - 1)
         self.assertRaisesWith(ValueError, [path, "truncated"], self.kv.load_optimizer_states, path)
+
+    def test_crafted_optimizer_states_files_name_the_offset_and_field(self):
+        path = os.path.join(tempfile.mkdtemp(), "crafted.states")
+        head = lambda count: b"TALLYOPT" + struct.pack("<II", 1, count)
+        entry = lambda key, flags, n: struct.pack("<iIq", key, flags, n)
+        cases = [
+            # 2^32 - 1 keys in a 16-byte file: refused before any entry is looked at.
+            (head(0xFFFFFFFF), "byte 12: the key count: 4294967295 keys, but the file is truncated: the 0 bytes"),
+            # 2^61 values declared, 4 bytes present.
+            (head(1) + entry(0, 1, 1 << 61) + bytes(4),
+             "byte 32: entry 0's values: truncated: key 0's 2305843009213693952 float32 values"),
+            (head(1) + entry(0, 1, -1), "byte 24: entry 0's value count: -1 is negative"),
+            (head(1) + entry(0, 6, 0), "byte 20: entry 0's flags: unknown bits 0x6"),
+            (head(2) + entry(3, 0, 4) + entry(3, 0, 4), "byte 32: entry 1's key: 3 after key 3"),
+            (head(1) + entry(0, 0, 4) + b"x", "byte 32: the end: 1 bytes after the last entry"),
+            (b"TALLYOPT" + struct.pack("<II", 2, 0), "byte 8: the version: 2"),
+        ]
+        for data, words in cases:
+            with open(path, "wb") as f:
+                f.write(data)
+            self.assertRaisesWith(ValueError, [path + ": " + words], tally.kv.read_optimizer_states, path)
 
     @needs_torch
     def test_torch_tensors_it_cannot_take(self):
