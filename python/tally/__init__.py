@@ -3,8 +3,7 @@
     import tally                            # a scheduler or server runs its role here
     kv = tally.kv.create("dist_sync")       # a worker joins the job
     kv.init(0, weights)
-    kv.pushpull(0, grads, out=weights)
-    kv.wait_all()
+    kv.pushpull(0, grads, out=weights)    # returns with the new weights in place
 
 Like MXNet's `import mxnet`: in a process that tools/launch.py started as a scheduler or a
 server (DMLC_ROLE), importing tally runs that role until the job ends and then exits the

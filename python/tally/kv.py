@@ -6,14 +6,18 @@
     kv = tally.kv.create("dist_sync")       # joins the job tools/launch.py started
     kv.set_optimizer(type="sgd", lr=0.1, momentum=0.9, wd=1e-4)
     kv.init([0, 1], [w0, w1])               # every key in one call (dist types)
-    kv.pushpull(0, g0, out=w0, priority=0)  # w0 receives the updated weights...
+    kv.pushpull(0, g0, out=w0)              # returns with the updated weights in w0
+    kv.pushpull(1, g1, out=w1, wait=False)  # returns at once; w1 is ready...
     kv.wait_all()                           # ...once this returns
     kv.close()                              # or `with tally.kv.create(...) as kv:`
 
 Values are NumPy arrays (float32, float16) or CPU torch tensors (float32, float16,
-bfloat16), contiguous, used without copying: a pushed array must not be written, and a
-pulled one not read, until wait(key) or wait_all() returns. The store holds a reference to
-each array for as long as it uses the array's memory.
+bfloat16), contiguous, used without copying. As in MXNet, a script may read what it pulled
+and write what it pushed as soon as the call returns: push, pull and pushpull wait for the
+keys they name. With wait=False they return at once and overlap with what follows (as
+tally.torch's gradient hooks do); then a pushed array must not be written, and a pulled one
+not read, until wait(key) or wait_all() returns. The store holds a reference to each array
+for as long as it uses the array's memory.
 """
 import atexit
 import os
@@ -173,25 +177,37 @@ class KVStore:
             values = [_array("init", keys[0], value)]
         self._kv.init(keys, values)
 
-    def push(self, key, value, priority=0):
+    def push(self, key, value, priority=0, wait=True):
         """Pushes value(s) of key(s): per key, one value or one per device, summed in device
-        order (and, in the dist_sync types, over the workers) before the optimizer."""
+        order (and, in the dist_sync types, over the workers) before the optimizer. Returns
+        once value may be written again; wait=False: at once (see the module's text)."""
         keys, values = self._flat("push", key, value)
         self._kv.push(keys, values, int(priority))
+        self._finish(keys, wait)
 
-    def pull(self, key, out=None, priority=0):
+    def pull(self, key, out=None, priority=0, wait=True):
         """Copies the stored value of key(s) into `out` (one array, or one per device),
-        converting the dtype. out is ready once wait(key) or wait_all() returns."""
+        converting the dtype. Returns with the values in out; wait=False: at once, and out
+        is ready once wait(key) or wait_all() returns."""
         if out is None:
             raise ValueError("tally.kv pull: out= is required (the arrays that receive the values)")
         keys, outs = self._flat("pull", key, out)
         self._kv.pull(keys, outs, int(priority))
+        self._finish(keys, wait)
 
-    def pushpull(self, key, value, out=None, priority=0):
-        """push then pull in one round trip; out=None pulls into value itself."""
+    def pushpull(self, key, value, out=None, priority=0, wait=True):
+        """push then pull in one round trip; out=None pulls into value itself. Returns with
+        the values in out; wait=False: at once (see the module's text)."""
         keys, values = self._flat("pushpull", key, value)
         outs = values if out is None else self._flat("pushpull", key, out)[1]
         self._kv.pushpull(keys, values, outs, int(priority))
+        self._finish(keys, wait)
+
+    def _finish(self, keys, wait):
+        # A failure of the job raises here, so a caller never reads an output that was
+        # left half-written.
+        if wait:
+            self._kv.wait(keys)
 
     def wait(self, key):
         """Waits for the calls of key(s) alone (KVStore::WaitKey); the GIL is released."""

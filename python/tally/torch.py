@@ -153,7 +153,6 @@ def broadcast_parameters(model_or_state_dict, kv):
         sends.append(buf)
     # One call, pulled into the pushed memory: the sum of one worker's values and zeros.
     kv.pushpull(keys, sends, priority=0)
-    kv.wait_all()
     with torch.no_grad():
         for t, buf in staged:
             t.copy_(buf)
@@ -186,7 +185,7 @@ def allreduce_hook(state, bucket):
     if offset != buf.numel():
         raise ValueError("tally.torch allreduce_hook: the bucket holds %d values, its parameters %d"
                          % (buf.numel(), offset))
-    state.kv.pushpull(keys, views, priority=-min(keys))
+    state.kv.pushpull(keys, views, priority=-min(keys), wait=False)
     future = torch.futures.Future()
     state._pending.append((future, buf))
     if bucket.is_last():
@@ -251,7 +250,7 @@ class DistributedOptimizer:
         for p, k in sorted(zip(self._params, self._keys), key=lambda pk: -pk[1]):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            self.kv.pushpull(k, p.grad, priority=-k)
+            self.kv.pushpull(k, p.grad, priority=-k, wait=False)
         self.kv.wait_all()
         n = self.kv.num_workers
         with torch.no_grad():

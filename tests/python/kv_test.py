@@ -295,6 +295,29 @@ DIST_SCRIPT = textwrap.dedent("""
     print("worker %d of %d: summed values OK" % (r, n), flush=True)
 """)
 
+# An MXNet user's script, line by line: init, push, pull, read, with no wait in between (as
+# MXNet's engine makes safe), the pushed array reused at once.
+MXNET_STYLE_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tally
+
+    kv = tally.kv.create("dist_sync")
+    shape = (1200, 1000)  # over 10^6 values: sliced over both servers, in flight for a while
+    kv.init(3, np.ones(shape, np.float32))
+    a = np.zeros(shape, np.float32)
+    grad = np.empty(shape, np.float32)
+    total = sum(range(1, kv.num_workers + 1))
+    for step in range(5):
+        grad[:] = kv.rank + 1 + step
+        kv.push(3, grad)
+        grad[:] = -1e6              # MXNet lets a pushed array be written again at once
+        kv.pull(3, out=a)
+        want = total + kv.num_workers * step  # no optimizer: the store keeps the pushed sum
+        assert (a == want).all(), (step, a.ravel()[:3], want)
+    print("worker %d: mxnet-style push and pull read the sum" % kv.rank, flush=True)
+""")
+
+
 KILL_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
@@ -344,6 +367,16 @@ class DistSyncTest(unittest.TestCase):
 
     def test_two_workers_sum_through_sgd_on_the_server(self):
         self.launch("sgd")
+
+    def test_an_mxnet_style_script_reads_what_it_pulled_without_waiting(self):
+        script = write_script(MXNET_STYLE_SCRIPT)
+        cmd = [sys.executable, LAUNCH, "-n", "2", "-s", "2", "--launcher", "local", "--",
+               sys.executable, script]
+        run = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=90)
+        out = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, out[-4000:])
+        for r in (0, 1):
+            self.assertIn("worker %d: mxnet-style push and pull read the sum" % r, out)
 
 
 class KilledServerTest(unittest.TestCase):
