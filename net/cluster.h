@@ -74,7 +74,11 @@ Status NewJobTransport(const ClusterConfig& cfg, std::unique_ptr<Transport>* out
 
 // Reads the DMLC_* and TALLY_* variables above. Fails naming the variable that is missing
 // or malformed. DMLC_ROLE is one of scheduler, server, worker. Without a job secret it
-// fails unless TALLY_PLAIN=1 says the network is trusted.
+// fails unless TALLY_PLAIN=1 says the network is trusted. TALLY_JOB_SECRET_FILE must name a
+// regular file (not a symbolic link) of this process's user with no group or other
+// permission. Once read, TALLY_JOB_SECRET and TALLY_JOB_SECRET_FILE are removed from the
+// environment (no program the node starts inherits them) and the secret is kept for later
+// calls in this process. Not safe while another thread reads the environment.
 Status ClusterConfigFromEnv(ClusterConfig* cfg);
 
 // "worker 1 (10.0.0.3:40123, pid 4242)"

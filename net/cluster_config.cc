@@ -1,9 +1,12 @@
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <cstring>
+#include <mutex>
 
 #include "net/cluster.h"
 
@@ -43,6 +46,78 @@ Status ParseSecret(const std::string& where, std::string hex, std::string* out) 
   return Status::Ok();
 }
 
+// The longest secret file read: 64 hex digits and a line end, with room for a CR or blanks.
+constexpr size_t kMaxSecretFileBytes = 256;
+
+// Reads the file named by TALLY_JOB_SECRET_FILE, refusing one that another user could have
+// placed or could read. The checks are made on the open file (fstat), not on its name, so
+// that nothing can swap the file between check and read; O_NOFOLLOW refuses a symbolic link,
+// which anyone able to write its directory could point at a file of their choosing, and
+// O_NONBLOCK keeps a FIFO from stalling the open until fstat refuses it.
+Status ReadSecretFile(const std::string& path, std::string* text) {
+  const std::string what = "TALLY_JOB_SECRET_FILE " + path;
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) {
+      return Status::InvalidArgument(what + " is a symbolic link; name the secret's file itself "
+                                     "(a link is refused: it may point anywhere)");
+    }
+    if (err == ENOENT) return Status::NotFound(what + ": no such file");
+    return Status::IoError(what + ": cannot open: " + std::strerror(err));
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Status::IoError(what + ": fstat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + " is not a regular file");
+  if (st.st_uid != geteuid()) {
+    return Status::InvalidArgument(what + " is owned by uid " + std::to_string(st.st_uid) + ", not by this " +
+                                   "process's user (uid " + std::to_string(geteuid()) + ")");
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument(what + " has mode " + mode +
+                                   ": its group or other users may use it (chmod 600 it)");
+  }
+  char buf[kMaxSecretFileBytes + 1];
+  size_t got = 0;
+  while (got < sizeof(buf)) {
+    const ssize_t n = read(fd, buf + got, sizeof(buf) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoError(what + ": read: " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxSecretFileBytes) {
+    return Status::InvalidArgument(what + " is longer than " + std::to_string(kMaxSecretFileBytes) +
+                                   " bytes; it must hold 64 hex digits (32 random bytes)");
+  }
+  text->assign(buf, got);
+  return Status::Ok();
+}
+
+// The secret this process has taken out of its environment, for its later readers: a
+// Python worker that runs the scheduler and server as threads (tally.bench) reads the job
+// three times, and tally.kv may join more than once.
+std::mutex taken_mu;
+std::string* taken_secret = nullptr;  // GUARDED_BY(taken_mu); set once, never freed
+
+// Removes the secret's variables from the environment once read, so that no program this
+// node starts inherits them, and remembers the secret for later readers in this process.
+// Like every setenv, unsetenv is not safe while another thread reads the environment; nodes
+// read their configuration before they start threads.
+void TakeSecret(const std::string& secret) {
+  unsetenv("TALLY_JOB_SECRET");
+  unsetenv("TALLY_JOB_SECRET_FILE");
+  std::lock_guard<std::mutex> lock(taken_mu);
+  if (taken_secret == nullptr) taken_secret = new std::string;
+  *taken_secret = secret;
+}
+
 Status ReadSecret(ClusterConfig* cfg) {
   const std::string plain = Env("TALLY_PLAIN"), inline_secret = Env("TALLY_JOB_SECRET"),
                     file = Env("TALLY_JOB_SECRET_FILE");
@@ -57,26 +132,30 @@ Status ReadSecret(ClusterConfig* cfg) {
   if (!inline_secret.empty() && !file.empty()) {
     return Status::InvalidArgument("both TALLY_JOB_SECRET and TALLY_JOB_SECRET_FILE are set: unset one");
   }
-  if (!inline_secret.empty()) return ParseSecret("TALLY_JOB_SECRET", inline_secret, &cfg->job_secret);
+  if (!inline_secret.empty()) {
+    TALLY_RETURN_IF_ERROR(ParseSecret("TALLY_JOB_SECRET", inline_secret, &cfg->job_secret));
+    TakeSecret(cfg->job_secret);
+    return Status::Ok();
+  }
   if (!file.empty()) {
-    struct stat st;
-    if (stat(file.c_str(), &st) != 0) return Status::NotFound("TALLY_JOB_SECRET_FILE " + file + ": no such file");
-    if ((st.st_mode & 077) != 0) {
-      return Status::InvalidArgument("TALLY_JOB_SECRET_FILE " + file +
-                                     " is readable by other users (chmod 600 it)");
+    std::string text;
+    TALLY_RETURN_IF_ERROR(ReadSecretFile(file, &text));
+    TALLY_RETURN_IF_ERROR(ParseSecret("TALLY_JOB_SECRET_FILE " + file, text, &cfg->job_secret));
+    TakeSecret(cfg->job_secret);
+    return Status::Ok();
+  }
+  if (want_plain) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(taken_mu);
+    if (taken_secret != nullptr) {
+      cfg->job_secret = *taken_secret;
+      return Status::Ok();
     }
-    std::ifstream in(file);
-    std::stringstream text;
-    text << in.rdbuf();
-    return ParseSecret("TALLY_JOB_SECRET_FILE " + file, text.str(), &cfg->job_secret);
   }
-  if (!want_plain) {
-    return Status::InvalidArgument(
-        "no job secret: start the job with tools/launch.py, which makes one, or set TALLY_JOB_SECRET "
-        "(64 hex digits, the same in every process of the job); TALLY_PLAIN=1 runs without "
-        "authentication on a trusted network");
-  }
-  return Status::Ok();
+  return Status::InvalidArgument(
+      "no job secret: start the job with tools/launch.py, which makes one, or set TALLY_JOB_SECRET_FILE "
+      "(a file of mode 600 holding 64 hex digits, the same in every process of the job) or TALLY_JOB_SECRET; "
+      "TALLY_PLAIN=1 runs without authentication on a trusted network");
 }
 
 }  // namespace

@@ -37,6 +37,12 @@ void BindRoles(py::module_& m);
 // Raises tally.TallyError carrying s's message. REQUIRES: !s.ok(), the GIL held.
 [[noreturn]] void ThrowStatus(const Status& s);
 
+// Removes the job's secret variables from os.environ, Python's copy of the environment,
+// once the process has read the job (ClusterConfigFromEnv takes them out of the C
+// environment then): subprocess.Popen(env=dict(os.environ)) would pass them on.
+// REQUIRES: the GIL held.
+void ForgetJobSecret();
+
 // Python objects whose last Tensor view is gone, waiting for the GIL to be released.
 // Thread-safe.
 class ReleaseQueue {

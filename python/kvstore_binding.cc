@@ -108,6 +108,7 @@ PyKVStore::PyKVStore(const std::string& type, int num_devices) : num_devices_(nu
     }
     return KVStore::Create(spec, &kv_);
   });
+  if (IsDistributed(spec.type)) ForgetJobSecret();
 }
 
 std::vector<int> PyKVStore::keys() const {

@@ -52,6 +52,7 @@ class RoleThreads {
     ClusterConfig job;
     Status s = ClusterConfigFromEnv(&job);
     if (!s.ok()) ThrowStatus(s);
+    ForgetJobSecret();
     statuses_.resize(1 + job.num_servers);
     for (int i = 0; i <= job.num_servers; ++i) {
       ClusterConfig cfg = job;
@@ -90,6 +91,11 @@ class RoleThreads {
 };
 
 }  // namespace
+
+void ForgetJobSecret() {
+  py::object environ = py::module_::import("os").attr("environ");
+  for (const char* name : {"TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE"}) environ.attr("pop")(name, py::none());
+}
 
 void BindRoles(py::module_& m) {
   m.def("run_role", &RunRole,

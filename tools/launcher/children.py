@@ -16,6 +16,7 @@ import threading
 import time
 
 from . import commands
+from .job import SECRET_FILE_VAR, SECRET_VAR
 
 # The longest output line a failure message quotes: the line is there to say why, not to
 # flood the terminal with a stack dump.
@@ -91,7 +92,9 @@ class Child:
         return self.proc.host
 
     def start(self):
-        env = dict(os.environ)
+        # A secret in the launcher's own environment is not this job's: the job's is in
+        # self.env (or in ssh's stdin), and a node refuses two.
+        env = {k: v for k, v in os.environ.items() if k not in (SECRET_VAR, SECRET_FILE_VAR)}
         env.update(self.env)
         stdin = subprocess.PIPE if self.stdin_data is not None else subprocess.DEVNULL
         self.popen = subprocess.Popen(self.argv, env=env, stdin=stdin,
@@ -210,6 +213,11 @@ class Child:
     def kill(self, table):
         self.signal_group(signal.SIGKILL, table)
 
+    def delivering(self):
+        """True while a signal sent to the process is still on its way (an ssh or scancel
+        that has not ended): the process cannot have acted on it yet."""
+        return False
+
     def finish(self, timeout):
         """Reaps the process and waits for its output to drain."""
         if self.popen is not None:
@@ -225,12 +233,16 @@ class Child:
 
 
 class RemoteChild(Child):
-    """A process started through ssh; it is stopped by signalling its remote group."""
+    """A process started through ssh; it is stopped by signalling its remote group. Until
+    the remote shell has said which group that is, a signal waits (`pending`): killing the
+    local ssh client instead would leave the remote command running with no one to stop it."""
 
     def __init__(self, proc, argv, env, out_lock, ssh_opts):
         super().__init__(proc, argv, env, out_lock, commands.ssh_stdin(proc))
         self.ssh_opts = ssh_opts
         self.remote_pgid = None
+        self.pending = None  # "TERM" or "KILL", to send once remote_pgid is known
+        self.remote_lock = threading.Lock()
         self.killers = []
 
     def intercept(self, line):
@@ -238,30 +250,48 @@ class RemoteChild(Child):
         if self.remote_pgid is None and text.startswith(commands.REMOTE_PGID_MARK):
             value = text[len(commands.REMOTE_PGID_MARK):]
             if value.isdigit():
-                self.remote_pgid = int(value)
+                with self.remote_lock:
+                    self.remote_pgid = int(value)
+                    if self.pending:
+                        self.send_remote(self.pending)
                 return True
         return False
 
-    def signal_remote(self, signal_name):
-        if self.remote_pgid is None:
-            return False
+    def send_remote(self, signal_name):
+        # REQUIRES: remote_lock held, remote_pgid known.
         argv = commands.remote_kill(self.proc.host, self.remote_pgid, signal_name,
                                     self.ssh_opts, self.proc.ssh_port)
         self.killers.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL,
                                              start_new_session=True))
-        return True
+
+    def signal_remote(self, signal_name):
+        """Sends the signal to the remote group now, or as soon as its id arrives."""
+        with self.remote_lock:
+            if self.remote_pgid is None:
+                self.pending = signal_name
+            else:
+                self.send_remote(signal_name)
 
     def terminate(self, table):
-        if self.poll() is None and not self.signal_remote("TERM"):
+        if self.poll() is None:
+            self.signal_remote("TERM")
+        else:  # what the ssh client left in its group (a ProxyCommand, say)
             self.signal_group(signal.SIGTERM, table)
 
     def kill(self, table):
         # The local ssh client goes once the remote group is gone (Job.stop kills it
         # if that takes too long); killing it first would leave the remote side running.
-        if self.poll() is not None or not self.signal_remote("KILL"):
+        if self.poll() is None:
+            self.signal_remote("KILL")
+        else:
             self.signal_group(signal.SIGKILL, table)
+
+    def delivering(self):
+        with self.remote_lock:
+            waiting = self.pending is not None and self.remote_pgid is None and self.poll() is None
+            return waiting or any(killer.poll() is None for killer in self.killers)
 
     def finish(self, timeout):
         super().finish(timeout)
@@ -322,6 +352,9 @@ class SlurmChild(Child):
     def kill(self, table):
         if not self.cancel("KILL"):
             super().kill(table)
+
+    def delivering(self):
+        return any(cancel.poll() is None for cancel in self.cancels)
 
     def finish(self, timeout):
         super().finish(timeout)

@@ -14,6 +14,7 @@ from .hosts import Host, common_ssh_port, parse_hostfile, refuse_ports, with_def
 from .job import (UsageError, check_restartable, forwarded_env, free_port, parse_env_options,
                   plan_job, set_attempt, set_root_port)
 from .children import Child, RemoteChild, SlurmChild
+from .secret import SecretDir
 from .supervise import run_with_restarts, say
 
 LAUNCHERS = ("local", "ssh", "mpi", "slurm")
@@ -47,6 +48,10 @@ def build_parser():
                              "there (ssh, mpi)")
     parser.add_argument("--ssh-opts", default="", metavar="OPTS",
                         help="extra ssh options, one shell-quoted string (ssh, mpi)")
+    parser.add_argument("--ssh-accept-new-host-keys", action="store_true",
+                        help="accept the key of a host that ssh does not know yet and add it to "
+                             "known_hosts (StrictHostKeyChecking=accept-new); a known host whose "
+                             "key differs is still refused (ssh, mpi)")
     parser.add_argument("--ssh-port", type=int,
                         help="port of the hosts' sshd where the hostfile gives none (ssh, mpi)")
     parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -139,7 +144,8 @@ def plan(args):
     if args.max_restarts:
         check_restartable(command)
     remote_only = {"--sync-dst-dir": args.sync_dst_dir, "--ssh-opts": args.ssh_opts,
-                   "--ssh-port": args.ssh_port}
+                   "--ssh-port": args.ssh_port,
+                   "--ssh-accept-new-host-keys": args.ssh_accept_new_host_keys}
     for option, value in remote_only.items():
         if value and args.launcher not in ("ssh", "mpi"):
             raise UsageError(f"{option} is for --launcher ssh or mpi")
@@ -171,8 +177,15 @@ def plan_server_hosts(args):
     return with_default_port(parse_hostfile(args.server_hostfile, warn=say), args.ssh_port)
 
 
+def ssh_options(args):
+    """The options every ssh of the job gets after BatchMode and the port. Host keys are
+    checked as ssh checks them: a spoofed host would receive the job's secret."""
+    accept_new = ["-o", "StrictHostKeyChecking=accept-new"] if args.ssh_accept_new_host_keys else []
+    return accept_new + shlex.split(args.ssh_opts)
+
+
 def make_child(args, proc, cwd, out_lock):
-    ssh_opts = shlex.split(args.ssh_opts)
+    ssh_opts = ssh_options(args)
     if args.launcher == "local":
         argv, env = commands.local(proc, args.command)
     elif args.launcher == "ssh":
@@ -197,7 +210,7 @@ def log_path(log_dir, proc, attempt):
 
 
 def sync_all(args, hosts, dry_run):
-    ssh_opts = shlex.split(args.ssh_opts)
+    ssh_opts = ssh_options(args)
     # Two lines may name one machine on two ports (containers, say): each is copied to.
     for host, port in dict.fromkeys((host.name, host.port) for host in hosts):
         pack, unpack = commands.sync(host, os.getcwd(), args.sync_dst_dir, ssh_opts, port)
@@ -215,6 +228,12 @@ def sync_all(args, hosts, dry_run):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    with SecretDir() as secret_dir:
+        return run(parser, args, secret_dir)
+
+
+def run(parser, args, secret_dir):
+    """Plans the job and runs it (or prints it); the launcher's exit status."""
     try:
         procs, cwd, hosts = plan(args)
         out_lock = threading.Lock()
@@ -225,14 +244,19 @@ def main(argv=None):
                 raise UsageError(f"--log-dir {args.log_dir}: {e.strerror}")
 
         def make_children(attempt):
-            job_secret = secrets.token_hex(32)
+            job_secret = None if args.plain else secrets.token_hex(32)
             # The last attempt's scheduler port may linger in TIME_WAIT or be taken by now.
             if attempt and args.port is None:
                 set_root_port(procs, free_port())
             set_attempt(procs, attempt)
             # A fresh secret each attempt: a process left over from the last one cannot join.
+            # Local processes find it in a file of mode 600 (the last attempt's is removed).
+            secret_file = None
+            if job_secret and args.launcher == "local":
+                secret_file = (commands.DRY_RUN_SECRET_FILE if args.dry_run
+                               else secret_dir.write(attempt, job_secret))
             for proc in procs:
-                proc.secret = None if args.plain else job_secret
+                proc.secret, proc.secret_file = job_secret, secret_file
                 if args.plain:
                     proc.env["TALLY_PLAIN"] = "1"
             children = [make_child(args, proc, cwd, out_lock) for proc in procs]
@@ -241,7 +265,11 @@ def main(argv=None):
                     child.log_path = log_path(args.log_dir, child.proc, attempt)
             return children
 
-        children = make_children(0)
+        try:
+            children = make_children(0)
+        except OSError as e:  # the secret's file could not be written
+            say(f"error: the job's secret file: {e}")
+            return 1
         if args.dry_run:
             if args.sync_dst_dir:
                 sync_all(args, hosts, dry_run=True)

@@ -6,12 +6,15 @@ variables to add to the launcher's own environment when running it.
 
 import shlex
 
-from .job import CREDENTIAL_VARS, SECRET_VAR, UsageError
+from .job import CREDENTIAL_VARS, SECRET_FILE_VAR, SECRET_VAR, UsageError
 
 # The first line a remote process prints on stderr: the id of its process group on the
 # remote host. sshd starts the remote shell as a session leader, so $$ is that group's
 # id and everything the command starts belongs to it; a second ssh kills the group.
 REMOTE_PGID_MARK = "TALLY_REMOTE_PGID="
+
+# How --dry-run shows the local launcher's secret file, which it does not write.
+DRY_RUN_SECRET_FILE = "<secret file>"
 
 
 def quote_env(env):
@@ -41,28 +44,56 @@ def split_env(proc):
 
 
 def local(proc, command):
-    return list(command), {**proc.env, **secret_env(proc)}
+    """The process inherits the launcher's environment (less any secret of its own: see
+    children.Child) plus the job's variables, and the path of the secret's file."""
+    env = dict(proc.env)
+    if proc.secret:
+        env[SECRET_FILE_VAR] = proc.secret_file
+    return list(command), env
 
 
 def ssh_base(ssh_opts, ssh_port):
-    base = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+    """ssh with the client's own host-key checking: a host whose key is not in known_hosts,
+    or differs from it, is refused before anything (the secret above all) is sent.
+    --ssh-accept-new-host-keys adds StrictHostKeyChecking=accept-new to ssh_opts."""
+    base = ["ssh", "-o", "BatchMode=yes"]
     if ssh_port:
         base += ["-p", str(ssh_port)]
     return base + list(ssh_opts)
 
 
+# The remote shell's first steps when the job has a secret: a private directory (mktemp -d
+# makes it mode 700), the secret's line from ssh's stdin into a file of mode 600 there, and
+# the directory removed when the shell ends. The shell waits for the command rather than
+# exec it, so that it is there to remove the file: `trap :` lets it outlive the SIGTERM,
+# SIGINT or SIGHUP that stops the command's group (the command itself gets the signal as
+# usual, since a caught signal is reset by exec) and end with the command's status. After a
+# SIGKILL the file stays behind, readable by the user alone, holding a secret that dies
+# with its job.
+REMOTE_SECRET_FILE = (
+    'd=$(mktemp -d "${TMPDIR:-/tmp}/tally-job.XXXXXXXXXX") || exit 125; '
+    "trap 'rm -rf \"$d\"' EXIT; trap : HUP INT TERM; "
+    f"IFS= read -r {SECRET_VAR} && "
+    f"(umask 077 && printf '%s\\n' \"${SECRET_VAR}\" >\"$d/secret\") && "
+    f"unset {SECRET_VAR} && ")
+
+
 def ssh(proc, command, cwd, ssh_opts):
     """ssh to proc's host, on its port. The remote shell reads the job's secret and the
     credentials from its stdin, one line each (see ssh_stdin), so that they are on no
-    command line."""
+    command line; the secret goes on into a file (REMOTE_SECRET_FILE) that the command
+    finds in TALLY_JOB_SECRET_FILE."""
     public, secret = split_env(proc)
     for name, value in secret.items():
         if "\n" in value:
             raise UsageError(f"{name} holds a newline; over ssh it travels as one line of "
                              f"ssh's stdin")
-    reads = "".join(f"IFS= read -r {name} && export {name} && " for name in secret)
-    remote = (f"{reads}echo {REMOTE_PGID_MARK}$$ >&2; cd {shlex.quote(cwd)} && exec env "
-              + " ".join(shlex.quote(item) for item in quote_env(public)) + " "
+    prelude = REMOTE_SECRET_FILE if SECRET_VAR in secret else "trap : HUP INT TERM; "
+    prelude += "".join(f"IFS= read -r {name} && export {name} && "
+                       for name in secret if name != SECRET_VAR)
+    secret_file = f'{SECRET_FILE_VAR}="$d/secret" ' if SECRET_VAR in secret else ""
+    remote = (f"{prelude}echo {REMOTE_PGID_MARK}$$ >&2 && cd {shlex.quote(cwd)} && env "
+              + secret_file + " ".join(shlex.quote(item) for item in quote_env(public)) + " "
               + shlex.join(command))
     return ssh_base(ssh_opts, proc.ssh_port) + [proc.host, remote], {}
 

@@ -33,9 +33,12 @@ FORWARDED_VARS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "LD_LIBRARY_PATH", "AWS_ACC
 # command line (where each user of the host can read them); `commands` sends them apart.
 CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
-# The variable that carries the job's secret. It never appears on a command line (which
-# every user of the host can read): it travels in the environment, or through ssh's stdin.
+# The variable that carries the job's secret where it must travel in an environment (mpirun's,
+# srun's). It never appears on a command line, which every user of the host can read.
 SECRET_VAR = "TALLY_JOB_SECRET"
+# The variable that names a file of mode 600 holding the secret: how local processes and,
+# through ssh's stdin and a file the remote shell writes, remote ones get it.
+SECRET_FILE_VAR = "TALLY_JOB_SECRET_FILE"
 
 
 class UsageError(Exception):
@@ -51,6 +54,7 @@ class Proc:
     env: dict = field(default_factory=dict)  # the job's variables only, not os.environ
     ssh_port: int = None  # its host's ssh port; None: ssh's default
     secret: str = None  # the job's secret (64 hex digits); None with --plain
+    secret_file: str = None  # local: the file of mode 600 that holds it (secret.SecretDir)
 
     @property
     def name(self):

@@ -19,6 +19,9 @@ from .children import process_table
 from .job import SAVED_STOP_STATUS
 
 POLL_SECONDS = 0.05
+# How long the launcher waits, at most, for a SIGKILL on its way to a remote process (an ssh
+# that runs `kill`, an scancel) before it gives up on it and kills the local ssh or srun.
+DELIVERY_BOUND_S = 120
 # How `tally train` exits after a stop on SIGTERM without a checkpoint (docs/checkpoint.md),
 # and the launcher too when the job ends that way. A stop whose checkpoint was saved exits
 # SAVED_STOP_STATUS, and the launcher then 0: nothing was lost, `--resume auto` continues.
@@ -267,8 +270,13 @@ class Job:
                     % (self.grace, ", ".join(c.label for c in left)))
                 for child in left:
                     child.kill(table)
-                deadline = time.monotonic() + self.grace
-                while left and time.monotonic() < deadline:
+                # A SIGKILL ends a process at once, but one sent through ssh or scancel
+                # arrives only when that command has run, which a loaded machine may take
+                # longer than --grace to do: the launcher waits for it (up to
+                # DELIVERY_BOUND_S), rather than leave a remote process running.
+                began = time.monotonic()
+                while left and time.monotonic() - began < DELIVERY_BOUND_S and (
+                        time.monotonic() - began < self.grace or any(c.delivering() for c in left)):
                     time.sleep(POLL_SECONDS)
                     table, left = running()
                 for child in left:

@@ -20,10 +20,13 @@ the most specific entry wins, and with no entry the process exits 0. Actions:
     once:ACTION      ACTION the first time this role and rank runs, exit 0 after that
                      (a restarted job); a file under FAKE_STATE_DIR remembers the runs
 FAKE_PRINT_VARS="A,B" also prints those variables, one `var NAME=VALUE` line each.
+FAKE_SECRET_REPORT=1 prints how the job's secret reached the process (secret_report).
 """
 
+import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -74,6 +77,26 @@ def check_task_ids(role, rank, workers, servers):
             fail(f"{name} is set for the {role}")
 
 
+def secret_report():
+    """One line: `secret file=PATH mode=0600 dir_mode=0700 regular=True mine=True
+    digest=D inline=False`, where D is a digest of the 64 hex digits the file holds (equal
+    in every process of one job; `none` if the file holds something else) and inline says
+    whether TALLY_JOB_SECRET is set; `secret file=None inline=...` without a file."""
+    path = os.environ.get("TALLY_JOB_SECRET_FILE")
+    inline = "TALLY_JOB_SECRET" in os.environ
+    if path is None:
+        return f"secret file=None inline={inline}"
+    st, parent = os.lstat(path), os.lstat(os.path.dirname(path))
+    with open(path) as f:
+        text = f.read().strip()
+    hexdigits = len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12] if hexdigits else "none"
+    mine = st.st_uid == parent.st_uid == os.geteuid()
+    return (f"secret file={path} mode={stat.S_IMODE(st.st_mode):04o} "
+            f"dir_mode={stat.S_IMODE(parent.st_mode):04o} regular={stat.S_ISREG(st.st_mode)} "
+            f"mine={mine} digest={digest} inline={inline}")
+
+
 def action_for(role, rank, plan):
     actions = {}
     for entry in filter(None, plan.split(",")):
@@ -94,6 +117,8 @@ def main():
           flush=True)
     for name in filter(None, os.environ.get("FAKE_PRINT_VARS", "").split(",")):
         print(f"var {name}={os.environ.get(name)}", flush=True)
+    if os.environ.get("FAKE_SECRET_REPORT"):
+        print(secret_report(), flush=True)
     print(f"{role} {rank} on stderr", file=sys.stderr, flush=True)
     action = action_for(role, rank, os.environ.get("FAKE_ROLE_PLAN", ""))
     if action.startswith("once:"):

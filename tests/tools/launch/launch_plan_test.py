@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 LAUNCH = os.path.join(ROOT, "tools", "launch.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from launcher import hosts, job  # noqa: E402
+from launcher import commands, hosts, job  # noqa: E402
 
 
 class HostfileCase(unittest.TestCase):
@@ -163,14 +163,15 @@ class DryRunTest(HostfileCase):
         self.assertEqual(len(lines), 4)
         for argv, host, role in zip(lines, ["h1", "h1", "h1", "h2"],
                                     ["scheduler", "server", "worker", "worker"]):
-            self.assertEqual(argv[:9], ["ssh", "-o", "BatchMode=yes", "-o",
-                                        "StrictHostKeyChecking=no", "-p", "2222", host, argv[8]])
-            remote = argv[8]
-            # The secret comes through ssh's stdin, never on a command line.
-            self.assertTrue(remote.startswith("IFS= read -r TALLY_JOB_SECRET && export TALLY_JOB_SECRET && "),
-                            remote)
+            # ssh checks the host's key itself: no StrictHostKeyChecking option.
+            self.assertEqual(argv[:7], ["ssh", "-o", "BatchMode=yes", "-p", "2222", host, argv[6]])
+            remote = argv[6]
+            # The secret comes through ssh's stdin, never on a command line, and goes on
+            # into a file of mode 600 that the command finds in TALLY_JOB_SECRET_FILE.
+            self.assertTrue(remote.startswith(commands.REMOTE_SECRET_FILE), remote)
             self.assertNotIn("TALLY_JOB_SECRET=", remote)
-            self.assertIn(f"cd {shlex.quote(os.getcwd())} && exec env DMLC_ROLE={role} ", remote)
+            self.assertIn(f"cd {shlex.quote(os.getcwd())} && env TALLY_JOB_SECRET_FILE=\"$d/secret\" "
+                          f"DMLC_ROLE={role} ", remote)
             self.assertIn("DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=9091 ", remote)
             self.assertIn(f"DMLC_NODE_HOST={host} ", remote)
             self.assertIn(" DMLC_NUM_ATTEMPT=0 DMLC_JOB_CLUSTER=ssh ", remote)
@@ -205,7 +206,7 @@ class DryRunTest(HostfileCase):
         for extra, h2_port in (([], []), (["--ssh-port", "2222"], ["-p", "2222"])):
             with self.subTest(extra=extra):
                 lines = self.dry_run("ssh", text, "-n", "3", "-s", "1", *extra)
-                hosts_and_ports = [argv[5:argv.index(argv[-1])] for argv in lines]
+                hosts_and_ports = [argv[3:argv.index(argv[-1])] for argv in lines]
                 h1 = ["-p", "2201", "h1"]
                 self.assertEqual(hosts_and_ports, [h1, h1, h1, h2_port + ["h2"], h2_port + ["h2"]])
 
@@ -219,7 +220,7 @@ class DryRunTest(HostfileCase):
         for argv in lines:
             remote = argv[-1]
             self.assertTrue(remote.startswith(
-                "IFS= read -r TALLY_JOB_SECRET && export TALLY_JOB_SECRET && "
+                commands.REMOTE_SECRET_FILE +
                 "IFS= read -r AWS_ACCESS_KEY_ID && export AWS_ACCESS_KEY_ID && "
                 "IFS= read -r AWS_SECRET_ACCESS_KEY && export AWS_SECRET_ACCESS_KEY && echo "),
                 remote)
@@ -298,7 +299,7 @@ class DryRunTest(HostfileCase):
                       f"`n2 slots=N`", err)
 
     def test_mpi_takes_one_ssh_port_for_every_host(self):
-        agent = "-o BatchMode=yes -o StrictHostKeyChecking=no -p 2201"
+        agent = "-o BatchMode=yes -p 2201"
         for text, extra in (("m1:2201\nm2:2201 slots=2\n", []),
                             ("m1:2201\nm2\n", ["--ssh-port", "2201"]),
                             ("m1\nm2\n", ["--ssh-port", "2201"])):
@@ -334,6 +335,32 @@ class DryRunTest(HostfileCase):
             self.assertEqual(argv[0], "mpirun")
             self.assertNotIn("TALLY_JOB_SECRET", argv)
             self.assertEqual(argv[argv.index("TALLY_PLAIN=1") - 1], "-x")
+
+    def test_host_keys_are_checked_unless_new_ones_are_accepted(self):
+        # A spoofed host would receive the job's secret: ssh checks every host's key.
+        accept_new = ["-o", "StrictHostKeyChecking=accept-new"]
+        for extra in ([], ["--ssh-accept-new-host-keys"]):
+            for launcher in ("ssh", "mpi"):
+                with self.subTest(launcher=launcher, extra=extra):
+                    lines = self.dry_run(launcher, "h1:2201\n", "-n", "1", "--sync-dst-dir", "/d", *extra)
+                    text = "\n".join(shlex.join(argv) for argv in lines)
+                    self.assertNotIn("StrictHostKeyChecking=no", text)
+                    self.assertEqual("StrictHostKeyChecking=accept-new" in text, bool(extra), text)
+                    if extra and launcher == "ssh":
+                        for argv in lines:  # the copy's ssh, then each process's
+                            ssh = argv[argv.index("ssh"):]
+                            self.assertEqual(ssh[5:7], accept_new, argv)
+        result = subprocess.run([sys.executable, LAUNCH, "--dry-run", "-n", "1", "--ssh-accept-new-host-keys",
+                                 "train"], capture_output=True, text=True, timeout=20)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--ssh-accept-new-host-keys is for --launcher ssh or mpi", result.stderr)
+
+    def test_local_processes_get_the_secret_in_a_file(self):
+        result = subprocess.run([sys.executable, LAUNCH, "--dry-run", "-n", "1", "train"],
+                                capture_output=True, text=True, timeout=20)
+        for argv in map(shlex.split, result.stdout.splitlines()):
+            self.assertIn(f"TALLY_JOB_SECRET_FILE={commands.DRY_RUN_SECRET_FILE}", argv)
+            self.assertFalse([item for item in argv if item.startswith("TALLY_JOB_SECRET=")], argv)
 
     def test_secret_cannot_be_overridden(self):
         argv = [sys.executable, LAUNCH, "--dry-run", "-n", "1", "--env", "TALLY_JOB_SECRET:00",

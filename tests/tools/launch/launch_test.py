@@ -1,166 +1,22 @@
-"""Tests of tools/launch.py: real jobs of fake_role.py under each launcher.
-
-Every job's processes carry FAKE_JOB_TAG=<unique id> in their environment, so a test
-can list, by reading /proc, every process of its job still alive after the launcher has
-returned; there must be none. ssh runs against an sshd this file starts on a free port
-of 127.0.0.1, mpi against Debian's OpenMPI; slurm by its command lines here (launch_plan_test.py)
-and on a real cluster in tests/slurm/slurm_launch_test.py.
+"""Tests of tools/launch.py: real jobs of fake_role.py under each launcher, each checked to
+leave no process behind (launch_case.LaunchCase). ssh runs against an sshd this file starts
+on a free port of 127.0.0.1, mpi against Debian's OpenMPI; slurm by its command lines here
+(launch_plan_test.py) and on a real cluster in tests/slurm/slurm_launch_test.py.
 """
 
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
-import uuid
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-LAUNCH = os.path.join(ROOT, "tools", "launch.py")
-FAKE = os.path.join(HERE, "fake_role.py")
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-from launcher import job  # noqa: E402
+from launch_case import FAKE, ROLE_LINE, TASK_IDS_3_2, LaunchCase, cmdline
+from launcher import job  # tools/ is on the path: launch_case puts it there
 from local_sshd import LocalSshd  # noqa: E402
 # ctest runs every class as launch_test.<Class>.
 from launch_plan_test import DryRunTest, HostfileTest  # noqa: E402,F401
-
-ROLE_LINE = re.compile(r"^\[(scheduler|server \d+|worker \d+)\] role=(\w+) rank=(\d+) "
-                       r"root=(\S+) workers=(\d+) servers=(\d+) host=(\S+) cwd=(\S+) "
-                       r"task=(\d+) attempt=(\d+) cluster=(\w+)$")
-
-# dmlc-tracker's DMLC_TASK_ID for -n 3 -s 2: workers first, then servers; the scheduler last.
-TASK_IDS_3_2 = {"worker 0": "0", "worker 1": "1", "worker 2": "2", "server 0": "3",
-                "server 1": "4", "scheduler": "5"}
-
-
-def tagged_pids(tag):
-    """Live processes on this machine whose environment holds FAKE_JOB_TAG=tag."""
-    needle = f"FAKE_JOB_TAG={tag}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in environ and state != b"Z":
-            found.append(int(entry))
-    return found
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "?"
-
-
-class LaunchCase(unittest.TestCase):
-    """Starts launch.py on fake_role.py and checks that it leaves nothing behind."""
-
-    launcher_args = []
-
-    def setUp(self):
-        self.tag = uuid.uuid4().hex
-        self.addCleanup(self.kill_leftovers)
-
-    def kill_leftovers(self):
-        for pid in tagged_pids(self.tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def start(self, args, plan="", env=None, command=None, cwd=None):
-        environ = dict(os.environ, FAKE_JOB_TAG=self.tag, FAKE_ROLE_PLAN=plan)
-        environ.update(env or {})
-        argv = ([sys.executable, LAUNCH] + self.launcher_args + args
-                + ["--env", "FAKE_JOB_TAG", "--env", "FAKE_ROLE_PLAN"]
-                + (command or [sys.executable, FAKE]))
-        return subprocess.Popen(argv, env=environ, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def launch(self, args, plan="", timeout=25, **kwargs):
-        began = time.monotonic()
-        launcher = self.start(args, plan, **kwargs)
-        try:
-            out, err = launcher.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            launcher.kill()
-            out, err = launcher.communicate()
-            self.fail(f"launch.py still running after {timeout} s\n{out}\n{err}")
-        return launcher.returncode, out, err, time.monotonic() - began
-
-    def assertNothingLeft(self):
-        # The launcher has returned: any process of the job still alive is an orphan.
-        deadline = time.monotonic() + 1.0
-        while tagged_pids(self.tag) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        left = [f"{pid}: {cmdline(pid)}" for pid in tagged_pids(self.tag)]
-        self.assertEqual(left, [], "processes of the job outlived the launcher")
-
-    def roles(self, out):
-        """{"worker 1": (role, rank, root, workers, servers, host, cwd, task, attempt,
-        cluster)} from the output."""
-        found = {}
-        for line in out.splitlines():
-            match = ROLE_LINE.match(line)
-            if match:
-                found[match.group(1)] = match.groups()[1:]
-        return found
-
-    def interrupt_when_started(self, args, plan, signum, expected_roles, command=None,
-                               env=None, while_running=None):
-        """Starts a job, waits until every role has printed, calls while_running() if
-        given, sends signum to launch.py; returns (status, stderr, seconds it took to
-        stop, stdout)."""
-        launcher = self.start(args, plan, command=command, env=env)
-        lines, started = [], threading.Event()
-
-        def read():
-            for line in launcher.stdout:
-                lines.append(line)
-                if len(self.roles("".join(lines))) == expected_roles:
-                    started.set()
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        self.assertTrue(started.wait(20), "the job did not start:\n" + "".join(lines))
-        time.sleep(0.3)  # let the grandchildren start too
-        if while_running:
-            try:
-                while_running()
-            except BaseException:
-                launcher.kill()
-                raise
-        began = time.monotonic()
-        launcher.send_signal(signum)
-        err = launcher.stderr.read()
-        launcher.wait(20)
-        reader.join(5)
-        launcher.stdout.close()
-        launcher.stderr.close()
-        return launcher.returncode, err, time.monotonic() - began, "".join(lines)
-
-    def check_failing_worker(self, host, launcher_kills=True):
-        rc, out, err, _ = self.launch(["-n", "3", "-s", "2", "--grace", "1"],
-                                      "worker1=exit3:1,server1=ignoreterm,*=grandchild")
-        self.assertEqual(rc, 3, err)
-        self.assertIn(f"launch.py: worker 1 on {host} exited with status 3; stopping the job",
-                      err)
-        if launcher_kills:
-            self.assertRegex(err, r"still running after 1 s, killing: .*server 1 on ")
-        self.assertNothingLeft()
 
 
 class LocalLauncherTest(LaunchCase):
@@ -304,6 +160,19 @@ class LocalLauncherTest(LaunchCase):
                 self.assertIn(f"[{name}] var {var}={value}\n", out)
         self.assertNothingLeft()
 
+    def test_the_secret_is_in_a_private_file_and_in_no_environment(self):
+        # A secret in the launching environment is not the job's: no process inherits it.
+        rc, out, err, _ = self.launch(["-n", "2", "-s", "1"], "worker=exit0,*=exit0:1",
+                                      env={"FAKE_SECRET_REPORT": "1", "TALLY_JOB_SECRET": "f" * 64,
+                                           "TALLY_JOB_SECRET_FILE": "/elsewhere"})
+        self.assertEqual(rc, 0, err)
+        files = self.assertPrivateSecretFiles(self.secret_reports(out), 4, one_file=True)
+        self.assertRemoved(files)
+        rc, out, err, _ = self.launch(["-n", "1", "-s", "1", "--plain"], env={"FAKE_SECRET_REPORT": "1"})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual({r["file"] for r in self.secret_reports(out).values()}, {"None"}, out)
+        self.assertNothingLeft()
+
     def test_bad_command_lines_are_refused(self):
         for args, message in ((["-n", "1", "--bogus"], "unrecognized arguments: --bogus"),
                               (["-n", "0"], "-n must be at least 1"),
@@ -361,6 +230,24 @@ class RestartTest(LaunchCase):
         ports = [root for name, root in starts if name == "scheduler"]
         self.assertNotEqual(ports[0], ports[1], "the restart reused the scheduler's port")
         self.assertEqual({root for _, root in starts}, set(ports))
+        self.assertNothingLeft()
+
+    def test_each_attempt_has_a_secret_of_its_own(self):
+        rc, out, err, _ = self.launch(["-n", "1", "-s", "1", "--max-restarts", "1"],
+                                      "worker0=once:exit3:1,*=once:sleep",
+                                      env=dict(self.env, FAKE_SECRET_REPORT="1"),
+                                      command=[sys.executable, FAKE] + self.RESUMABLE)
+        self.assertEqual(rc, 0, err)
+        # Attempt 0's processes have all ended (and printed) before attempt 1's start.
+        lines = [line for line in out.splitlines() if "] secret file=" in line]
+        self.assertEqual(len(lines), 6, out)
+        attempts = [self.secret_reports("\n".join(lines[:3])), self.secret_reports("\n".join(lines[3:]))]
+        files = set()
+        for reports in attempts:
+            files |= self.assertPrivateSecretFiles(reports, 3, one_file=True)
+        self.assertEqual(len(files), 2, "one file for each attempt")
+        self.assertNotEqual(attempts[0]["worker 0"]["digest"], attempts[1]["worker 0"]["digest"])
+        self.assertRemoved(files)
         self.assertNothingLeft()
 
     def test_a_given_port_is_kept(self):
@@ -550,12 +437,73 @@ class SshLauncherTest(LaunchCase):
         self.assertEqual(rc, 130, err)
         self.assertNothingLeft()
 
+    def test_the_secret_reaches_each_process_in_a_private_file(self):
+        # Each remote shell writes the secret from ssh's stdin to a file of its own and
+        # removes it when the command ends: by itself, or stopped by the launcher.
+        rc, out, err, _ = self.launch(["-n", "2", "-s", "1", "--env", "FAKE_SECRET_REPORT:1"],
+                                      "worker=exit0,*=exit0:1")
+        self.assertEqual(rc, 0, err)
+        files = self.assertPrivateSecretFiles(self.secret_reports(out), 4, one_file=False)
+        self.assertRemoved(files)
+        rc, err, _, out = self.interrupt_when_started(
+            ["-n", "1", "-s", "1", "--env", "FAKE_SECRET_REPORT:1"], "*=sleep", signal.SIGTERM, 3)
+        self.assertEqual(rc, 143, err)
+        files = self.assertPrivateSecretFiles(self.secret_reports(out), 3, one_file=False)
+        self.assertRemoved(files)
+        self.assertNothingLeft()
+
+    def use_known_hosts(self, text, *options):
+        """Runs the next jobs with a known_hosts file holding `text`; returns its path."""
+        path = os.path.join(self.sshd.dir.name, f"known_hosts.{self.tag}")
+        with open(path, "w") as f:
+            f.write(text)
+        self.launcher_args = ["--launcher", "ssh", "-H", self.hostfile, "--ssh-port", str(self.sshd.port),
+                              "--ssh-opts", self.sshd.client_opts(path), *options]
+        return path
+
+    def assertRefusedHost(self):
+        rc, out, err, _ = self.launch(["-n", "2", "-s", "1"], "*=exit0")
+        self.assertEqual(rc, 255, err)
+        self.assertIn("last line: Host key verification failed.", err)
+        self.assertEqual(self.roles(out), {}, "a process ran on a host whose key was not checked")
+        self.assertNothingLeft()
+
+    def test_a_host_that_ssh_does_not_know_is_refused_by_default(self):
+        # A spoofed host is one whose key ssh does not know, or knows otherwise: it gets no
+        # secret, since ssh refuses it before the remote command (and its stdin) starts.
+        self.use_known_hosts("")
+        self.assertRefusedHost()
+
+    def test_accept_new_host_keys_adds_a_new_host_and_refuses_a_changed_one(self):
+        path = self.use_known_hosts("", "--ssh-accept-new-host-keys")
+        rc, out, err, _ = self.launch(["-n", "2", "-s", "1"], "*=exit0")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(self.roles(out)), 4, out)
+        for name in ("127.0.0.1", "localhost"):  # both hosts' keys are known now
+            found = subprocess.run(["ssh-keygen", "-F", f"[{name}]:{self.sshd.port}", "-f", path],
+                                   capture_output=True, text=True)
+            self.assertEqual(found.returncode, 0, f"{name} is not in {path}")
+        # A key other than the one known (the user's key stands for an impostor's) is refused.
+        self.use_known_hosts(self.sshd.known_hosts_lines("user_key.pub"), "--ssh-accept-new-host-keys")
+        self.assertRefusedHost()
+
 
 @unittest.skipUnless(shutil.which("mpirun"), "mpirun is not installed (Debian package openmpi-bin)")
 class MpiLauncherTest(LaunchCase):
     """The mpi launcher with OpenMPI's mpirun on this machine."""
 
     launcher_args = ["--launcher", "mpi"]
+
+    def setUp(self):
+        # mpirun makes its session directory under the temporary directory, named after the
+        # host and the user (/tmp/ompi.HOST.UID): two tests' mpiruns at once (ctest -j2) race
+        # to make it ("mkdir /tmp/ompi.vm.0: File exists"). Each test has a directory of its
+        # own; Open MPI 4 reads orte_tmpdir_base, 5 prte_tmpdir_base.
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory(prefix="tally-mpi-")
+        self.addCleanup(tmp.cleanup)
+        self.launch_env = {"TMPDIR": tmp.name, "OMPI_MCA_orte_tmpdir_base": tmp.name,
+                           "OMPI_MCA_prte_tmpdir_base": tmp.name}
 
     def test_a_job_that_exits_0(self):
         rc, out, err, _ = self.launch(["-n", "2", "-s", "1"], "worker=exit0,*=exit0:1")

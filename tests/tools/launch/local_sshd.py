@@ -1,7 +1,9 @@
 """An sshd on a free port of 127.0.0.1 for the ssh launcher tests.
 
 It runs from a temporary directory with its own host key and accepts one key, made
-here, for the user running the tests; `ssh_opts` are the client options that use it.
+here, for the user running the tests; `ssh_opts` are the client options that use it, with
+a known_hosts file that holds the host key under both names the tests use (127.0.0.1 and
+localhost, on its port), so that ssh checks the host as it would any other.
 """
 
 import os
@@ -19,10 +21,22 @@ class LocalSshd:
         self.process = None
         self.port = None
         self.key = os.path.join(self.dir.name, "user_key")
+        self.known_hosts = os.path.join(self.dir.name, "known_hosts")
+
+    def client_opts(self, known_hosts):
+        """Client options for this sshd with `known_hosts` as the user's known hosts file."""
+        return f"-i {self.key} -o UserKnownHostsFile={known_hosts} -o LogLevel=ERROR"
 
     @property
     def ssh_opts(self):
-        return f"-i {self.key} -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+        return self.client_opts(self.known_hosts)
+
+    def known_hosts_lines(self, key_file="host_key.pub"):
+        """known_hosts lines naming `key_file` (of this directory) the key of 127.0.0.1 and
+        localhost on this sshd's port."""
+        with open(os.path.join(self.dir.name, key_file)) as f:
+            key = " ".join(f.read().split()[:2])
+        return "".join(f"[{name}]:{self.port} {key}\n" for name in ("127.0.0.1", "localhost"))
 
     def start(self):
         """Starts sshd and waits until a login works; returns None or why it failed."""
@@ -37,6 +51,8 @@ class LocalSshd:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        with open(self.known_hosts, "w") as f:
+            f.write(self.known_hosts_lines())
         config = os.path.join(d, "sshd_config")
         with open(config, "w") as f:
             f.write(f"Port {self.port}\nListenAddress 127.0.0.1\n"
@@ -55,8 +71,8 @@ class LocalSshd:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 break
-            probe = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-                                    "-p", str(self.port)] + self.ssh_opts.split()
+            probe = subprocess.run(["ssh", "-o", "BatchMode=yes", "-p", str(self.port)]
+                                   + self.ssh_opts.split()
                                    + ["127.0.0.1", "true"], stdin=subprocess.DEVNULL,
                                    capture_output=True, text=True)
             if probe.returncode == 0:
