@@ -17,11 +17,17 @@ else()
 endif()
 
 # Each fuzzer runs for a bounded time from its seeds; any finding fails the test.
-foreach(name message recordio image secure)
+foreach(name message recordio image secure ndarray safetensors checkpoint)
   add_test(NAME fuzz.${name}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/run_fuzzer.sh ${CMAKE_BINARY_DIR}/fuzz ${name} 20)
   set_tests_properties(fuzz.${name} PROPERTIES LABELS "quick;fuzz" TIMEOUT 120)
 endforeach()
+
+# The file readers' tests under AddressSanitizer and UndefinedBehaviorSanitizer, built with the
+# fuzzers (tests/fuzz/CMakeLists.txt): any report, a leak included, fails the test.
+add_test(NAME sanitize.FileReaders COMMAND ${CMAKE_BINARY_DIR}/fuzz/file_readers_test)
+set_tests_properties(sanitize.FileReaders PROPERTIES LABELS "quick;fuzz" TIMEOUT 300
+                     ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:halt_on_error=1;UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1")
 
 # A live dist_sync job on loopback, fed 10^5 mutated frames on every node's port while it
 # trains, must finish with the weights of the same job run without them (about 30 s: two

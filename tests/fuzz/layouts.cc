@@ -45,6 +45,16 @@ std::string RecordInput(uint8_t flags, std::string_view idx, std::string_view re
   return out;
 }
 
+std::string CheckpointInput(uint8_t flags, std::string_view params, std::string_view states) {
+  CHECK_LT(params.size(), 1u << 16);
+  std::string out;
+  PutByte(flags, &out);
+  PutLe16(static_cast<uint16_t>(params.size()), &out);
+  out.append(params);
+  out.append(states);
+  return out;
+}
+
 std::string ImageInput(uint8_t options, std::string_view image) {
   std::string out;
   PutByte(options, &out);

@@ -35,6 +35,12 @@ constexpr uint8_t kRecordUseIndex = 1;    // open the .rec with the .idx
 constexpr uint8_t kRecordScanAfterError = 2;  // ReadNext: after an error, find the next record
 std::string RecordInput(uint8_t flags, std::string_view idx, std::string_view rec);
 
+// ndarray_fuzzer and safetensors_fuzzer: the file's bytes as they are (no layout).
+
+// checkpoint_fuzzer: the flags byte, the .params (length-prefixed), then the .states.
+constexpr uint8_t kCheckpointStatesAsPrev = 1;  // the .states bytes are .states.prev; no .states
+std::string CheckpointInput(uint8_t flags, std::string_view params, std::string_view states);
+
 // image_fuzzer: the options byte, then the encoded image.
 //   bits 0-2: min_width = min_height = 8 * (bits 0-2), 0 meaning no scaling
 //   bit 3: power_of_two_scales_only

@@ -1,9 +1,10 @@
 // Writes the fuzzers' seed corpora, made by code rather than kept as binary files:
-//   make_seeds DIR   ->  DIR/message/*, DIR/recordio/*, DIR/image/*
+//   make_seeds DIR   ->  DIR/message/*, DIR/recordio/*, DIR/image/*, DIR/secure/*, and the
+//                        file formats' DIR/ndarray/*, DIR/safetensors/*, DIR/checkpoint/*
 // Each seed is one input in its harness's layout (layouts.h, docs/fuzzing.md): small valid
 // message sequences of a dist_sync or dist_async job, including ones the server must refuse,
 // RecordIO files with their .idx, and JPEG and PNG images of every colour type the decoders
-// handle. Deterministic: the same files on every run.
+// handle. Deterministic: the same files on every run (file_seeds.cc: but for checkpoint ids).
 #include <png.h>
 #include <turbojpeg.h>
 
@@ -19,6 +20,7 @@
 #include "data/image_codec.h"
 #include "data/recordio.h"
 #include "net/secure_session.h"
+#include "tests/fuzz/file_seeds.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/layouts.h"
 
@@ -443,5 +445,6 @@ int main(int argc, char** argv) {
   tally::fuzz::WriteRecordSeeds(dir / "recordio");
   tally::fuzz::WriteImageSeeds(dir / "image");
   tally::fuzz::WriteSecureSeeds(dir / "secure");
+  tally::fuzz::WriteFileSeeds(dir);
   return 0;
 }

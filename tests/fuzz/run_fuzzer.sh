@@ -5,8 +5,9 @@
 #
 #   tests/fuzz/run_fuzzer.sh FUZZ_BUILD_DIR NAME SECONDS [more libFuzzer flags]
 #
-# NAME is message, recordio, image or secure. The seeds (FUZZ_BUILD_DIR/seeds/NAME) are only read;
-# what the run adds to the corpus goes to a scratch directory, removed afterwards. A finding
+# NAME is message, recordio, image, secure, ndarray, safetensors or checkpoint. The seeds
+# (FUZZ_BUILD_DIR/seeds/NAME) are only read; what the run adds to the corpus goes to a
+# scratch directory, removed afterwards. A finding
 # is kept as FUZZ_BUILD_DIR/findings/NAME-crash-<sha1> (or leak-, timeout-, oom-); rerun
 # it with `FUZZ_BUILD_DIR/NAME_fuzzer FILE`.
 set -euo pipefail
