@@ -241,6 +241,7 @@ class RemoteChild(Child):
         super().__init__(proc, argv, env, out_lock, commands.ssh_stdin(proc))
         self.ssh_opts = ssh_opts
         self.remote_pgid = None
+        self.secret_dir = None  # the remote directory of the secret's file, if any
         self.pending = None  # "TERM" or "KILL", to send once remote_pgid is known
         self.remote_lock = threading.Lock()
         self.killers = []
@@ -248,10 +249,11 @@ class RemoteChild(Child):
     def intercept(self, line):
         text = line.decode(errors="replace").strip()
         if self.remote_pgid is None and text.startswith(commands.REMOTE_PGID_MARK):
-            value = text[len(commands.REMOTE_PGID_MARK):]
+            value, _, secret_dir = text[len(commands.REMOTE_PGID_MARK):].partition(" ")
             if value.isdigit():
                 with self.remote_lock:
                     self.remote_pgid = int(value)
+                    self.secret_dir = secret_dir or None
                     if self.pending:
                         self.send_remote(self.pending)
                 return True
@@ -260,7 +262,7 @@ class RemoteChild(Child):
     def send_remote(self, signal_name):
         # REQUIRES: remote_lock held, remote_pgid known.
         argv = commands.remote_kill(self.proc.host, self.remote_pgid, signal_name,
-                                    self.ssh_opts, self.proc.ssh_port)
+                                    self.ssh_opts, self.proc.ssh_port, self.secret_dir)
         self.killers.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL,

@@ -4,14 +4,19 @@ Every builder returns (argv, env): argv to run on the launching machine and the
 variables to add to the launcher's own environment when running it.
 """
 
+import re
 import shlex
 
 from .job import CREDENTIAL_VARS, SECRET_FILE_VAR, SECRET_VAR, UsageError
 
 # The first line a remote process prints on stderr: the id of its process group on the
-# remote host. sshd starts the remote shell as a session leader, so $$ is that group's
-# id and everything the command starts belongs to it; a second ssh kills the group.
+# remote host, then the directory of the secret's file when there is one. sshd starts the
+# remote shell as a session leader, so $$ is that group's id and everything the command
+# starts belongs to it; a second ssh kills the group (and, with SIGKILL, which leaves the
+# shell no time to, removes the directory).
 REMOTE_PGID_MARK = "TALLY_REMOTE_PGID="
+# What the directory's name must look like for that ssh to remove it (REMOTE_SECRET_FILE).
+REMOTE_SECRET_DIR = re.compile(r"^/[A-Za-z0-9._/-]*/tally-job\.[A-Za-z0-9]{10}$")
 
 # How --dry-run shows the local launcher's secret file, which it does not write.
 DRY_RUN_SECRET_FILE = "<secret file>"
@@ -67,8 +72,9 @@ def ssh_base(ssh_opts, ssh_port):
 # the directory removed when the shell ends. The shell waits for the command rather than
 # exec it, so that it is there to remove the file: `trap :` lets it outlive the SIGTERM,
 # SIGINT or SIGHUP that stops the command's group (the command itself gets the signal as
-# usual, since a caught signal is reset by exec) and end with the command's status. After a
-# SIGKILL the file stays behind, readable by the user alone, holding a secret that dies
+# usual, since a caught signal is reset by exec) and end with the command's status. A
+# SIGKILL from the launcher comes with the directory's removal (remote_kill); after a lost
+# connection the file stays behind, readable by the user alone, holding a secret that dies
 # with its job.
 REMOTE_SECRET_FILE = (
     'd=$(mktemp -d "${TMPDIR:-/tmp}/tally-job.XXXXXXXXXX") || exit 125; '
@@ -92,7 +98,8 @@ def ssh(proc, command, cwd, ssh_opts):
     prelude += "".join(f"IFS= read -r {name} && export {name} && "
                        for name in secret if name != SECRET_VAR)
     secret_file = f'{SECRET_FILE_VAR}="$d/secret" ' if SECRET_VAR in secret else ""
-    remote = (f"{prelude}echo {REMOTE_PGID_MARK}$$ >&2 && cd {shlex.quote(cwd)} && env "
+    secret_dir = ' "$d"' if SECRET_VAR in secret else ""
+    remote = (f"{prelude}echo {REMOTE_PGID_MARK}$${secret_dir} >&2 && cd {shlex.quote(cwd)} && env "
               + secret_file + " ".join(shlex.quote(item) for item in quote_env(public)) + " "
               + shlex.join(command))
     return ssh_base(ssh_opts, proc.ssh_port) + [proc.host, remote], {}
@@ -105,8 +112,14 @@ def ssh_stdin(proc):
     return "".join(value + "\n" for value in secret.values()).encode() or None
 
 
-def remote_kill(host, pgid, signal_name, ssh_opts, ssh_port):
-    return ssh_base(ssh_opts, ssh_port) + [host, f"kill -s {signal_name} -- -{int(pgid)}"]
+def remote_kill(host, pgid, signal_name, ssh_opts, ssh_port, secret_dir=None):
+    """ssh that signals the remote group; with SIGKILL, which the remote shell cannot
+    outlive to clean up, it also removes the secret's directory (checked to be one that
+    REMOTE_SECRET_FILE makes)."""
+    command = f"kill -s {signal_name} -- -{int(pgid)}"
+    if signal_name == "KILL" and secret_dir and REMOTE_SECRET_DIR.match(secret_dir):
+        command += f"; rm -rf -- {shlex.quote(secret_dir)}"
+    return ssh_base(ssh_opts, ssh_port) + [host, command]
 
 
 def sync(host, src, dst, ssh_opts, ssh_port):

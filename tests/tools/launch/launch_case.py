@@ -28,6 +28,10 @@ ROLE_LINE = re.compile(r"^\[(scheduler|server \d+|worker \d+)\] role=(\w+) rank=
 
 # How long a process of an ended job may take to finish exiting (assertNothingLeft).
 LEFTOVER_BOUND_S = 10
+# How long a job of these tests may take: seconds here, but a stop over ssh on a loaded
+# machine waits for each ssh that carries a signal (tools/launcher/supervise.py). Only a
+# hung launcher comes near it.
+JOB_BOUND_S = 120
 
 # dmlc-tracker's DMLC_TASK_ID for -n 3 -s 2: workers first, then servers; the scheduler last.
 TASK_IDS_3_2 = {"worker 0": "0", "worker 1": "1", "worker 2": "2", "server 0": "3",
@@ -87,7 +91,7 @@ class LaunchCase(unittest.TestCase):
         return subprocess.Popen(argv, env=environ, cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def launch(self, args, plan="", timeout=25, **kwargs):
+    def launch(self, args, plan="", timeout=JOB_BOUND_S, **kwargs):
         began = time.monotonic()
         launcher = self.start(args, plan, **kwargs)
         try:
@@ -165,7 +169,7 @@ class LaunchCase(unittest.TestCase):
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        self.assertTrue(started.wait(20), "the job did not start:\n" + "".join(lines))
+        self.assertTrue(started.wait(JOB_BOUND_S), "the job did not start:\n" + "".join(lines))
         time.sleep(0.3)  # let the grandchildren start too
         if while_running:
             try:
@@ -176,7 +180,7 @@ class LaunchCase(unittest.TestCase):
         began = time.monotonic()
         launcher.send_signal(signum)
         err = launcher.stderr.read()
-        launcher.wait(20)
+        launcher.wait(JOB_BOUND_S)
         reader.join(5)
         launcher.stdout.close()
         launcher.stderr.close()

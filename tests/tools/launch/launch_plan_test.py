@@ -355,6 +355,16 @@ class DryRunTest(HostfileCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("--ssh-accept-new-host-keys is for --launcher ssh or mpi", result.stderr)
 
+    def test_a_remote_sigkill_removes_the_secret_directory_the_shell_reported(self):
+        made = "/scratch/u/tally-job.Ab3dEf9hIj"  # as REMOTE_SECRET_FILE's mktemp names it
+        self.assertEqual(commands.remote_kill("h", 12, "KILL", [], 2201, made)[-2:],
+                         ["h", f"kill -s KILL -- -12; rm -rf -- {made}"])
+        for signal_name, path in (("TERM", made), ("KILL", None), ("KILL", "/home/u"),
+                                  ("KILL", "/tmp/tally-job.x; rm -rf ~")):
+            with self.subTest(signal=signal_name, path=path):
+                self.assertEqual(commands.remote_kill("h", 12, signal_name, [], None, path)[-1],
+                                 f"kill -s {signal_name} -- -12")
+
     def test_local_processes_get_the_secret_in_a_file(self):
         result = subprocess.run([sys.executable, LAUNCH, "--dry-run", "-n", "1", "train"],
                                 capture_output=True, text=True, timeout=20)

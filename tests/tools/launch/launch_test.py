@@ -12,7 +12,7 @@ import sys
 import tempfile
 import unittest
 
-from launch_case import FAKE, ROLE_LINE, TASK_IDS_3_2, LaunchCase, cmdline
+from launch_case import FAKE, JOB_BOUND_S, ROLE_LINE, TASK_IDS_3_2, LaunchCase, cmdline
 from launcher import job  # tools/ is on the path: launch_case puts it there
 from local_sshd import LocalSshd  # noqa: E402
 # ctest runs every class as launch_test.<Class>.
@@ -201,7 +201,7 @@ class RestartTest(LaunchCase):
         self.addCleanup(state.cleanup)
         self.env = {"FAKE_STATE_DIR": state.name}
 
-    def launch_resumable(self, args, plan, timeout=25):
+    def launch_resumable(self, args, plan, timeout=JOB_BOUND_S):
         return self.launch(args, plan, timeout=timeout, env=self.env,
                            command=[sys.executable, FAKE] + self.RESUMABLE)
 
@@ -367,6 +367,14 @@ class SshLauncherTest(LaunchCase):
     def tearDownClass(cls):
         cls.sshd.stop()
 
+    def tearDown(self):
+        # Every remote shell's secret file is gone with its job: removed by the shell when
+        # the command ended, or by the launcher's ssh that sent the SIGKILL.
+        left = os.listdir(self.sshd.remote_tmp)
+        for name in left:
+            shutil.rmtree(os.path.join(self.sshd.remote_tmp, name), ignore_errors=True)
+        self.assertEqual(left, [], "secret files outlived the job")
+
     def check_synced_job(self):
         """Runs a job of -n 3 -s 2 with --sync-dst-dir and checks where each role ran."""
         with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as dst:
@@ -444,6 +452,7 @@ class SshLauncherTest(LaunchCase):
                                       "worker=exit0,*=exit0:1")
         self.assertEqual(rc, 0, err)
         files = self.assertPrivateSecretFiles(self.secret_reports(out), 4, one_file=False)
+        self.assertEqual({os.path.dirname(os.path.dirname(f)) for f in files}, {self.sshd.remote_tmp})
         self.assertRemoved(files)
         rc, err, _, out = self.interrupt_when_started(
             ["-n", "1", "-s", "1", "--env", "FAKE_SECRET_REPORT:1"], "*=sleep", signal.SIGTERM, 3)

@@ -3,7 +3,8 @@
 It runs from a temporary directory with its own host key and accepts one key, made
 here, for the user running the tests; `ssh_opts` are the client options that use it, with
 a known_hosts file that holds the host key under both names the tests use (127.0.0.1 and
-localhost, on its port), so that ssh checks the host as it would any other.
+localhost, on its port), so that ssh checks the host as it would any other. Its sessions
+get a TMPDIR of their own (`remote_tmp`), where the remote shells make the secret's files.
 """
 
 import os
@@ -22,6 +23,7 @@ class LocalSshd:
         self.port = None
         self.key = os.path.join(self.dir.name, "user_key")
         self.known_hosts = os.path.join(self.dir.name, "known_hosts")
+        self.remote_tmp = os.path.join(self.dir.name, "remote-tmp")
 
     def client_opts(self, known_hosts):
         """Client options for this sshd with `known_hosts` as the user's known hosts file."""
@@ -60,7 +62,9 @@ class LocalSshd:
                     f"AuthorizedKeysFile {d}/authorized_keys\n"
                     "PermitRootLogin yes\nUsePAM no\nStrictModes no\n"
                     "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                    "MaxStartups 100\nMaxSessions 100\nLogLevel ERROR\n")
+                    "MaxStartups 100\nMaxSessions 100\nLogLevel ERROR\n"
+                    f"SetEnv TMPDIR={self.remote_tmp}\n")
+        os.makedirs(self.remote_tmp)
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation
         log = open(os.path.join(d, "sshd.log"), "w")
