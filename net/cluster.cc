@@ -3,6 +3,7 @@
 // thread that beats to the scheduler and watches that the scheduler still beats back.
 #include "net/cluster.h"
 
+#include "net/command_rules.h"
 #include "profile/trace.h"
 
 #include <unistd.h>
@@ -39,6 +40,8 @@ class Cluster::Impl {
     queue_cv_.notify_all();
     if (handle_.joinable()) handle_.join();
     LOG(INFO) << DescribeCounters(transport_->Counters());
+    const std::string refused = DescribeRefused();
+    if (!refused.empty()) LOG(WARNING) << refused;
     transport_->Close();
   }
 
@@ -102,6 +105,14 @@ class Cluster::Impl {
   int num_workers() const { return cfg_.num_workers; }
   int num_servers() const { return cfg_.num_servers; }
   int spare_servers() const { return cfg_.spare_servers; }
+  NodeIds ids() const { return NodeIds{cfg_.num_servers, cfg_.num_workers, cfg_.spare_servers}; }
+
+  int64_t refused() const {
+    std::lock_guard<std::mutex> lock(refused_mu_);
+    int64_t n = 0;
+    for (const auto& [command, count] : refused_) n += count;
+    return n;
+  }
 
   void SetDataHandler(std::function<void(Message&&)> handler) {
     std::deque<Message> waiting;
@@ -205,6 +216,14 @@ class Cluster::Impl {
       }
       Message m;
       if (!transport_->Recv(&m, 100).ok()) continue;
+      // Authentication proved who sent it; whether that node may say it is decided here,
+      // before anything is applied: a member's SHUTDOWN or a stranger id's ends nothing.
+      Status allowed = CheckCommandSender(ids(), cfg_.role, m.meta);
+      if (allowed.ok()) allowed = CheckNoticeFields(ids(), m.meta);
+      if (!allowed.ok()) {
+        Refuse(m, allowed);
+        continue;
+      }
       if (m.meta.sender_id() == 0) {
         std::lock_guard<std::mutex> lock(mu_);
         last_heard_ = Clock::now();
@@ -242,11 +261,43 @@ class Cluster::Impl {
           // To the data handler, in order with the data: a server stops waiting for the lost
           // one there, a worker sends its requests elsewhere.
           // nodes[1], when present, is the spare that takes the lost server's place.
-          if (m.meta.nodes_size() >= 1 && ServerLost(m.meta)) Deliver(std::move(m));
+          if (ServerLost(m.meta)) Deliver(std::move(m));
           break;
         default: Deliver(std::move(m));
       }
     }
+  }
+
+  // A message its sender may not send: logged (the first ones, then one in 1000, so that a
+  // flood cannot fill the disk) and counted by command, never applied.
+  void Refuse(const Message& m, const Status& why) {
+    int64_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(refused_mu_);
+      ++refused_[m.meta.command()];
+      for (const auto& [command, count] : refused_) n += count;
+    }
+    if (n <= kLoggedRefusals || n % 1000 == 0) {
+      LOG(WARNING) << "refused " << why.message() << (m.peer.empty() ? "" : ", authenticated as " + m.peer) << " ("
+                   << n << " refused so far)";
+    }
+  }
+
+  // "refused 3 messages that their senders may not send: SHUTDOWN 2, NODE_DEAD 1", or
+  // empty when none was.
+  std::string DescribeRefused() const {
+    std::lock_guard<std::mutex> lock(refused_mu_);
+    if (refused_.empty()) return "";
+    int64_t total = 0;
+    std::string each;
+    for (const auto& [command, count] : refused_) {
+      total += count;
+      each += (each.empty() ? "" : ", ") +
+              (wire::Command_IsValid(command) ? wire::Command_Name(static_cast<wire::Command>(command))
+                                              : "command " + std::to_string(command)) +
+              " " + std::to_string(count);
+    }
+    return "refused " + std::to_string(total) + " messages that their senders may not send: " + each;
   }
 
   // Records a lost server; false when it was known already.
@@ -413,6 +464,9 @@ class Cluster::Impl {
     int64_t offset_us, rtt_us;
   };
   std::deque<ClockSample> clock_samples_;  // GUARDED_BY(mu_)
+  mutable std::mutex refused_mu_;
+  std::map<int, int64_t> refused_;  // GUARDED_BY(refused_mu_): messages refused, by command
+  static constexpr int64_t kLoggedRefusals = 200;
 
   std::thread handle_;
   std::mutex queue_mu_;
@@ -453,6 +507,7 @@ int64_t Cluster::UnacknowledgedBytes(int id) const { return impl_->Unacknowledge
 void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
 bool Cluster::ServerAlive(int rank) const { return impl_->ServerAlive(rank); }
 int Cluster::server_replicas() const { return impl_->server_replicas(); }
+int64_t Cluster::refused() const { return impl_->refused(); }
 bool Cluster::ClockOffset(int64_t* offset_us, int64_t* rtt_us) const { return impl_->ClockOffset(offset_us, rtt_us); }
 
 }  // namespace tally

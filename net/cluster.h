@@ -20,6 +20,11 @@
 // alive exit_grace_ms later (a long computation that never waits), a watchdog ends it with
 // exit status 1. No wait here is without a timeout.
 //
+// Who may say what: the scheduler's notices (NODE_TABLE, BARRIER_DONE, SHUTDOWN, NODE_DEAD,
+// SERVER_LOST, its heartbeats) are taken from the scheduler alone, answers from servers
+// alone, and nothing from an id that is no node's; anything else is refused before it
+// reaches the membership logic or the data handler (net/command_rules.h).
+//
 // Thread-safety: all methods may be called from any thread. The data handler runs on the
 // receive thread, one message at a time; it must not block for long (heartbeats and
 // failure notices wait behind it).
@@ -123,6 +128,12 @@ class Cluster {
   // with the data. Whether a server is still alive.
   bool ServerAlive(int server_rank) const;
   int server_replicas() const;
+
+  // Messages this node refused because their sender may not send them (a worker's
+  // SHUTDOWN, a RESPONSE from a worker, a negative sender id: net/command_rules.h). Each is
+  // logged (the first 200, then one in 1000) and counted, never applied; the node logs the
+  // counts by command at exit.
+  int64_t refused() const;
 
   // Ok while the job is healthy; afterwards, why it is not. Waiters elsewhere (the
   // kvstore) poll this, or register with OnFailure to be woken.

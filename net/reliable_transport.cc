@@ -91,6 +91,15 @@ class ReliableTransport : public Transport {
       }
       Message m;
       TALLY_RETURN_IF_ERROR(inner_->Recv(&m, wait));
+      // Only a node without an id (REGISTER) sends with a negative one, and unnumbered: a
+      // numbered message or an acknowledgement from such an id would make state for a node
+      // that does not exist, one per id (net/command_rules.h refuses the rest above).
+      if (m.meta.sender_id() < 0 && (m.meta.seq() != 0 || m.meta.command() == wire::ACK)) {
+        ++rejected_;
+        LOG_EVERY_N(WARNING, 100) << "dropped " << wire::Command_Name(m.meta.command()) << " numbered " << m.meta.seq()
+                                  << " from node " << m.meta.sender_id() << ", no node's id";
+        continue;
+      }
       if (m.meta.command() == wire::ACK) {
         Acknowledged(m.meta.sender_id(), m.meta.ack_seq(), /*explicit_ack=*/true);
         continue;
@@ -151,6 +160,7 @@ class ReliableTransport : public Transport {
     TransportCounters c = inner_->Counters();
     c.resent += resent_;
     c.duplicates += duplicates_;
+    c.rejected += rejected_;
     return c;
   }
 
@@ -357,6 +367,7 @@ class ReliableTransport : public Transport {
   std::map<int, In> in_;
   std::deque<Message> ready_;
   std::atomic<int64_t> duplicates_{0};
+  std::atomic<int64_t> rejected_{0};  // numbered messages and ACKs from negative ids
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler.h"
 
+#include "net/command_rules.h"
 #include "net/server_chains.h"
 #include "profile/trace.h"
 
@@ -23,13 +24,18 @@ int64_t MsSince(Clock::time_point t) {
 
 class Scheduler {
  public:
-  Scheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport)
+  Scheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
+            std::function<void(const Status&)> refused)
       : cfg_(cfg),
         ids_{cfg.num_servers, cfg.num_workers, cfg.spare_servers},
         transport_(std::move(transport)),
-        chains_(cfg.num_servers, cfg.server_replicas) {}
+        chains_(cfg.num_servers, cfg.server_replicas),
+        on_refused_(std::move(refused)) {}
   ~Scheduler() {
     LOG(INFO) << DescribeCounters(transport_->Counters());
+    if (refused_ > 0) {
+      LOG(WARNING) << "scheduler: refused " << refused_ << " messages that their senders may not send";
+    }
     transport_->Close();
   }
 
@@ -59,8 +65,15 @@ class Scheduler {
         if (left <= 0) return GatherTimedOut(regs);
         continue;
       }
-      if (m.meta.command() != wire::REGISTER || m.meta.nodes_size() != 1) {
-        LOG(WARNING) << "ignored a message (command " << m.meta.command() << ") before the job gathered";
+      Status allowed = CheckCommandSender(ids_, wire::SCHEDULER, m.meta);
+      if (allowed.ok() && m.meta.command() != wire::REGISTER) {
+        allowed = Status::InvalidArgument(wire::Command_Name(m.meta.command()) + " before the job gathered");
+      }
+      if (allowed.ok() && m.meta.nodes_size() != 1) {
+        allowed = Status::InvalidArgument("REGISTER naming " + std::to_string(m.meta.nodes_size()) + " nodes, not one");
+      }
+      if (!allowed.ok()) {
+        Refuse(m, allowed);
         continue;
       }
       const wire::Node& asked = m.meta.nodes(0);
@@ -207,9 +220,11 @@ class Scheduler {
       Message m;
       if (transport_->Recv(&m, 50).ok()) {
         const int from = m.meta.sender_id();
-        if (m.meta.command() == wire::REGISTER) continue;  // a repeat that crossed the node table
-        if (from <= 0 || from > total()) {
-          LOG(WARNING) << "ignored a message from unknown node " << from;
+        if (m.meta.command() == wire::REGISTER && from == -1) continue;  // a repeat that crossed the node table
+        Status allowed = CheckCommandSender(ids_, wire::SCHEDULER, m.meta);
+        if (allowed.ok() && m.meta.command() == wire::BARRIER) allowed = CheckBarrier(from, m.meta.barrier_group());
+        if (!allowed.ok()) {
+          Refuse(m, allowed);
           continue;
         }
         last_heard_[from] = Clock::now();
@@ -257,7 +272,7 @@ class Scheduler {
             }
             break;
           default:
-            LOG(WARNING) << "ignored command " << m.meta.command() << " from " << DescribeNode(nodes_[from]);
+            break;  // ACK: the delivery layer's, taken in below this loop
         }
       }
       if (MsSince(last_beat) >= cfg_.heartbeat_interval_ms) {
@@ -275,6 +290,27 @@ class Scheduler {
         if (!s.ok()) return s;
       }
     }
+  }
+
+  // A barrier names a group of nodes (kGroup*) of which its sender is one: a node cannot
+  // count itself into, and so release, a barrier of others.
+  Status CheckBarrier(int from, uint32_t group) const {
+    if (group == 0 || (group & ~kGroupAll) != 0 || (GroupOf(from) & group) == 0) {
+      return Status::InvalidArgument("BARRIER of group " + std::to_string(group) + " from " +
+                                     DescribeSender(ids_, from) + ", which is not in it");
+    }
+    return Status::Ok();
+  }
+
+  // A message its sender may not send: logged (the first ones, then one in 1000) and
+  // counted, never applied.
+  void Refuse(const Message& m, const Status& why) {
+    ++refused_;
+    if (refused_ <= 200 || refused_ % 1000 == 0) {
+      LOG(WARNING) << "scheduler: refused " << why.message() << (m.peer.empty() ? "" : ", authenticated as " + m.peer)
+                   << " (" << refused_ << " refused so far)";
+    }
+    if (on_refused_) on_refused_(why);
   }
 
   // The clock half of a heartbeat (wire.proto, clock_us): answered at once, so that the
@@ -389,13 +425,15 @@ class Scheduler {
   std::map<int, Clock::time_point> last_heard_;
   std::set<int> dead_;
   std::map<uint32_t, int64_t> barrier_start_;  // by group: the first arrival's time
+  std::function<void(const Status&)> on_refused_;
+  int64_t refused_ = 0;  // messages refused: their senders may not send them
 };
 
 }  // namespace
 
 Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
-                    const std::function<void()>& gathered) {
-  Scheduler s(cfg, std::move(transport));
+                    const std::function<void()>& gathered, std::function<void(const Status&)> refused) {
+  Scheduler s(cfg, std::move(transport), std::move(refused));
   return s.Run(gathered);
 }
 

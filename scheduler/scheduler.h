@@ -10,6 +10,9 @@
 // Returns Ok when every worker finished; otherwise why the job failed (a node died, the
 // job did not gather within register_timeout_ms, two nodes asked for one rank).
 // `gathered`, when given, runs once every node has registered and has the node table.
+// Messages a node may not send to the scheduler (net/command_rules.h: a server's
+// WORKER_DONE, a worker's SHUTDOWN, a BARRIER of a group its sender is not in, an id that is
+// no node's) are logged, counted and dropped; `refused`, when given, is told of each.
 #pragma once
 
 #include <functional>
@@ -20,6 +23,7 @@
 namespace tally {
 
 Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
-                    const std::function<void()>& gathered = nullptr);
+                    const std::function<void()>& gathered = nullptr,
+                    std::function<void(const Status&)> refused = nullptr);
 
 }  // namespace tally

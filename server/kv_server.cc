@@ -9,6 +9,7 @@
 #include <glog/logging.h>
 
 #include "kvstore/reduce.h"
+#include "net/command_rules.h"
 #include "profile/trace.h"
 #include "server/kv_server_slice.h"
 #include "server/server.h"
@@ -105,6 +106,43 @@ void KVServer::FlushSteps() {
   open_steps_.clear();
 }
 
+bool KVServer::HandleFromPeers(Message* msg) {
+  const wire::Meta& m = msg->meta;
+  const std::string what = wire::Command_Name(m.command()) + " from node " + std::to_string(m.sender_id());
+  if (m.command() == wire::SERVER_LOST) {
+    Status r = CheckCommandSender(ids_, wire::SERVER, m);
+    if (r.ok()) r = CheckNoticeFields(ids_, m);
+    if (r.ok()) {
+      ServerLost(m.nodes(0).rank(), m.nodes_size() > 1 ? m.nodes(1).rank() : -1);
+    } else {
+      ++refused_;
+      LOG(WARNING) << "server: refused " << r.message();
+    }
+    return true;
+  }
+  if (m.command() == wire::RESPONSE) {
+    if (ids_.IsServer(m.sender_id())) {
+      HandleReplicaAck(*msg);  // a backup has applied a step this server forwarded
+    } else {
+      ++refused_;
+      LOG(WARNING) << "server: ignoring " << what << ": a server sends no requests to it";
+    }
+    return true;
+  }
+  if (m.command() == wire::REPLICATE || m.command() == wire::REPLICA_STATE) {
+    Status r = ValidateMessage(*msg);
+    if (r.ok() && !ids_.IsServer(m.sender_id())) r = Status::InvalidArgument("the sender is not a server of this job");
+    if (r.ok() && EarlyForSpare(msg)) return true;
+    if (r.ok()) r = m.command() == wire::REPLICATE ? HandleReplicate(msg) : HandleReplicaState(msg);
+    if (!r.ok()) {
+      ++refused_;
+      LOG(WARNING) << "server: refused " << what << ": " << r.message();
+    }
+    return true;
+  }
+  return false;
+}
+
 void KVServer::Handle(Message&& msg) {
   const wire::Meta& m = msg.meta;
   profile::TraceScope trace(wire::Command_Name(m.command()).c_str(), "server");
@@ -113,34 +151,18 @@ void KVServer::Handle(Message&& msg) {
     ++r->requests;
     for (const Tensor& t : msg.data) r->bytes_in += static_cast<int64_t>(t.nbytes());
   }
+  if (HandleFromPeers(&msg)) return;
   const std::string what = wire::Command_Name(m.command()) + " from node " +
                            std::to_string(m.sender_id());
-  if (m.command() == wire::SERVER_LOST && m.sender_id() == kSchedulerId && m.nodes_size() >= 1) {
-    ServerLost(m.nodes(0).rank(), m.nodes_size() > 1 ? m.nodes(1).rank() : -1);
-    return;
-  }
-  if (m.command() == wire::RESPONSE) {
-    if (ids_.IsServer(m.sender_id())) {
-      HandleReplicaAck(msg);  // a backup has applied a step this server forwarded
-    } else {
-      LOG(WARNING) << "server: ignoring " << what << ": a server sends no requests to it";
-    }
-    return;
-  }
-  if (m.command() == wire::REPLICATE || m.command() == wire::REPLICA_STATE) {
-    Status r = ValidateMessage(msg);
-    if (r.ok() && !ids_.IsServer(m.sender_id())) r = Status::InvalidArgument("the sender is not a server of this job");
-    if (r.ok() && EarlyForSpare(&msg)) return;
-    if (r.ok()) r = m.command() == wire::REPLICATE ? HandleReplicate(&msg) : HandleReplicaState(&msg);
-    if (!r.ok()) LOG(WARNING) << "server: refused " << what << ": " << r.message();
-    return;
-  }
   if (HoldForState(&msg)) return;
   Status s = ValidateMessage(msg);
   if (s.ok() && !ids_.IsWorker(m.sender_id())) {
     s = Status::InvalidArgument("the sender is not a worker of this job");
   }
   const bool from_worker0 = m.sender_id() == ids_.Worker(0);
+  const bool of_step = m.command() == wire::PUSH || m.command() == wire::PULL || m.command() == wire::PUSHPULL ||
+                       m.command() == wire::ROLLBACK;
+  if (s.ok() && of_step) s = AdmitStep(msg);
   if (s.ok()) {
     switch (m.command()) {
       case wire::SET_OPTIMIZER:
@@ -182,7 +204,10 @@ void KVServer::Handle(Message&& msg) {
     }
   }
   if (!s.ok()) {
-    LOG(WARNING) << "server: refused " << what << ": " << s.message();
+    ++refused_;
+    if (refused_ <= 200 || refused_ % 1000 == 0) {
+      LOG(WARNING) << "server: refused " << what << ": " << s.message() << " (" << refused_ << " refused so far)";
+    }
     Respond(m, "server " + std::to_string(ids_.ServerRank(m.receiver_id())) + ": " + what + ": " + s.message());
   }
 }
@@ -205,8 +230,22 @@ Status KVServer::HandleSetOptimizer(const Message& msg) {
   return Status::Ok();
 }
 
+Status KVServer::CheckChain(int chain) const {
+  if (replicas_ == 0) {
+    if (chain == 0) return Status::Ok();
+    return Status::InvalidArgument("chain " + std::to_string(chain) + ", but this job keeps no replicas");
+  }
+  if (chain < 1 || chain > chains_.size() || !chains_.Holds(my_rank_, chain - 1)) {
+    return Status::InvalidArgument("chain " + std::to_string(chain) + " is not one this server holds (chains 1.." +
+                                   std::to_string(chains_.size()) + ", --server-replicas " + std::to_string(replicas_) +
+                                   ")");
+  }
+  return Status::Ok();
+}
+
 Status KVServer::HandleInit(const Message& msg) {
   const wire::Meta& m = msg.meta;
+  TALLY_RETURN_IF_ERROR(CheckChain(m.chain()));
   if (m.num_workers() != ids_.num_workers) {
     return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
                                    ", but the job has " + std::to_string(ids_.num_workers));
@@ -242,6 +281,34 @@ Status KVServer::HandleInitState(const Message& msg) {
   if (updater_->config().momentum == 0) return Status::InvalidArgument("optimizer state, but the momentum is 0");
   for (size_t i = 0; i < slices.size(); ++i) {
     TALLY_RETURN_IF_ERROR(updater_->SetMomentum(slices[i]->id, slices[i]->value, msg.data[i].To(DType::kF32)));
+  }
+  return Status::Ok();
+}
+
+Status KVServer::AdmitStep(const Message& msg) {
+  const wire::Meta& m = msg.meta;
+  std::vector<Slice*> slices;
+  TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
+  // Only the step being gathered, or the last one applied, can be rolled back.
+  const int64_t window = m.command() == wire::ROLLBACK ? 1 : kStepWindow;
+  for (const Slice* s : slices) {
+    const int64_t last = async_ ? std::max(s->applied, s->newest) : s->applied;
+    const std::string name = "key " + std::to_string(s->key) + " [" + std::to_string(s->offset) + ", +" +
+                             std::to_string(s->length) + ")";
+    if (m.step() > last + window) {
+      return Status::InvalidArgument("step " + std::to_string(m.step()) + " of " + name + " is more than " +
+                                     std::to_string(window) + " after its last step " +
+                                     (async_ ? "taken, " : "applied, ") + std::to_string(last) +
+                                     " (docs/wire.md, \"Steps\")");
+    }
+    // A request that would wait for a step (HandlePull; a PUSH held back, HandlePush).
+    const int64_t wait_for = m.command() != wire::PUSH ? m.step() : replicas_ > 0 ? m.step() : m.step() - kAnsweredAhead;
+    if (async_ || Visible(s) >= wait_for) continue;
+    int waiting = 0;
+    for (const auto& w : s->waiting) waiting += w->request.sender_id() == m.sender_id();
+    if (waiting >= kMaxWaitingPerWorker) {
+      return Status::InvalidArgument(std::to_string(waiting) + " requests of this worker already wait on " + name);
+    }
   }
   return Status::Ok();
 }
@@ -306,8 +373,11 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
     out->not_applied |= !finite[i];
   }
   // With replicas, a synchronous PUSH is answered once its step is visible (applied and
-  // replicated): an answered push is never lost with this server.
-  const bool defer = m.command() == wire::PUSH && replicas_ > 0 && !async_;
+  // replicated): an answered push is never lost with this server. Without, one far ahead
+  // of a slice is answered once the slice has caught up to kAnsweredAhead steps behind it,
+  // so that a worker waiting for its answers stays inside the step window (AdmitStep).
+  bool defer = m.command() == wire::PUSH && !async_ && replicas_ > 0;
+  for (Slice* s : slices) defer |= m.command() == wire::PUSH && !async_ && Visible(s) < step - kAnsweredAhead;
   if (m.command() == wire::PUSH && !defer) Respond(m, "", out->not_applied);
   pushed_ = true;
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -320,6 +390,7 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
     if (async_) {
       if (s->seen.size() <= static_cast<size_t>(rank)) s->seen.resize(ids_.num_workers);
       s->seen[rank].Add(step);
+      s->newest = std::max(s->newest, step);
       if (!finite[i]) {
         LogSkip(step, rank, "worker " + std::to_string(rank) + "'s push of key " + std::to_string(s->key) +
                                 " is not finite: not applied (dist_async)");
@@ -355,6 +426,7 @@ Status KVServer::HandlePull(const Message& msg, bool push_not_applied, bool push
   auto p = std::make_shared<PendingPull>();
   TALLY_RETURN_IF_ERROR(FindSlices(msg, &p->slices));
   p->request = m;
+  p->step = push_only && replicas_ == 0 ? m.step() - kAnsweredAhead : m.step();
   p->push_not_applied = push_not_applied;
   p->push_only = push_only;
   // A duplicate of a request still waiting: the first one's answer will do for both.
@@ -365,7 +437,7 @@ Status KVServer::HandlePull(const Message& msg, bool push_not_applied, bool push
   }
   if (!async_) {
     for (Slice* s : p->slices) {
-      if (Visible(s) < m.step()) {
+      if (Visible(s) < p->step) {
         s->waiting.push_back(p);
         ++p->remaining;
       }

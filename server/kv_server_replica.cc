@@ -144,7 +144,7 @@ void KVServer::AnswerVisible(Slice* s) {
   const int64_t visible = Visible(s);
   std::vector<std::shared_ptr<PendingPull>> still;
   for (auto& p : s->waiting) {
-    if (p->request.step() > visible) {
+    if (p->step > visible) {
       still.push_back(std::move(p));
     } else if (--p->remaining == 0) {
       AnswerPull(*p);

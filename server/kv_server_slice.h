@@ -16,7 +16,9 @@ namespace tally {
 struct KVServer::PendingPull {
   wire::Meta request;
   std::vector<Slice*> slices;
-  int remaining = 0;  // slices whose update of request.step() is still to come
+  int64_t step = 0;   // answered once every slice has this step visible (request.step(),
+                      // or for a PUSH held back, the step it waits for)
+  int remaining = 0;  // slices whose update of `step` is still to come
   bool push_not_applied = false;  // dist_async PUSHPULL: its push was not finite, not applied
   bool push_only = false;  // a sync PUSH under replication: answered, without data, once visible
 };
@@ -44,6 +46,7 @@ struct KVServer::Slice {
   Tensor value;  // fp32 master values
   Tensor grad;   // fp32 sum of a step's pushes, when there are several or they are 16-bit
   int64_t applied = -1;
+  int64_t newest = -1;  // async: the newest step of any push taken, applied or not
   // The first step whose push asked the job to stop (Meta.stop); INT64_MAX: none.
   int64_t stop_from = INT64_MAX;
   struct Step {

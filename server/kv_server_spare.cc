@@ -113,6 +113,7 @@ Status KVServer::HandleReplicaState(Message* msg) {
     if (!st.ok()) LOG(WARNING) << "server: telling the scheduler this spare is ready: " << st;
     std::deque<Message> held = std::move(held_);
     held_.clear();
+    held_bytes_ = 0;
     for (Message& h : held) Handle(std::move(h));
     return Status::Ok();
   }
@@ -123,6 +124,13 @@ Status KVServer::HandleReplicaState(Message* msg) {
   }
   if (has_mom && !updater_) return Status::InvalidArgument("momentum without an optimizer");
   const wire::KeySlice& ks = m.slices(0);
+  for (const wire::KeySlice& part : m.slices()) {
+    if (part.key() != ks.key() || part.offset() != ks.offset() || part.length() != ks.length()) {
+      return Status::InvalidArgument("REPLICA_STATE parts of different slices (key " + std::to_string(part.key()) +
+                                     " [" + std::to_string(part.offset()) + ", +" + std::to_string(part.length()) +
+                                     ") beside key " + std::to_string(ks.key()) + ")");
+    }
+  }
   std::unique_ptr<Slice>& slot = slices_[{ks.key(), ks.offset()}];
   if (!slot) {
     slot = std::make_unique<Slice>();
@@ -177,11 +185,25 @@ bool KVServer::HoldForState(Message* msg) {
     case wire::PULL:
     case wire::PUSHPULL:
     case wire::ROLLBACK:
-      held_.push_back(std::move(*msg));
-      return true;
+      break;
     default:
       return false;
   }
+  // Workers send a spare only their ROLLBACKs (it serves no chain before it is ready), a
+  // few per slice: what is held is bounded, whatever a worker sends meanwhile.
+  const size_t bytes = DataBytes(*msg);
+  if (held_.size() >= kMaxHeld || held_bytes_ + bytes > kMaxHeldBytes) {
+    ++refused_;
+    LOG_EVERY_N(WARNING, 100) << "server: refused " << wire::Command_Name(msg->meta.command()) << " from node "
+                              << msg->meta.sender_id() << ": already holding " << held_.size() << " requests ("
+                              << held_bytes_ << " bytes) until this spare has its chains";
+    Respond(msg->meta, "server " + std::to_string(my_rank_) + ": spare still receiving its chains, holding " +
+                           std::to_string(held_.size()) + " requests already");
+    return true;
+  }
+  held_bytes_ += bytes;
+  held_.push_back(std::move(*msg));
+  return true;
 }
 
 }  // namespace tally

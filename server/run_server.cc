@@ -33,6 +33,9 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
   // Waits for a message being handled: the server must not be destroyed under it.
   c->SetDataHandler([](Message&&) {});
   server.FlushSteps();
+  if (server.NumRefused() > 0) {
+    LOG(WARNING) << "server: refused " << server.NumRefused() << " requests (each answered with its error and logged)";
+  }
   if (observer.ending) observer.ending(*c);
   if (s.ok()) {
     LOG(INFO) << "server: the job has ended";

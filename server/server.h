@@ -24,7 +24,16 @@
 //   ROLLBACK step t  undo step t's update of the slices (weights and optimizer state), then
 //                  answer as a PULL of step t: the values as before it.
 // Every request gets one RESPONSE with the request's id; a malformed or out-of-place request
-// gets one with `error` set and a log line, and changes nothing.
+// gets one with `error` set and a log line, is counted (NumRefused), and changes nothing.
+//
+// Steps in a window (docs/wire.md, "Steps"): a PUSH, PULL or PUSHPULL of a step more than
+// kStepWindow steps after a slice's last step applied (dist_async: the newest step taken) is
+// refused, and so is a ROLLBACK of a step after the one being gathered: what a server keeps
+// for steps to come (pushes, waiting pulls, steps to skip) stays bounded whatever a worker
+// sends. A worker stays inside it by waiting for its answers: a synchronous PUSH more than
+// kAnsweredAhead steps ahead is answered once the slice has caught up to kAnsweredAhead
+// steps behind it, and training never pushes a step before its pull of the last one.
+// Each worker has at most kMaxWaitingPerWorker requests waiting on one slice.
 //
 // Duplicates: a worker's push of a step counts once per slice. A second copy (a network
 // duplicate or a resend) is not counted again and is answered as the first was: a PUSH at
@@ -72,6 +81,14 @@ class KVServer {
   // Sends msg to node `id`; RunServer passes Cluster::Send.
   using SendFn = std::function<Status(int id, Message msg)>;
 
+  static constexpr int64_t kStepWindow = 4;
+  static constexpr int64_t kAnsweredAhead = 2;
+  static constexpr int kMaxWaitingPerWorker = 16;
+  // A spare still receiving its chains holds workers' requests (their ROLLBACKs) up to
+  // this many, and this many bytes of data; beyond, it refuses them.
+  static constexpr size_t kMaxHeld = 1 << 16;
+  static constexpr size_t kMaxHeldBytes = size_t{1} << 30;
+
   // The job's shape: node ids 1..num_servers are servers, the next num_workers are workers,
   // then the spare servers (NodeIds).
   KVServer(int num_servers, int num_workers, SendFn send, int spare_servers = 0);
@@ -100,6 +117,8 @@ class KVServer {
   int NumWaitingPulls() const;
   // Pushes not counted because they were duplicates.
   int64_t NumDuplicates() const { return duplicates_; }
+  // Requests refused (answered with an error, or, from servers, logged and dropped).
+  int64_t NumRefused() const { return refused_; }
 
   // The profiler: each step's record (sum and update time, requests, payload bytes in and
   // out) goes to `recorder` once a push two steps later arrives, and the rest on
@@ -112,6 +131,9 @@ class KVServer {
   struct Slice;
   struct PendingPull;
 
+  // The scheduler's SERVER_LOST and servers' messages (a backup's RESPONSE, REPLICATE,
+  // REPLICA_STATE): handled, or refused and counted, and true; false for anything else.
+  bool HandleFromPeers(Message* msg);
   Status HandleSetOptimizer(const Message& msg);
   Status HandleInit(const Message& msg);
   // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
@@ -165,6 +187,11 @@ class KVServer {
 
   // Checks that every slice of msg is known, with the stored length, and fills `out`.
   Status FindSlices(const Message& msg, std::vector<Slice*>* out);
+  // A worker's PUSH, PULL, PUSHPULL or ROLLBACK, before anything changes: its slices are
+  // held here, its step is inside their window, and its sender has room to wait on them.
+  Status AdmitStep(const Message& msg);
+  // INIT's chain (--server-replicas): one this server holds; none without replicas.
+  Status CheckChain(int chain) const;
   // Sync: applies every step of s whose pushes are all in, in step order, then answers the
   // pulls that were waiting for them.
   void ApplyReadySteps(Slice* s);
@@ -206,6 +233,8 @@ class KVServer {
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
   int num_waiting_ = 0;  // pulls not yet answered
   int64_t duplicates_ = 0;
+  int64_t refused_ = 0;
+  size_t held_bytes_ = 0;  // data bytes of held_
   std::pair<int64_t, int> logged_skip_{-1, -1};  // (step, rank) of the last LogSkip line
 
   // The step record of `step` (creating it), touched now.
