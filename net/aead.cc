@@ -3,6 +3,7 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
+#include <openssl/params.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -60,6 +61,19 @@ class ContextCache {
 EVP_CIPHER_CTX* ThreadContext(const AeadKey& key, bool encrypt) {
   thread_local ContextCache cache;
   return cache.Get(key, encrypt);
+}
+
+// OpenSSL's HKDF, looked up once: EVP_KDF_fetch searches the providers on every call.
+EVP_KDF* Hkdf() {
+  static EVP_KDF* const kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  CHECK(kdf != nullptr) << "this OpenSSL has no HKDF";
+  return kdf;
+}
+
+EVP_MAC* Hmac() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  CHECK(mac != nullptr) << "this OpenSSL has no HMAC";
+  return mac;
 }
 
 void PutLength(std::string* s, const std::string& name) {
@@ -136,29 +150,61 @@ class CryptoPool {
 
 }  // namespace
 
+namespace {
+
+// RFC 5869's extract step, by OpenSSL's HKDF: PRK = HMAC-SHA256(salt, secret).
+void Extract(const std::string& job_secret, uint8_t prk[kHmacBytes]) {
+  static const char kSalt[] = "tally aes-256-gcm v1";
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(Hkdf());
+  CHECK(ctx != nullptr) << "EVP_KDF_CTX_new";
+  char digest[] = "SHA256", mode[] = "EXTRACT_ONLY";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_MODE, mode, 0),
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(job_secret.data()), job_secret.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(kSalt), sizeof kSalt - 1),
+      OSSL_PARAM_construct_end()};
+  CHECK_EQ(EVP_KDF_derive(ctx, prk, kHmacBytes, params), 1) << "HKDF-SHA256 extract";
+  EVP_KDF_CTX_free(ctx);
+}
+
+// The expand step's HMAC, keyed with the PRK of the last secret this thread derived from:
+// a job has one secret, so each thread extracts once, and a derivation is two HMACs
+// (where a whole EVP_KDF derivation, parameters parsed and the digest looked up by name,
+// cost several times that: it is what every HELLO pays).
+HmacSha256& ExpandMac(const std::string& job_secret) {
+  thread_local std::string secret;
+  thread_local std::unique_ptr<HmacSha256> mac;
+  if (mac == nullptr || secret != job_secret) {
+    uint8_t prk[kHmacBytes];
+    Extract(job_secret, prk);
+    mac = std::make_unique<HmacSha256>(prk);
+    OPENSSL_cleanse(prk, sizeof prk);
+    secret = job_secret;
+  }
+  return *mac;
+}
+
+}  // namespace
+
 ConnectionKeys DeriveConnectionKeys(const std::string& job_secret, const std::string& client,
                                     const std::string& server, const uint8_t client_nonce[kNonceBytes],
                                     const uint8_t server_nonce[kNonceBytes]) {
-  static const char kSalt[] = "tally aes-256-gcm v1";
   std::string info(reinterpret_cast<const char*>(client_nonce), kNonceBytes);
   info.append(reinterpret_cast<const char*>(server_nonce), kNonceBytes);
   PutLength(&info, client);
   PutLength(&info, server);
-
-  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
-  CHECK(kdf != nullptr) << "this OpenSSL has no HKDF";
-  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
-  EVP_KDF_free(kdf);
-  char digest[] = "SHA256";
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(job_secret.data()), job_secret.size()),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(kSalt), sizeof kSalt - 1),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info.data(), info.size()),
-      OSSL_PARAM_construct_end()};
-  uint8_t okm[2 * kKeyBytes];
-  CHECK_EQ(EVP_KDF_derive(ctx, okm, sizeof okm, params), 1) << "HKDF-SHA256";
-  EVP_KDF_CTX_free(ctx);
+  // RFC 5869's expand for 64 bytes: T(1) = HMAC(PRK, info | 1), T(2) = HMAC(PRK, T(1) | info | 2).
+  HmacSha256& mac = ExpandMac(job_secret);
+  uint8_t okm[2 * kHmacBytes];
+  std::string block = info + '\x01';
+  mac.Compute(block.data(), block.size(), okm);
+  block.assign(reinterpret_cast<const char*>(okm), kHmacBytes);
+  block += info;
+  block += '\x02';
+  mac.Compute(block.data(), block.size(), okm + kHmacBytes);
+  OPENSSL_cleanse(block.data(), kHmacBytes);
+  static_assert(sizeof okm == 2 * kKeyBytes, "two AES-256 keys");
   ConnectionKeys keys;
   std::memcpy(keys.client_to_server.bytes, okm, kKeyBytes);
   std::memcpy(keys.server_to_client.bytes, okm + kKeyBytes, kKeyBytes);
@@ -205,6 +251,32 @@ bool OpenRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad,
   std::memcpy(expected, tag, kTagBytes);  // the tag may lie where `out` is written
   if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, expected) != 1) return false;
   return EVP_DecryptFinal_ex(ctx, static_cast<uint8_t*>(out) + n, &len) == 1;
+}
+
+struct HmacSha256::State {
+  EVP_MAC_CTX* ctx;
+};
+
+HmacSha256::HmacSha256(const uint8_t key[kKeyBytes]) : state_(new State{EVP_MAC_CTX_new(Hmac())}) {
+  CHECK(state_->ctx != nullptr) << "EVP_MAC_CTX_new";
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  CHECK_EQ(EVP_MAC_init(state_->ctx, key, kKeyBytes, params), 1) << "HMAC-SHA256 key";
+}
+
+HmacSha256::~HmacSha256() {
+  EVP_MAC_CTX_free(state_->ctx);  // cleanses the key's schedule
+  delete state_;
+}
+
+void HmacSha256::Compute(const void* data, size_t n, uint8_t out[kHmacBytes]) {
+  size_t len = 0;
+  // A null key starts a new message under the key already set, without scheduling it again.
+  CHECK_EQ(EVP_MAC_init(state_->ctx, nullptr, 0, nullptr), 1);
+  CHECK_EQ(EVP_MAC_update(state_->ctx, static_cast<const uint8_t*>(data), n), 1);
+  CHECK_EQ(EVP_MAC_final(state_->ctx, out, &len, kHmacBytes), 1);
+  CHECK_EQ(len, kHmacBytes);
 }
 
 void RandomBytes(void* out, size_t n) {

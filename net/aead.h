@@ -8,7 +8,12 @@
 //   SealRecord(k.client_to_server, iv, aad, aad_len, plain, n, out, out + n);   // out: n + kTagBytes
 //   bool ok = OpenRecord(k.client_to_server, iv, aad, aad_len, out, n, out + n, plain_again);
 //
-// Every function is thread-safe: each call uses its own thread's cipher contexts.
+//   HmacSha256 mac(key32);                    // keyed once
+//   uint8_t digest[kHmacBytes];
+//   mac.Compute(bytes, n, digest);
+//
+// Every function is thread-safe: each call uses its own thread's cipher contexts. An
+// HmacSha256 object is not: each thread uses its own.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +27,7 @@ constexpr size_t kKeyBytes = 32;     // AES-256
 constexpr size_t kIvBytes = 12;      // GCM's 96-bit nonce
 constexpr size_t kTagBytes = 16;     // GCM's full tag
 constexpr size_t kNonceBytes = 32;   // each side's handshake nonce
+constexpr size_t kHmacBytes = 32;    // HMAC-SHA256's output
 
 struct AeadKey {
   uint8_t bytes[kKeyBytes];
@@ -39,7 +45,9 @@ struct ConnectionKeys {
 
 // HKDF-SHA256 (RFC 5869): extract with the fixed salt "tally aes-256-gcm v1" from the job's
 // secret, expand with info = client nonce | server nonce | len | client name | len | server
-// name, 64 bytes: the client-to-server key, then the server-to-client key.
+// name, 64 bytes: the client-to-server key, then the server-to-client key. OpenSSL's HKDF
+// is looked up once per process and extracts once per thread; each call expands (two
+// HMAC-SHA256), so answering a stranger's HELLO costs a few microseconds.
 ConnectionKeys DeriveConnectionKeys(const std::string& job_secret, const std::string& client,
                                     const std::string& server, const uint8_t client_nonce[kNonceBytes],
                                     const uint8_t server_nonce[kNonceBytes]);
@@ -56,6 +64,21 @@ void SealRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad,
 // Decrypts and verifies; false (and out's contents undefined) if anything was altered.
 bool OpenRecord(const AeadKey& key, const uint8_t iv[kIvBytes], const void* aad, size_t aad_len, const void* in,
                 size_t n, const uint8_t tag[kTagBytes], void* out);
+
+// HMAC-SHA256 under one key (the handshake's cookie, docs/security.md): the key's schedule
+// is computed once, each Compute costs two SHA-256 passes over the message.
+class HmacSha256 {
+ public:
+  explicit HmacSha256(const uint8_t key[kKeyBytes]);
+  ~HmacSha256();
+  HmacSha256(const HmacSha256&) = delete;
+  HmacSha256& operator=(const HmacSha256&) = delete;
+  void Compute(const void* data, size_t n, uint8_t out[kHmacBytes]);
+
+ private:
+  struct State;
+  State* state_;
+};
 
 // Fills n bytes from the operating system's generator.
 void RandomBytes(void* out, size_t n);

@@ -38,29 +38,51 @@ bool TakeName(const uint8_t** p, const uint8_t* end, std::string* name) {
   return true;
 }
 
+void PutBe(uint64_t v, int bytes, std::string* s) {
+  for (int i = bytes - 1; i >= 0; --i) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+
+void PutBe(uint64_t v, int bytes, uint8_t* out) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(v >> (8 * (bytes - 1 - i)));
+}
+
+uint64_t GetBe(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = v << 8 | p[i];
+  return v;
+}
+
 // One record of one part: what SealParts and OpenParts hand to the threads.
 struct RecordJob {
   const PartJob* part;
   uint32_t index;  // part << 14 | record
   size_t offset, len;
+  uint8_t* tag;
 };
 
-std::vector<RecordJob> Records(const std::vector<PartJob>& parts, size_t* total) {
-  std::vector<RecordJob> jobs;
+// Every record of the parts; false if some record's index would not fit (RecordIndex).
+bool Records(const std::vector<PartJob>& parts, std::vector<RecordJob>* jobs, size_t* total) {
   *total = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     const size_t n = parts[p].plain, records = RecordCount(n);
     *total += n;
     for (size_t r = 0; r < records; ++r) {
+      uint32_t index = 0;
+      if (!RecordIndex(p, r, &index)) return false;
       const size_t offset = r * kRecordBytes;
-      jobs.push_back({&parts[p], static_cast<uint32_t>(p << 14 | r), offset, std::min(kRecordBytes, n - offset)});
+      jobs->push_back({&parts[p], index, offset, std::min(kRecordBytes, n - offset),
+                       parts[p].out + n + r * kTagBytes});
     }
   }
-  return jobs;
+  return true;
 }
 
-uint8_t* TagOf(const RecordJob& j) {
-  return j.part->out + j.part->plain + (j.index & ((1u << 14) - 1)) * kTagBytes;
+// A record's associated data: the message header, its part's index and plain length.
+constexpr size_t kRecordAadBytes = kSealedHeaderBytes + 4 + 8;
+void RecordAad(const uint8_t header[kSealedHeaderBytes], const RecordJob& j, uint8_t aad[kRecordAadBytes]) {
+  std::memcpy(aad, header, kSealedHeaderBytes);
+  PutBe(j.index >> 14, 4, aad + kSealedHeaderBytes);
+  PutBe(j.part->plain, 8, aad + kSealedHeaderBytes + 4);
 }
 
 }  // namespace
@@ -86,27 +108,59 @@ std::string EncodeWelcome(const Welcome& w) {
   std::string s = Head(SecureType::kWelcome);
   s.append(reinterpret_cast<const char*>(w.client_nonce), kNonceBytes);
   s.append(reinterpret_cast<const char*>(w.server_nonce), kNonceBytes);
+  PutBe(w.window, 8, &s);
   s.append(reinterpret_cast<const char*>(w.proof), kTagBytes);
   return s;
 }
 
 bool ParseWelcome(const void* data, size_t n, Welcome* w) {
-  if (!HasHead(data, n, SecureType::kWelcome) || n != 5 + 2 * kNonceBytes + kTagBytes) return false;
+  if (!HasHead(data, n, SecureType::kWelcome) || n != 5 + 2 * kNonceBytes + 8 + kTagBytes) return false;
   const uint8_t* p = static_cast<const uint8_t*>(data) + 5;
   std::memcpy(w->client_nonce, p, kNonceBytes);
   std::memcpy(w->server_nonce, p + kNonceBytes, kNonceBytes);
-  std::memcpy(w->proof, p + 2 * kNonceBytes, kTagBytes);
+  w->window = GetBe(p + 2 * kNonceBytes, 8);
+  std::memcpy(w->proof, p + 2 * kNonceBytes + 8, kTagBytes);
   return true;
 }
 
 void WelcomeProof(const ConnectionKeys& keys, const std::string& hello, const Welcome& w, uint8_t proof[kTagBytes]) {
-  std::string aad = hello;
-  aad.append(reinterpret_cast<const char*>(w.client_nonce), kNonceBytes);
-  aad.append(reinterpret_cast<const char*>(w.server_nonce), kNonceBytes);
+  std::string aad = hello + EncodeWelcome(w);
+  aad.resize(aad.size() - kTagBytes);  // all of the WELCOME but its proof
   uint8_t iv[kIvBytes];
   RecordIv(0, 0, iv);
   uint8_t none[1];
   SealRecord(keys.server_to_client, iv, aad.data(), aad.size(), nullptr, 0, none, proof);
+}
+
+std::string EncodeConfirm(const Confirm& c) {
+  std::string s = Head(SecureType::kConfirm);
+  s.append(reinterpret_cast<const char*>(c.client_nonce), kNonceBytes);
+  PutBe(c.window, 8, &s);
+  PutName(&s, c.client);
+  PutName(&s, c.server);
+  s.append(reinterpret_cast<const char*>(c.tag), kTagBytes);
+  return s;
+}
+
+bool ParseConfirm(const void* data, size_t n, Confirm* c) {
+  if (!HasHead(data, n, SecureType::kConfirm) || n < 5 + kNonceBytes + 8 + kTagBytes) return false;
+  const uint8_t* p = static_cast<const uint8_t*>(data) + 5;
+  const uint8_t* end = static_cast<const uint8_t*>(data) + n - kTagBytes;
+  std::memcpy(c->client_nonce, p, kNonceBytes);
+  c->window = GetBe(p + kNonceBytes, 8);
+  p += kNonceBytes + 8;
+  if (!TakeName(&p, end, &c->client) || !TakeName(&p, end, &c->server) || p != end) return false;
+  std::memcpy(c->tag, end, kTagBytes);
+  return true;
+}
+
+void ConfirmTag(const ConnectionKeys& keys, const Confirm& c, uint8_t tag[kTagBytes]) {
+  std::string aad = EncodeConfirm(c);
+  aad.resize(aad.size() - kTagBytes);
+  uint8_t iv[kIvBytes];
+  RecordIv(0, 0, iv);
+  uint8_t none[1];
+  SealRecord(keys.client_to_server, iv, aad.data(), aad.size(), nullptr, 0, none, tag);
 }
 
 std::string EncodeRefuse(RefuseReason why) {
@@ -118,7 +172,7 @@ std::string EncodeRefuse(RefuseReason why) {
 bool ParseRefuse(const void* data, size_t n, RefuseReason* why) {
   if (!HasHead(data, n, SecureType::kRefuse) || n != 6) return false;
   const uint8_t r = static_cast<const uint8_t*>(data)[5];
-  if (r < 1 || r > 3) return false;
+  if (r < uint8_t(RefuseReason::kNoSession) || r > uint8_t(RefuseReason::kNotThisNode)) return false;
   *why = static_cast<RefuseReason>(r);
   return true;
 }
@@ -141,18 +195,16 @@ void PutSealedHeader(const SealedHeader& h, uint8_t out[kSealedHeaderBytes]) {
   std::memcpy(out, kSecureMagic, 4);
   out[4] = static_cast<uint8_t>(SecureType::kSealed);
   out[5] = out[6] = out[7] = 0;
-  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<uint8_t>(h.counter >> (56 - 8 * i));
-  for (int i = 0; i < 4; ++i) out[16 + i] = static_cast<uint8_t>(h.parts >> (24 - 8 * i));
+  PutBe(h.counter, 8, out + 8);
+  PutBe(h.parts, 4, out + 16);
 }
 
 bool ParseSealedHeader(const void* data, size_t n, SealedHeader* h) {
   if (!HasHead(data, n, SecureType::kSealed) || n < kSealedHeaderBytes) return false;
   const uint8_t* p = static_cast<const uint8_t*>(data);
   if (p[5] != 0 || p[6] != 0 || p[7] != 0) return false;
-  h->counter = 0;
-  for (int i = 0; i < 8; ++i) h->counter = h->counter << 8 | p[8 + i];
-  h->parts = 0;
-  for (int i = 0; i < 4; ++i) h->parts = h->parts << 8 | p[16 + i];
+  h->counter = GetBe(p + 8, 8);
+  h->parts = static_cast<uint32_t>(GetBe(p + 16, 4));
   return h->counter > 0 && h->parts > 0;
 }
 
@@ -167,14 +219,37 @@ bool PlainBytes(size_t sealed, size_t* plain) {
   return SealedBytes(*plain) == sealed;
 }
 
+bool RecordIndex(size_t part, size_t record, uint32_t* index) {
+  if (part >= kMaxSealedParts || record >= kMaxRecordsPerPart) return false;
+  *index = static_cast<uint32_t>(part << 14 | record);
+  return true;
+}
+
+Status CheckSealable(const std::vector<size_t>& plain_sizes) {
+  if (plain_sizes.empty() || plain_sizes.size() > kMaxSealedParts) {
+    return Status::InvalidArgument("cannot seal a message of " + std::to_string(plain_sizes.size()) +
+                                   " frames: a sealed message has 1 to " + std::to_string(kMaxSealedParts));
+  }
+  for (size_t p = 0; p < plain_sizes.size(); ++p) {
+    if (plain_sizes[p] > kMaxSealedPartBytes) {
+      return Status::InvalidArgument("cannot seal frame " + std::to_string(p) + " of " +
+                                     std::to_string(plain_sizes[p]) + " bytes: a sealed frame holds at most " +
+                                     std::to_string(kMaxSealedPartBytes) + " (its records' nonces would repeat)");
+    }
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 // Calls fn(record, its nonce) for every record of the parts: on this thread for a small
-// message, spread over the crypto threads for a large one.
+// message, spread over the crypto threads for a large one. False, calling nothing, if the
+// parts cannot be sealed (CheckSealable).
 template <typename Fn>
-void ForEachRecord(const std::vector<PartJob>& parts, uint64_t counter, Fn fn) {
+bool ForEachRecord(const std::vector<PartJob>& parts, uint64_t counter, Fn fn) {
   size_t total = 0;
-  const std::vector<RecordJob> jobs = Records(parts, &total);
+  std::vector<RecordJob> jobs;
+  if (!Records(parts, &jobs, &total)) return false;
   auto one = [&](size_t i) {
     uint8_t iv[kIvBytes];
     RecordIv(counter, jobs[i].index, iv);
@@ -185,6 +260,7 @@ void ForEachRecord(const std::vector<PartJob>& parts, uint64_t counter, Fn fn) {
   } else {
     ParallelRecords(jobs.size(), one);
   }
+  return true;
 }
 
 }  // namespace
@@ -193,23 +269,28 @@ void SealParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], con
   SealedHeader h;
   CHECK(ParseSealedHeader(header, kSealedHeaderBytes, &h));
   CHECK_EQ(h.parts, parts.size());
-  ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
-    SealRecord(key, iv, header, kSealedHeaderBytes, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
-               j.part->out + j.offset, TagOf(j));
+  const bool sealed = ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
+    uint8_t aad[kRecordAadBytes];
+    RecordAad(header, j, aad);
+    SealRecord(key, iv, aad, sizeof aad, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
+               j.part->out + j.offset, j.tag);
   });
+  CHECK(sealed) << "SealParts without CheckSealable";
 }
 
 bool OpenParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts) {
   SealedHeader h;
   if (!ParseSealedHeader(header, kSealedHeaderBytes, &h) || h.parts != parts.size()) return false;
   std::atomic<bool> all_open{true};
-  ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
-    if (!OpenRecord(key, iv, header, kSealedHeaderBytes, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
-                    TagOf(j), j.part->out + j.offset)) {
+  const bool indexed = ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
+    uint8_t aad[kRecordAadBytes];
+    RecordAad(header, j, aad);
+    if (!OpenRecord(key, iv, aad, sizeof aad, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len, j.tag,
+                    j.part->out + j.offset)) {
       all_open = false;
     }
   });
-  return all_open;
+  return indexed && all_open;
 }
 
 }  // namespace tally

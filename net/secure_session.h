@@ -1,25 +1,29 @@
 // The two ends of a secure connection (docs/security.md): ClientSession on a node's
-// sending socket to one peer, ServerSessions on its receiving socket for every peer that
-// connects. They hold the handshake's state and the keys, and seal and open messages;
-// the transport moves their bytes.
+// sending socket to one peer; on its receiving end a Responder that answers handshakes
+// while keeping nothing for them, and a ServerSession for each connection that proved the
+// secret. They hold the handshake's state and the keys, and seal and open messages; the
+// transport moves their bytes.
 //
 //   ClientSession c(&auth, "server 1");
 //   send(c.Hello());                              // then, when the answer comes:
 //   TALLY_RETURN_IF_ERROR(c.OnReply(reply.data(), reply.size()));
-//   if (c.ready()) { sizes = c.SealedSizes(meta, data); ...; c.Seal(meta, data, outs); }
+//   if (c.ready()) { send(c.confirm()); ...; TALLY_RETURN_IF_ERROR(c.SealedSizes(meta, data, &sizes)); c.Seal(meta, data, outs); }
 //
-//   ServerSessions s(&auth);
-//   std::string answer = s.OnHandshake(connection_id, frame, size);   // a HELLO
-//   Status st = s.Open(connection_id, &frames, &peer, &answer);       // a sealed message
+//   Responder r(&auth);                                              // the receiving end
+//   std::string welcome = r.OnHello(connection, hello, n, CookieWindow(now), &why);   // stores nothing
+//   std::shared_ptr<ServerSession> s;
+//   TALLY_RETURN_IF_ERROR(r.OnConfirm(connection, confirm, n, CookieWindow(now), &s));
+//   TALLY_RETURN_IF_ERROR(s->Open(&frames));                        // each later sealed message
 //
-// Not thread-safe: a ClientSession is used under its peer's lock, ServerSessions by the
-// receiving thread.
+// Not thread-safe: a ClientSession is used under its peer's lock, the Responder by the
+// receiving thread, a ServerSession by the thread that opens messages.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "net/aead.h"
@@ -34,6 +38,8 @@ class ClientSession {
   // A new HELLO with a fresh nonce; forgets any keys, so nothing is sealed until the
   // server answers this one.
   std::string Hello();
+  // The latest HELLO, to send again while no answer comes: every answer to it is as good.
+  const std::string& hello() const { return hello_; }
   // A frame from the server: a WELCOME that answers the latest HELLO and proves the secret
   // makes the session ready, one to an older HELLO is ignored; a REFUSE ends the session
   // (an error saying why; after kNoSession a new HELLO may succeed). A WELCOME that fails
@@ -41,10 +47,14 @@ class ClientSession {
   Status OnReply(const void* data, size_t n);
   bool ready() const { return ready_; }
   const std::string& server() const { return server_; }
+  // The CONFIRM that goes right after the WELCOME made the session ready, before any sealed
+  // message: the server keeps the session only once it verifies. REQUIRES: ready().
+  const std::string& confirm() const { return confirm_; }
 
   // The byte sizes of the sealed frames of a message: the header and the Meta, then each
-  // data frame. REQUIRES: ready().
-  std::vector<size_t> SealedSizes(const std::string& meta, const std::vector<Tensor>& data) const;
+  // data frame; an error, before anything is allocated, for a message that cannot be
+  // sealed (CheckSealable: a frame over 4 GiB). REQUIRES: ready().
+  Status SealedSizes(const std::string& meta, const std::vector<Tensor>& data, std::vector<size_t>* sizes) const;
   // Seals into outs (one buffer per frame, of SealedSizes' sizes); uses the next counter.
   void Seal(const std::string& meta, const std::vector<Tensor>& data, const std::vector<uint8_t*>& outs);
 
@@ -53,35 +63,55 @@ class ClientSession {
   const std::string server_;
   std::string hello_;  // the latest HELLO sent
   tally::Hello sent_;
+  std::string confirm_;
   bool ready_ = false;
   AeadKey key_{};
   uint64_t counter_ = 0;
 };
 
-class ServerSessions {
+// The cookie's coarse clock: a CONFIRM is accepted in the window of its WELCOME and the
+// next, so 30 to 60 s after it. A monotonic clock: only this process compares them.
+constexpr int kCookieWindowSeconds = 30;
+uint64_t CookieWindow(std::chrono::steady_clock::time_point t);
+
+// The keys of one connection that proved the secret, and the last counter it used.
+class ServerSession {
  public:
-  explicit ServerSessions(const JobAuth* auth);
-  // A HELLO on connection `id` (ZeroMQ's routing id): returns the answer, a WELCOME (and
-  // the connection's keys replace any it had) or a REFUSE; *why says what was refused.
-  std::string OnHandshake(const std::string& id, const void* data, size_t n, std::string* why);
-  // Opens a sealed message in place. On success the frames hold the plain Meta and data
-  // and *peer the name the connection proved. On failure nothing is changed that matters:
-  // the message is dropped; *answer is a REFUSE to send back when the connection has no
-  // session.
-  Status Open(const std::string& id, std::vector<WireFrame>* frames, std::string* peer, std::string* answer);
+  ServerSession(std::string peer, const AeadKey& key, const uint8_t client_nonce[kNonceBytes]);
+  const std::string& peer() const { return peer_; }
+  const uint8_t* client_nonce() const { return client_nonce_; }
+  // Opens a sealed message in place: on success the frames hold the plain Meta and data.
+  // On failure nothing is changed that matters: the message is dropped.
+  Status Open(std::vector<WireFrame>* frames);
 
  private:
-  struct Connection {
-    std::string peer;
-    AeadKey key;
-    uint64_t last = 0;  // the highest counter opened; 0: none yet, so not yet proved
-    uint64_t used = 0;  // when last used, in handshakes and messages seen: eviction order
-  };
-  void MakeRoom();
+  const std::string peer_;
+  const AeadKey key_;
+  uint8_t client_nonce_[kNonceBytes];
+  uint64_t last_ = 0;  // the highest counter opened
+};
+
+class Responder {
+ public:
+  explicit Responder(const JobAuth* auth);  // draws the cookie's key
+  // A HELLO on connection `connection` (a number the receiver never gives twice): returns
+  // the answer, a WELCOME whose server nonce is the cookie of (window, connection, client
+  // nonce, client name), or a REFUSE; *why says what was refused. Keeps nothing.
+  std::string OnHello(uint64_t connection, const void* data, size_t n, uint64_t window, std::string* why);
+  // A CONFIRM on the same connection: derives the cookie and the keys again and, if its
+  // window is `window` or the one before and its tag verifies, *session is the
+  // connection's new session.
+  Status OnConfirm(uint64_t connection, const void* data, size_t n, uint64_t window,
+                   std::shared_ptr<ServerSession>* session);
+
+ private:
+  Status CheckNames(const std::string& client, const std::string& server, RefuseReason* why) const;
+  void Cookie(uint64_t connection, uint64_t window, const uint8_t client_nonce[kNonceBytes], const std::string& client,
+              uint8_t server_nonce[kNonceBytes]);
 
   const JobAuth* auth_;
-  std::map<std::string, Connection> connections_;
-  uint64_t clock_ = 0;
+  const std::unordered_set<std::string> members_;  // every name of the job, looked up per HELLO
+  std::unique_ptr<HmacSha256> cookie_;
 };
 
 }  // namespace tally

@@ -1,36 +1,46 @@
-// The ZeroMQ transport: one ROUTER socket receives everything sent to this node; one
-// DEALER socket per peer sends to it. Each sender's messages arrive in order, and the
-// ROUTER names the connection each came on (its routing id), which the secure handshake
-// needs: the receiver answers a HELLO on the connection it came from.
+// The ZeroMQ transport: one receiving endpoint takes everything sent to this node; one
+// DEALER socket per peer sends to it. Each sender's messages arrive in order, on a TCP
+// connection of their own, which the secure handshake binds its keys to.
+//
+// The receiving endpoint speaks ZeroMQ's wire protocol itself (ZmtpReceiver): ZeroMQ's
+// ROUTER socket keeps a multipart message whole in memory before the application sees its
+// first frame and cannot close one peer's connection, so it could not bound what a
+// stranger makes it hold. The DEALERs are ZeroMQ's.
 //
 // Plain, data frames go out without copying (zmq_msg_init_data): the frame holds a
 // reference to the tensor's storage, dropped by ZeroMQ's free callback once the bytes are
-// sent. Received frames become tensors that own the zmq_msg_t, so nothing is copied on
-// arrival either. ZMQ_MAXMSGSIZE makes ZeroMQ itself refuse an oversized frame before
-// allocating it.
+// sent. Received frames become tensors that own the receiver's buffers, so nothing is
+// copied on arrival either; a frame over the size cap closes its connection before
+// anything is allocated for it.
 //
 // Secure (docs/security.md), every DEALER runs a ClientSession: its first Send to the peer
-// sends a HELLO and waits for the WELCOME, then every message is sealed into new buffers
-// (AES-256-GCM, the records spread over the crypto threads) on the sending thread. The
-// ROUTER's ServerSessions answer HELLOs and open sealed messages in place, on the
-// receiving thread, before anything parses them.
+// sends a HELLO, waits for the WELCOME and sends the CONFIRM, then every message is sealed
+// into new buffers (AES-256-GCM, the records spread over the crypto threads) on the sending
+// thread. The receiver answers handshakes on its own thread and keeps nothing for them
+// until a CONFIRM verifies; Recv opens sealed messages in place before anything parses
+// them.
 #include <arpa/inet.h>
 #include <zmq.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 
 #include "net/secure_session.h"
 #include "net/transport.h"
+#include "net/zmtp_receiver.h"
 
 namespace tally {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A HELLO with no answer yet is sent again this often (the same bytes: any answer to it
+// will do), until the send timeout: a receiver may have closed the connection it came on
+// to make room, or dropped it over the handshake rate.
+constexpr int kHelloRetryMs = 1000;
 
 std::string ZmqError(const std::string& what) {
   return what + ": " + zmq_strerror(zmq_errno());
@@ -38,8 +48,8 @@ std::string ZmqError(const std::string& what) {
 
 void ReleaseStorage(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<Storage>*>(hint); }
 
-// A DEALER's routing id: random, so a reconnecting process is a new connection to the
-// receiver; ZeroMQ reserves ids that start with a zero byte.
+// A DEALER's routing id (ZMTP's Identity), random. The receiver tells connections apart
+// by their TCP connection, not by this; ZeroMQ reserves ids that start with a zero byte.
 std::string NewRoutingId() {
   std::string id(16, '\0');
   RandomBytes(id.data(), id.size());
@@ -54,7 +64,7 @@ class ZmqTransport : public Transport {
     CHECK(context_ != nullptr) << ZmqError("zmq_ctx_new");
     if (auth != nullptr) {
       auth_ = std::make_unique<JobAuth>(*auth);
-      sessions_ = std::make_unique<ServerSessions>(auth_.get());
+      responder_ = std::make_unique<Responder>(auth_.get());
     }
   }
   ~ZmqTransport() override {
@@ -63,30 +73,15 @@ class ZmqTransport : public Transport {
   }
 
   Status Bind(const std::string& host, int port, int* bound_port) override {
-    std::lock_guard<std::mutex> lock(recv_mu_);
+    std::lock_guard<std::mutex> lock(bind_mu_);
     if (receiver_) return Status::Internal("transport already bound");
-    receiver_ = zmq_socket(context_, ZMQ_ROUTER);
-    int64_t max_size = static_cast<int64_t>(auth_ ? kSealedHeaderBytes + SealedBytes(kMaxFrameBytes) : kMaxFrameBytes);
-    int linger = 0;
-    zmq_setsockopt(receiver_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
-    zmq_setsockopt(receiver_, ZMQ_LINGER, &linger, sizeof linger);
-    // An address literal binds that interface only; a name (localhost, a host name) binds all.
-    in_addr v4;
-    in6_addr v6;
-    const bool literal = inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
-    std::string endpoint = "tcp://" + (literal ? host : std::string("*")) + ":" +
-                           (port == 0 ? std::string("*") : std::to_string(port));
-    if (zmq_bind(receiver_, endpoint.c_str()) != 0) {
-      Status s = Status::Unavailable(ZmqError("cannot bind " + endpoint));
-      zmq_close(receiver_);
-      receiver_ = nullptr;
-      return s;
-    }
-    char last[256];
-    size_t len = sizeof last;
-    zmq_getsockopt(receiver_, ZMQ_LAST_ENDPOINT, last, &len);
-    std::string bound(last);
-    *bound_port = std::stoi(bound.substr(bound.rfind(':') + 1));
+    ZmtpReceiver::Options options;
+    options.responder = responder_.get();
+    options.max_frame_bytes = auth_ ? kSealedHeaderBytes + SealedBytes(kMaxFrameBytes) : kMaxFrameBytes;
+    options.rejected = &rejected_;
+    std::unique_ptr<ZmtpReceiver> receiver;
+    TALLY_RETURN_IF_ERROR(ZmtpReceiver::Start(host, port, options, &receiver, bound_port));
+    receiver_ = std::move(receiver);
     return Status::Ok();
   }
 
@@ -142,30 +137,24 @@ class ZmqTransport : public Transport {
   }
 
   Status Recv(Message* msg, int timeout_ms) override {
+    ZmtpReceiver* receiver = Receiver();
+    if (receiver == nullptr) return Status::Internal("Recv before Bind");
     std::lock_guard<std::mutex> lock(recv_mu_);
-    if (!receiver_) return Status::Internal("Recv before Bind");
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (true) {
-      if (!backlog_.empty()) {
-        *msg = std::move(backlog_.front());
-        backlog_.pop_front();
-        return Status::Ok();
-      }
       int wait = -1;
       if (timeout_ms >= 0) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        wait = static_cast<int>(std::max<int64_t>(0, left.count()));
+        wait = static_cast<int>(std::max<int64_t>(
+            0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
       }
-      zmq_pollitem_t item = {receiver_, 0, ZMQ_POLLIN, 0};
-      int n = zmq_poll(&item, 1, wait);
-      if (n < 0 && zmq_errno() != EINTR) return Status::Unavailable(ZmqError("poll"));
-      if (n <= 0) {
-        if (timeout_ms >= 0 && Clock::now() >= deadline) {
-          return Status::Unavailable("no message within " + std::to_string(timeout_ms) + " ms");
-        }
-        continue;
-      }
-      if (TakeOne(msg)) return Status::Ok();
+      ZmtpReceiver::Incoming in;
+      TALLY_RETURN_IF_ERROR(receiver->Take(&in, wait));
+      const std::string from = in.from;
+      Status s = Accept(std::move(in), msg);
+      if (s.ok()) return s;
+      ++rejected_;
+      LOG_EVERY_N(WARNING, 100) << "dropped a message from " << from << ": " << s.message() << " ("
+                                << google::COUNTER << " so far)";
     }
   }
 
@@ -184,9 +173,8 @@ class ZmqTransport : public Transport {
         peer->socket = nullptr;
       }
     }
-    std::lock_guard<std::mutex> lock(recv_mu_);
-    if (receiver_) zmq_close(receiver_);
-    receiver_ = nullptr;
+    // Not under recv_mu_: a Recv waiting for a message holds it; closing wakes it.
+    if (ZmtpReceiver* receiver = Receiver()) receiver->Close();
   }
 
  private:
@@ -229,50 +217,35 @@ class ZmqTransport : public Transport {
     return got;
   }
 
-  // Receives one message; true if it is one for Recv to return, false if it was a
-  // handshake (answered) or dropped (counted and logged). REQUIRES: recv_mu_ held.
-  bool TakeOne(Message* msg) {
-    bool handshake = false;
-    Status s = ReceiveOne(msg, &handshake);
-    if (s.ok() && handshake) return false;
-    if (s.ok()) s = CheckSender(*msg);
-    if (s.ok()) return true;
-    ++rejected_;
-    LOG_EVERY_N(WARNING, 100) << "dropped a message: " << s.message() << " (" << google::COUNTER << " so far)";
-    return false;
+  ZmtpReceiver* Receiver() {
+    std::lock_guard<std::mutex> lock(bind_mu_);
+    return receiver_.get();
   }
 
-  // Answers the HELLOs waiting at this node's receiving socket, keeping any other message
-  // for Recv. A thread waiting for a peer's WELCOME calls this while no one is in Recv: the
-  // peer may be waiting for this node's WELCOME just the same, on the thread that would
-  // otherwise call Recv (it sends acknowledgements), and neither would ever answer.
-  void ServeHandshakes() {
-    std::unique_lock<std::mutex> lock(recv_mu_, std::try_to_lock);
-    if (!lock.owns_lock() || !receiver_) return;
-    while (HasInput(receiver_)) {
-      Message m;
-      if (TakeOne(&m)) backlog_.push_back(std::move(m));
-    }
-  }
-
-  // Makes the peer's session ready: a HELLO, then its WELCOME within the send timeout.
+  // Makes the peer's session ready: a HELLO (sent again while unanswered), its WELCOME
+  // within the send timeout, then the CONFIRM that makes the peer keep the session.
   Status Handshake(int id, Peer* peer) {
     TakeReplies(id, peer);
     if (peer->session->ready()) return Status::Ok();
-    const std::string hello = peer->session->Hello();
-    if (zmq_send(peer->socket, hello.data(), hello.size(), 0) < 0) {
-      return Status::Unavailable(ZmqError("send the secure handshake to " + Describe(id, *peer)));
-    }
+    peer->session->Hello();
     const auto deadline = Clock::now() + std::chrono::milliseconds(send_timeout_ms_);
+    auto next_hello = Clock::now();
     while (!peer->session->ready()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      ServeHandshakes();
-      zmq_pollitem_t item = {peer->socket, 0, ZMQ_POLLIN, 0};
-      if (left <= 0 || zmq_poll(&item, 1, std::min<long>(left, 2)) <= 0) {
-        if (Clock::now() < deadline) continue;  // EINTR
+      const auto now = Clock::now();
+      if (now >= deadline) {
         return Status::Unavailable(Describe(id, *peer) + " did not answer the secure handshake within " +
                                    std::to_string(send_timeout_ms_) + " ms (is it up, and does it hold the job's secret?)");
       }
+      if (now >= next_hello) {
+        const std::string& hello = peer->session->hello();
+        if (zmq_send(peer->socket, hello.data(), hello.size(), 0) < 0) {
+          return Status::Unavailable(ZmqError("send the secure handshake to " + Describe(id, *peer)));
+        }
+        next_hello = now + std::chrono::milliseconds(kHelloRetryMs);
+      }
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline, next_hello) - now);
+      zmq_pollitem_t item = {peer->socket, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, std::max<long>(1, wait.count())) <= 0) continue;  // timeout or EINTR
       std::string reply;
       if (!TakeReply(peer, &reply)) continue;
       RefuseReason why;
@@ -280,6 +253,10 @@ class ZmqTransport : public Transport {
       const bool stale = ParseRefuse(reply.data(), reply.size(), &why) && why == RefuseReason::kNoSession;
       Status s = stale ? Status::Ok() : peer->session->OnReply(reply.data(), reply.size());
       if (!s.ok()) return Status::Unavailable(Describe(id, *peer) + ": " + s.message());
+    }
+    const std::string& confirm = peer->session->confirm();
+    if (zmq_send(peer->socket, confirm.data(), confirm.size(), 0) < 0) {
+      return Status::Unavailable(ZmqError("send the secure handshake to " + Describe(id, *peer)));
     }
     return Status::Ok();
   }
@@ -313,7 +290,9 @@ class ZmqTransport : public Transport {
   }
 
   Status SendSealed(int id, Peer* peer, const std::string& meta, const std::vector<Tensor>& data) {
-    const std::vector<size_t> sizes = peer->session->SealedSizes(meta, data);
+    std::vector<size_t> sizes;
+    Status sealable = peer->session->SealedSizes(meta, data, &sizes);
+    if (!sealable.ok()) return Status::InvalidArgument("send to " + Describe(id, *peer) + ": " + sealable.message());
     std::vector<zmq_msg_t> frames(sizes.size());
     std::vector<uint8_t*> outs;
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -324,58 +303,21 @@ class ZmqTransport : public Transport {
     return SendFrames(id, peer, &frames);
   }
 
-  // Reads one whole multipart message (the routing id, then the message's frames); always
-  // consumes every part, valid or not. *handshake: it was a HELLO, answered here.
-  Status ReceiveOne(Message* msg, bool* handshake) {
-    std::string routing_id;
-    std::vector<WireFrame> frames;
-    int more = 1;
-    while (more) {
-      auto* part = new zmq_msg_t;
-      zmq_msg_init(part);
-      if (zmq_msg_recv(part, receiver_, 0) < 0) {
-        zmq_msg_close(part);
-        delete part;
-        for (WireFrame& f : frames) f.release();
-        return Status::Unavailable(ZmqError("receive"));
-      }
-      more = zmq_msg_more(part);
-      if (routing_id.empty()) {
-        routing_id.assign(static_cast<const char*>(zmq_msg_data(part)), zmq_msg_size(part));
-        zmq_msg_close(part);
-        delete part;
-        continue;
-      }
-      frames.push_back({zmq_msg_data(part), zmq_msg_size(part), [part] { zmq_msg_close(part); delete part; }});
-    }
+  // Opens (secure) and decodes one message from the receiver; always takes its frames.
+  Status Accept(ZmtpReceiver::Incoming in, Message* msg) {
     std::string peer;
-    if (sessions_) {
-      std::string answer;
-      Status s = Unseal(routing_id, &frames, &peer, &answer, handshake);
-      if (!answer.empty()) {
-        zmq_send(receiver_, routing_id.data(), routing_id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-        zmq_send(receiver_, answer.data(), answer.size(), ZMQ_DONTWAIT);
-      }
-      if (!s.ok() || *handshake) {
-        for (WireFrame& f : frames) f.release();
+    if (auth_) {
+      Status s = in.session ? in.session->Open(&in.frames)
+                            : Status::Internal("a message from a connection that proved nothing");
+      if (!s.ok()) {
+        for (WireFrame& f : in.frames) f.release();
         return s;
       }
+      peer = in.session->peer();
     }
-    TALLY_RETURN_IF_ERROR(DecodeMessage(std::move(frames), msg));
+    TALLY_RETURN_IF_ERROR(DecodeMessage(std::move(in.frames), msg));
     msg->peer = std::move(peer);
-    return Status::Ok();
-  }
-
-  Status Unseal(const std::string& routing_id, std::vector<WireFrame>* frames, std::string* peer, std::string* answer,
-                bool* handshake) {
-    if (frames->size() == 1 && SecureTypeOf((*frames)[0].data, (*frames)[0].size) == uint8_t(SecureType::kHello)) {
-      *handshake = true;
-      std::string why;
-      *answer = sessions_->OnHandshake(routing_id, (*frames)[0].data, (*frames)[0].size, &why);
-      if (!why.empty()) return Status::InvalidArgument("refused a handshake: " + why);
-      return Status::Ok();
-    }
-    return sessions_->Open(routing_id, frames, peer, answer);
+    return CheckSender(*msg);
   }
 
   // With authentication, a message that names a sender must come from that node. A
@@ -396,11 +338,11 @@ class ZmqTransport : public Transport {
   void* context_;
   const int send_timeout_ms_;
   std::unique_ptr<JobAuth> auth_;           // null: plain
-  std::unique_ptr<ServerSessions> sessions_;  // used under recv_mu_
+  std::unique_ptr<Responder> responder_;    // the receiver's, on its thread
   std::atomic<int64_t> rejected_{0};
-  std::mutex recv_mu_;
-  void* receiver_ = nullptr;     // GUARDED_BY(recv_mu_)
-  std::deque<Message> backlog_;  // GUARDED_BY(recv_mu_): taken in by ServeHandshakes
+  std::mutex bind_mu_;
+  std::unique_ptr<ZmtpReceiver> receiver_;  // GUARDED_BY(bind_mu_): set once, by Bind
+  std::mutex recv_mu_;                      // one Recv at a time
   std::mutex peers_mu_;
   std::map<int, std::unique_ptr<Peer>> peers_;  // GUARDED_BY(peers_mu_)
 };

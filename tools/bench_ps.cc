@@ -344,14 +344,18 @@ std::vector<BenchRow> ReplicaRows(const std::string& mode, const WorkerRun& plai
 std::vector<BenchRow> CryptoRows(double tcp_gbps) {
   JobAuth server_auth{std::string(32, 'k'), "server 0", {1, 1}}, worker_auth{std::string(32, 'k'), "worker 0", {1, 1}};
   ClientSession client(&worker_auth, "server 0");
-  ServerSessions server(&server_auth);
+  Responder responder(&server_auth);
   const std::string hello = client.Hello();
   std::string why;
-  const std::string welcome = server.OnHandshake("bench", hello.data(), hello.size(), &why);
+  const std::string welcome = responder.OnHello(1, hello.data(), hello.size(), 1, &why);
   CHECK(client.OnReply(welcome.data(), welcome.size()).ok());
+  std::shared_ptr<ServerSession> server;
+  CHECK(responder.OnConfirm(1, client.confirm().data(), client.confirm().size(), 1, &server).ok());
   auto seal_open = [&](const std::vector<Tensor>& data, int reps) {
+    std::vector<size_t> sizes;
+    CHECK(client.SealedSizes("meta", data, &sizes).ok());
     std::vector<std::string> frames;
-    for (size_t n : client.SealedSizes("meta", data)) frames.emplace_back(n, '\0');
+    for (size_t n : sizes) frames.emplace_back(n, '\0');
     std::vector<uint8_t*> outs;
     for (std::string& f : frames) outs.push_back(reinterpret_cast<uint8_t*>(f.data()));
     double seal_s = 0;
@@ -362,8 +366,7 @@ std::vector<BenchRow> CryptoRows(double tcp_gbps) {
       seal_s += std::chrono::duration<double>(Clock::now() - s0).count();
       std::vector<WireFrame> wire;
       for (std::string& f : frames) wire.push_back({f.data(), f.size(), nullptr});
-      std::string peer, answer;
-      CHECK(server.Open("bench", &wire, &peer, &answer).ok());
+      CHECK(server->Open(&wire).ok());
     }
     return std::make_pair(seal_s / reps, std::chrono::duration<double>(Clock::now() - t0).count() / reps);
   };

@@ -271,11 +271,11 @@ def secure_messages(rng):
     (net/secure_frames.h): what a sender without the secret can produce."""
     names = [b"scheduler"] + [b"server %d" % r for r in range(SERVERS)] + [b"worker %d" % r for r in range(WORKERS)]
     client, server = rng.choice(names), rng.choice(names)
-    hello = b"TLY1\x01" + rng.randbytes(32) + bytes([len(client)]) + client + bytes([len(server)]) + server
-    header = b"TLY1\x03\0\0\0" + struct.pack(">QI", rng.randrange(1, 1 << 20), 2)
+    hello = b"TLY2\x01" + rng.randbytes(32) + bytes([len(client)]) + client + bytes([len(server)]) + server
+    header = b"TLY2\x03\0\0\0" + struct.pack(">QI", rng.randrange(1, 1 << 20), 2)
     body = meta(21, 1 + SERVERS, 1, [(0, 0, 4)])
     return [[hello], [header + rng.randbytes(len(body) + 16), rng.randbytes(16 + 16)],
-            [b"TLY1\x02" + rng.randbytes(80)], [b"TLY1\x04\x01"]]
+            [b"TLY2\x02" + rng.randbytes(88)], [b"TLY2\x04\x01"]]
 
 
 # ---- The job ------------------------------------------------------------------------------
@@ -382,10 +382,15 @@ class LiveFramesTest(unittest.TestCase):
         self.assertEqual(sender.sent_raw + sender.sent_zmq, FRAMES)
         self.assertJobOk(job)
         self.assertTrue(still_training, "the job ended before every frame was sent: make it longer")
-        # Valid HELLOs are answered, not rejected; nearly everything else must have been.
+        # Valid HELLOs are answered, not rejected; what else reached a node was. A connection
+        # that has not proved the job's secret is closed after 64 frames (docs/security.md),
+        # so most of what the sender queued on its ZeroMQ sockets never arrives at all.
         rejected = sum(int(n) for key in job.procs for n in re.findall(r"delivery: .* (\d+) rejected", job.output(key)))
-        print("the nodes rejected %d messages" % rejected)
-        self.assertGreater(rejected, sender.zmq_messages // 4, "the ZeroMQ messages did not reach the job's checks")
+        closed = sum(int(n) for key in job.procs
+                     for n in re.findall(r"receiver: .* (\d+) closed past the unproved budget", job.output(key)))
+        print("the nodes rejected %d messages and closed %d connections past their budget" % (rejected, closed))
+        self.assertGreater(rejected, 0, "the ZeroMQ messages did not reach the job's checks")
+        self.assertGreater(closed, 0, "no connection was held to the budget of what it may send unproved")
 
         final = "-%04d" % EPOCHS
         for ext in (".params", ".states"):

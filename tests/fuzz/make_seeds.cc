@@ -20,6 +20,7 @@
 #include "data/image_codec.h"
 #include "data/recordio.h"
 #include "net/secure_session.h"
+#include "net/zmtp.h"
 #include "tests/fuzz/file_seeds.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/layouts.h"
@@ -402,17 +403,19 @@ void WriteSecureSeeds(const fs::path& dir) {
   server_auth.job = worker_auth.job = JobNames{1, 2};
   server_auth.self = "server 0";
   worker_auth.self = "worker 1";
-  ServerSessions server(&server_auth);
+  Responder responder(&server_auth);
   ClientSession client(&worker_auth, "server 0");
   const std::string hello = client.Hello();
   std::string why;
-  const std::string welcome = server.OnHandshake("c1", hello.data(), hello.size(), &why);
+  const std::string welcome = responder.OnHello(1, hello.data(), hello.size(), 5, &why);
   CHECK(client.OnReply(welcome.data(), welcome.size()).ok());
   // A sealed PUSH-sized message: a Meta and one data frame of 16 values.
   std::vector<Tensor> data{Values(16, 1, DType::kF32)};
   const std::string meta(40, 'm');
+  std::vector<size_t> sizes;
+  CHECK(client.SealedSizes(meta, data, &sizes).ok());
   std::vector<std::string> sealed;
-  for (size_t n : client.SealedSizes(meta, data)) sealed.emplace_back(n, '\0');
+  for (size_t n : sizes) sealed.emplace_back(n, '\0');
   std::vector<uint8_t*> outs;
   for (std::string& f : sealed) outs.push_back(reinterpret_cast<uint8_t*>(f.data()));
   client.Seal(meta, data, outs);
@@ -422,13 +425,24 @@ void WriteSecureSeeds(const fs::path& dir) {
   Write(dir, "hello", in);
   in.clear();
   PutSecureMessage(1, {hello}, &in);
+  PutSecureMessage(1, {client.confirm()}, &in);
   PutSecureMessage(1, sealed, &in);
   PutSecureMessage(0, sealed, &in);
-  Write(dir, "hello_then_sealed", in);
+  Write(dir, "handshake_then_sealed", in);
   in.clear();
   PutSecureMessage(2, {welcome}, &in);
   PutSecureMessage(2, {EncodeRefuse(RefuseReason::kNoSession)}, &in);
   Write(dir, "welcome_and_refuse", in);
+  // ZMTP frames as a stranger's DEALER sends them after its greeting: the HELLO, then a
+  // frame with MORE set, a long one, and a PING command.
+  std::string zmtp;
+  ZmtpPutFrame(hello.data(), hello.size(), /*more=*/false, &zmtp);
+  ZmtpPutFrame("x", 1, /*more=*/true, &zmtp);
+  ZmtpPutFrame(sealed[1].data(), sealed[1].size(), /*more=*/false, &zmtp);
+  zmtp += std::string("\x04\x05\x04PING", 7);
+  in.clear();
+  PutSecureMessage(3, {zmtp}, &in);
+  Write(dir, "zmtp_frames", in);
 }
 
 }  // namespace
