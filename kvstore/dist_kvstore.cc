@@ -8,7 +8,7 @@
 #include "kvstore/dist_channel.h"
 #include "kvstore/factories.h"
 #include "kvstore/placement.h"
-#include "kvstore/reduce.h"
+#include "optim/reduce.h"
 
 namespace tally {
 namespace {

@@ -37,6 +37,7 @@
 #include "ops/ops.h"
 #include "ops/status.h"
 #include "ops/tensor.h"
+#include "optim/optimizer_config.h"
 
 namespace tally {
 
@@ -74,20 +75,6 @@ struct KVStoreSpec {
   // fail saying so); local and device ignore it. Must outlive the store.
   Cluster* cluster = nullptr;
 };
-
-struct OptimizerConfig {
-  std::string type = "sgd";  // "sgd" or "nag"
-  float lr = 0.1f;
-  float momentum = 0.9f;
-  float wd = 1e-4f;
-  float rescale_grad = 1.0f;
-  float clip_gradient = -1.0f;  // <= 0: no clipping
-  bool multi_precision = true;  // keep fp32 master weights for fp16/bf16 values
-};
-Status ValidateOptimizerConfig(const OptimizerConfig& c);
-// The update rule's settings for config, with the gradients divided by gradient_scale (the
-// loss scale they carry).
-SgdParams ToSgdParams(const OptimizerConfig& config, float gradient_scale);
 
 class MasterWeightStore;
 class DeviceStepStore;

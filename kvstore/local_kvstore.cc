@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "kvstore/reduce.h"
+#include "optim/reduce.h"
 #include "profile/records.h"
 
 namespace tally {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kvstore/kvstore.h"
-#include "kvstore/updater.h"
+#include "optim/updater.h"
 
 namespace tally {
 

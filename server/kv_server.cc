@@ -8,8 +8,8 @@
 
 #include <glog/logging.h>
 
-#include "kvstore/reduce.h"
 #include "net/command_rules.h"
+#include "optim/reduce.h"
 #include "profile/trace.h"
 #include "server/kv_server_slice.h"
 #include "server/server.h"

@@ -8,7 +8,7 @@
 
 #include <glog/logging.h>
 
-#include "kvstore/reduce.h"
+#include "optim/reduce.h"
 #include "profile/trace.h"
 #include "server/kv_server_slice.h"
 #include "server/server.h"

@@ -68,10 +68,10 @@
 #include <utility>
 #include <vector>
 
-#include "kvstore/updater.h"
 #include "net/cluster.h"
 #include "net/server_chains.h"
 #include "net/transport.h"
+#include "optim/updater.h"
 #include "profile/records.h"
 
 namespace tally {

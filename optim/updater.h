@@ -2,11 +2,18 @@
 // (momentum, and fp32 master weights for fp16/bf16 weights when multi_precision is on).
 // Used wherever updates run: in the store (local), on each device (device) and on the
 // servers (server/kv_server.cc). Not thread-safe: one Updater per updating thread.
+//
+//   Updater updater(opt);                         // OptimizerConfig (optimizer_config.h)
+//   updater.set_gradient_scale(loss_scale);
+//   updater.SaveState(key, weight);               // only when the step may be undone
+//   updater.Update(key, summed_grad, &weight);
 #pragma once
 
 #include <map>
 
-#include "kvstore/kvstore.h"
+#include "ops/status.h"
+#include "ops/tensor.h"
+#include "optim/optimizer_config.h"
 
 namespace tally {
 

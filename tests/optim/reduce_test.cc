@@ -1,4 +1,4 @@
-#include "kvstore/reduce.h"
+#include "optim/reduce.h"
 
 #include <gtest/gtest.h>
 

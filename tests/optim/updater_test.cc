@@ -1,0 +1,70 @@
+#include "optim/updater.h"
+
+#include <gtest/gtest.h>
+
+namespace tally {
+namespace {
+
+Tensor Full(const Shape& s, float v, DType t = DType::kF32) {
+  Tensor x = Tensor::Empty(s, t);
+  x.Fill(v);
+  return x;
+}
+
+TEST(Updater, MultiPrecisionKeepsUpdatesFp16WouldLose) {
+  OptimizerConfig opt;
+  opt.lr = 1.0f;
+  opt.momentum = 0.0f;
+  opt.wd = 0.0f;
+  opt.multi_precision = true;
+  Updater mp(opt);
+  opt.multi_precision = false;
+  Updater plain(opt);
+  Tensor w_mp = Full({4}, 1.f, DType::kF16), w_plain = Full({4}, 1.f, DType::kF16);
+  Tensor g = Full({4}, 1e-4f, DType::kF16);
+  // Below 1 fp16 steps by 2^-11 (4.9e-4): a 1e-4 step rounds back to 1 without a master copy.
+  for (int i = 0; i < 10; ++i) {
+    mp.Update(0, g, &w_mp);
+    plain.Update(0, g, &w_plain);
+  }
+  EXPECT_EQ(HalfToFloat(w_plain.data<uint16_t>()[0]), 1.0f);
+  EXPECT_NEAR(HalfToFloat(w_mp.data<uint16_t>()[0]), 0.999f, 3e-4);
+  EXPECT_LT(HalfToFloat(w_mp.data<uint16_t>()[0]), 1.0f);
+}
+
+// The undo copy puts back the momentum of before the update, once.
+TEST(Updater, RestoreStatePutsBackTheStateSavedBeforeTheUpdateOnce) {
+  OptimizerConfig opt;
+  opt.lr = 0.5f;
+  opt.momentum = 0.9f;
+  opt.wd = 0.0f;
+  Updater u(opt);
+  Tensor w = Full({3}, 1.f);
+  u.Update(0, Full({3}, 1.f), &w);
+  const Tensor before = u.Momentum(0, w);
+  u.SaveState(0, w);
+  u.Update(0, Full({3}, 2.f), &w);
+  EXPECT_NE(u.Momentum(0, w).data<float>()[0], before.data<float>()[0]);
+  EXPECT_EQ(u.SavedMomentum(0).data<float>()[0], before.data<float>()[0]);
+  ASSERT_TRUE(u.RestoreState(0));
+  EXPECT_EQ(u.Momentum(0, w).data<float>()[0], before.data<float>()[0]);
+  EXPECT_FALSE(u.RestoreState(0));
+  EXPECT_FALSE(u.SavedMomentum(0).defined());
+}
+
+TEST(OptimizerConfig, ValidationNamesTheFlag) {
+  OptimizerConfig c;
+  EXPECT_TRUE(ValidateOptimizerConfig(c).ok());
+  c.momentum = 1.0f;
+  EXPECT_NE(ValidateOptimizerConfig(c).message().find("--mom"), std::string::npos);
+  c = OptimizerConfig();
+  c.type = "adam";
+  EXPECT_NE(ValidateOptimizerConfig(c).message().find("--optimizer"), std::string::npos);
+  c.type = "nag";
+  const SgdParams p = ToSgdParams(c, /*gradient_scale=*/4.0f);
+  EXPECT_TRUE(p.nesterov);
+  EXPECT_EQ(p.rescale_grad, c.rescale_grad / 4.0f);
+}
+
+}  // namespace
+}  // namespace tally
