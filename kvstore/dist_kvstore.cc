@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <memory>
+#include <utility>
 
+#include "kvstore/comm.h"
 #include "kvstore/dist_channel.h"
 #include "kvstore/factories.h"
 #include "kvstore/placement.h"
@@ -29,10 +32,11 @@ Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
 
 class DistKVStore : public KVStore, public MasterWeightStore {
  public:
-  DistKVStore(KVStoreType type, int num_devices, Cluster* cluster)
+  DistKVStore(KVStoreType type, int num_devices, Cluster* cluster, std::unique_ptr<Comm> comm)
       : type_(type),
         num_devices_(num_devices),
         cluster_(cluster),
+        comm_(std::move(comm)),
         channel_(std::make_shared<DistChannel>(cluster, type != KVStoreType::kDistAsync)) {
     std::shared_ptr<DistChannel> ch = channel_;
     cluster_->SetDataHandler([ch](Message&& m) { ch->OnMessage(std::move(m)); });
@@ -107,13 +111,9 @@ class DistKVStore : public KVStore, public MasterWeightStore {
     int64_t numel = 0;
     std::vector<Placement::Slice> slices;
     int64_t next_step = 0;  // the step of the next push
-    Tensor merged;          // the devices' sum, in the values' dtype (several devices only)
-    Tensor merged_f32;      // its fp32 accumulator when the values are 16-bit
     std::vector<Tensor> outs;  // the last Pull's or PushPull's outputs (a rollback rewrites them)
   };
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
-  // The sum of the devices' values of k, in their dtype (vals[0] itself for one device).
-  Tensor DeviceSum(Key* k, const std::vector<Tensor>& vals);
   // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
   // keys, one message per server; WaitAll waits for the answers.
   Status SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state);
@@ -161,6 +161,8 @@ class DistKVStore : public KVStore, public MasterWeightStore {
   const KVStoreType type_;
   const int num_devices_;
   Cluster* const cluster_;
+  // The devices' sum, in the values' dtype (vals[0] itself for one device): what is pushed.
+  const std::unique_ptr<Comm> comm_;
   std::shared_ptr<DistChannel> channel_;
   bool has_optimizer_ = false;
   OptimizerConfig optimizer_;
@@ -357,27 +359,10 @@ Status DistKVStore::Find(int key, const std::vector<Tensor>& ts, const char* wha
   return Status::Ok();
 }
 
-Tensor DistKVStore::DeviceSum(Key* k, const std::vector<Tensor>& vals) {
-  if (num_devices_ == 1) return Flat(vals[0]);
-  // The buffer of an earlier push may still be on its way: take a fresh one then.
-  const DType dtype = vals[0].dtype();
-  if (!k->merged.defined() || k->merged.dtype() != dtype || k->merged.storage().use_count() > 1) {
-    k->merged = Tensor::Empty({k->numel}, dtype);
-  }
-  if (dtype == DType::kF32) {
-    SumInF32(vals, &k->merged);
-  } else {
-    if (!k->merged_f32.defined()) k->merged_f32 = Tensor::Empty({k->numel}, DType::kF32);
-    SumInF32(vals, &k->merged_f32);
-    k->merged.CopyFrom(k->merged_f32);
-  }
-  return k->merged;
-}
-
 Status DistKVStore::Push(int key, const std::vector<Tensor>& vals, int priority) {
   Key* k = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, vals, "push", &k));
-  const Tensor sum = DeviceSum(k, vals);
+  const Tensor sum = Flat(comm_->Reduce(key, vals));
   const int64_t step = k->next_step++;
   for (const Placement::Slice& sl : k->slices) {
     PendingRequest p;
@@ -450,7 +435,7 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
   TALLY_RETURN_IF_ERROR(Find(key, vals, "pushpull", &k));
   TALLY_RETURN_IF_ERROR(Find(key, outs, "pushpull", &k));
   k->outs = outs;
-  const Tensor sum = DeviceSum(k, vals);
+  const Tensor sum = Flat(comm_->Reduce(key, vals));
   const int64_t step = k->next_step++;
   auto op = std::make_shared<PullOp>();
   op->flat = Flat(outs[0]);
@@ -503,7 +488,9 @@ Status NewDistKVStore(KVStoreType kind, int num_devices, Cluster* cluster, std::
     return Status::InvalidArgument("kvstore " + type + " runs on a worker, not on " +
                                    DescribeNode(cluster->me()));
   }
-  out->reset(new DistKVStore(kind, num_devices, cluster));
+  std::unique_ptr<Comm> comm;
+  TALLY_RETURN_IF_ERROR(NewComm(std::vector<Device>(num_devices, Device::Cpu()), MergedDType::kAsValues, &comm));
+  out->reset(new DistKVStore(kind, num_devices, cluster, std::move(comm)));
   return Status::Ok();
 }
 

@@ -8,8 +8,9 @@
 namespace tally {
 
 GpuDistKVStore::GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Device> devices,
-                               std::unique_ptr<NcclComms> comms)
-    : inner_(std::move(inner)), devices_(std::move(devices)), comms_(std::move(comms)) {
+                               std::unique_ptr<Comm> comm)
+    : inner_(std::move(inner)), devices_(std::move(devices)), comm_(std::move(comm)) {
+  CHECK(comm_ != nullptr && comm_->devices() == devices_);
   sender_ = std::thread([this] { SendLoop(); });
 }
 
@@ -59,11 +60,11 @@ Status GpuDistKVStore::PushPull(int key, const std::vector<Tensor>& grads,
   if (!staged.weight.defined() || staged.weight.dtype() != weights[0].dtype()) {
     staged.weight = PinnedEmpty(weights[0].shape(), weights[0].dtype());
   }
-  if (comms_ != nullptr) comms_->AllReduceSum({grads});
+  const Tensor sum = comm_->Reduce(key, grads);  // in place on every GPU: device 0's is pushed
   Send send;
   send.key = key;
   send.priority = priority;
-  send.copied = CopyToHostAsync(grads[0], &staged.grad);
+  send.copied = CopyToHostAsync(sum, &staged.grad);
   send.buffers = staged;
   pending_[key] = weights;
   {
@@ -109,8 +110,7 @@ Status GpuDistKVStore::WaitKey(int key) {
   if (it == pending_.end()) return Status::Ok();  // not pushed this step, or uploaded already
   TALLY_RETURN_IF_ERROR(Drain(/*keep_status=*/true));
   TALLY_RETURN_IF_ERROR(inner_->WaitKey(key));
-  const Tensor& host = staged_.at(key).weight;
-  for (Tensor& w : it->second) w.CopyFrom(host);  // queued: page-locked host to device
+  comm_->Broadcast(staged_.at(key).weight, it->second);  // queued: page-locked host to device
   uploaded_.insert(pending_.extract(it));
   return Status::Ok();
 }
@@ -130,8 +130,7 @@ Status GpuDistKVStore::WaitAll() {
     pending.merge(uploaded);
   }
   for (auto& [key, weights] : pending) {
-    const Tensor& host = staged_.at(key).weight;
-    for (Tensor& w : weights) w.CopyFrom(host);  // queued: page-locked host to device
+    comm_->Broadcast(staged_.at(key).weight, weights);  // queued: page-locked host to device
   }
   return Status::Ok();
 }
@@ -157,9 +156,9 @@ Status NewDistKVStoreOnGpus(KVStoreType type, const std::vector<Device>& devices
   }
   std::unique_ptr<KVStore> inner;
   TALLY_RETURN_IF_ERROR(NewDistKVStore(type, /*num_devices=*/1, cluster, &inner));
-  std::unique_ptr<NcclComms> comms;
-  if (devices.size() > 1) TALLY_RETURN_IF_ERROR(NcclComms::Create(devices, &comms));
-  out->reset(new GpuDistKVStore(std::move(inner), devices, std::move(comms)));
+  std::unique_ptr<Comm> comm;
+  TALLY_RETURN_IF_ERROR(NewComm(devices, MergedDType::kAsValues, &comm));
+  out->reset(new GpuDistKVStore(std::move(inner), devices, std::move(comm)));
   return Status::Ok();
 }
 

@@ -16,8 +16,8 @@
 // It wraps the worker's DistKVStore (made for one device) and puts the GPUs in front of it:
 //   PushPull(key, grads, weights)
 //     1. with more than one GPU, sums the key's gradient across them in place with NCCL
-//        (NcclComms::AllReduceSum), so the worker pushes one gradient, as MXNet's
-//        dist_device_sync reduces on the worker's GPUs before pushing;
+//        (Comm::Reduce), so the worker pushes one gradient, as MXNet's dist_device_sync
+//        reduces on the worker's GPUs before pushing;
 //     2. queues a copy of device 0's sum into a page-locked host buffer (the gradient's
 //        dtype, so fp16 gradients travel as fp16) and returns without waiting for it: the
 //        caller goes on queueing the rest of the backward pass;
@@ -26,8 +26,9 @@
 //   weights' dtype: the servers keep the fp32 masters and send them converted).
 //   WaitAll() waits for the sending thread to have handed over every push, then for the
 //     DistKVStore's WaitAll (which writes the restored weights of a skipped step), then
-//     queues the upload of every pushed key's weights to every GPU and returns: work queued
-//     later on those streams (the next forward pass) sees the new weights.
+//     queues the upload of every pushed key's weights to every GPU (Comm::Broadcast) and
+//     returns: work queued later on those streams (the next forward pass) sees the new
+//     weights.
 // The gradients given to PushPull must not be written, nor the weights read, until WaitAll
 // returns (as with every distributed type).
 //
@@ -46,18 +47,17 @@
 #include <thread>
 #include <vector>
 
+#include "kvstore/comm.h"
 #include "kvstore/kvstore.h"
-#include "kvstore/nccl_comm.h"
 #include "ops/device.h"
 
 namespace tally {
 
 class GpuDistKVStore : public KVStore {
  public:
-  // inner: a distributed store made for one device; comms: the GPUs' communicators (null
-  // with one GPU). REQUIRES: devices are distinct cuda devices that exist.
-  GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Device> devices,
-                 std::unique_ptr<NcclComms> comms);
+  // inner: a distributed store made for one device; comm: the sum over the GPUs.
+  // REQUIRES: devices are distinct cuda devices that exist.
+  GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Device> devices, std::unique_ptr<Comm> comm);
   // Waits for the sending thread to finish what it was given, then stops it.
   ~GpuDistKVStore() override;
 
@@ -116,7 +116,7 @@ class GpuDistKVStore : public KVStore {
 
   const std::unique_ptr<KVStore> inner_;
   const std::vector<Device> devices_;
-  const std::unique_ptr<NcclComms> comms_;  // null with one GPU
+  const std::unique_ptr<Comm> comm_;  // NCCL's in-place sum; the weights' upload
   std::map<int, Staged> staged_;            // by key; made at the key's first push
   // Pushed since the last WaitAll: the weights to upload to, per key; those WaitKey has
   // uploaded already move to uploaded_.

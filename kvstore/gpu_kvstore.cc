@@ -53,20 +53,17 @@ Status NewGpuKVStore(KVStoreType type, const std::vector<Device>& devices, std::
       return s.code() == Status::Code::kUnavailable ? Status::Unavailable(msg) : Status::InvalidArgument(msg);
     }
   }
-  std::unique_ptr<NcclComms> comms;
-  if (devices.size() > 1) {
-    const Status s = NcclComms::Create(devices, &comms);
-    if (!s.ok()) return Status::Unavailable(name + ": " + s.message());
-  }
-  out->reset(new GpuKVStore(type, devices, std::move(comms)));
+  std::unique_ptr<Comm> comm;
+  const Status s = NewComm(devices, MergedDType::kAsValues, &comm);
+  if (!s.ok()) return Status::Unavailable(name + ": " + s.message());
+  out->reset(new GpuKVStore(type, devices, std::move(comm)));
   return Status::Ok();
 }
 
-GpuKVStore::GpuKVStore(KVStoreType type, std::vector<Device> devices,
-                       std::unique_ptr<NcclComms> comms)
-    : type_(type), devices_(std::move(devices)), comms_(std::move(comms)) {
+GpuKVStore::GpuKVStore(KVStoreType type, std::vector<Device> devices, std::unique_ptr<Comm> comm)
+    : type_(type), devices_(std::move(devices)), comm_(std::move(comm)) {
   CHECK(!devices_.empty());
-  CHECK((comms_ != nullptr) == (devices_.size() > 1)) << Name();
+  CHECK(comm_ != nullptr && comm_->devices() == devices_) << Name();
 }
 
 std::string GpuKVStore::Name() const { return "--kv-store " + name() + " on " + DeviceList(devices_); }
@@ -184,16 +181,14 @@ Status GpuKVStore::WaitAll() {
   // Key order, not push order: the same NCCL group and the same update whatever order the
   // backward pass produced the gradients in.
   std::sort(pending_.begin(), pending_.end());
-  if (comms_ != nullptr) {
-    std::vector<std::vector<Tensor>> sums;
-    sums.reserve(pending_.size());
-    for (int key : pending_) {
-      std::vector<Tensor> per_device;
-      for (const Replica& r : entries_.at(key).replicas) per_device.push_back(r.grad);
-      sums.push_back(std::move(per_device));
-    }
-    comms_->AllReduceSum(sums);
+  std::vector<std::vector<Tensor>> grads;
+  grads.reserve(pending_.size());
+  for (int key : pending_) {
+    std::vector<Tensor> per_device;
+    for (const Replica& r : entries_.at(key).replicas) per_device.push_back(r.grad);
+    grads.push_back(std::move(per_device));
   }
+  comm_->Reduce(pending_, grads);  // in place: every replica's grad then holds the sum
   if (!device_state_.empty()) {
     Update();  // each device checks its own sums, and its update reads the verdict
   } else if (AllFinite(DeviceSums(0))) {  // every device holds the same sums: device 0's verdict is all's

@@ -32,9 +32,9 @@
 //     next WaitAll returns, the caller must not write the pushed gradients nor read the
 //     weights (as with the distributed types). Push and Pull alone are refused.
 //   WaitAll() then, over every key recorded since the last WaitAll:
-//     1. with more than one GPU, sums each gradient across the GPUs in place (all keys in
-//        one NCCL group, on each device's stream): the pushed gradient tensors then hold the
-//        sum;
+//     1. with more than one GPU, sums each gradient across the GPUs in place (Comm::Reduce:
+//        all keys in one NCCL group, on each device's stream): the pushed gradient tensors
+//        then hold the sum;
 //     2. checks device 0's summed gradients for NaN and inf (AllFinite), which waits for
 //        device 0's stream: the step's one host synchronisation;
 //     3. if some gradient is not finite, updates nothing anywhere and records the step for
@@ -72,16 +72,15 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/comm.h"
 #include "kvstore/kvstore.h"
-#include "kvstore/nccl_comm.h"
 
 namespace tally {
 
 class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepStore {
  public:
-  // REQUIRES: devices are distinct cuda devices that exist; comms connects them (null for
-  // one device).
-  GpuKVStore(KVStoreType type, std::vector<Device> devices, std::unique_ptr<NcclComms> comms);
+  // REQUIRES: devices are distinct cuda devices that exist; comm sums over them.
+  GpuKVStore(KVStoreType type, std::vector<Device> devices, std::unique_ptr<Comm> comm);
 
   KVStoreType type() const override { return type_; }
   MasterWeightStore* master_weights() override { return this; }
@@ -149,7 +148,7 @@ class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepSt
 
   const KVStoreType type_;
   const std::vector<Device> devices_;
-  const std::unique_ptr<NcclComms> comms_;  // null with one device
+  const std::unique_ptr<Comm> comm_;  // NCCL's in-place sum
   bool has_optimizer_ = false;
   OptimizerConfig config_;
   float gradient_scale_ = 1.0f;

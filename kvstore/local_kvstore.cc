@@ -8,10 +8,22 @@
 
 namespace tally {
 
+namespace {
+
+std::unique_ptr<Comm> HostComm(int num_devices) {
+  std::unique_ptr<Comm> comm;
+  const Status s = NewComm(std::vector<Device>(num_devices, Device::Cpu()), MergedDType::kFloat32, &comm);
+  CHECK(s.ok()) << s;  // host devices, at least one (KVStore::Create checks)
+  return comm;
+}
+
+}  // namespace
+
 LocalKVStore::LocalKVStore(int num_devices, bool update_on_devices)
     : num_devices_(num_devices),
       update_on_devices_(update_on_devices),
-      type_(update_on_devices ? KVStoreType::kDevice : KVStoreType::kLocal) {}
+      type_(update_on_devices ? KVStoreType::kDevice : KVStoreType::kLocal),
+      comm_(HostComm(num_devices)) {}
 
 Status LocalKVStore::SetOptimizer(const OptimizerConfig& config) {
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
@@ -32,7 +44,7 @@ Status LocalKVStore::Init(int key, const Tensor& value) {
   Entry& e = entries_[key];
   int copies = update_on_devices_ ? num_devices_ : 1;
   for (int i = 0; i < copies; ++i) e.copies.push_back(value.Clone());
-  e.merged = Tensor::Empty(value.shape(), DType::kF32, value.device());
+  e.numel = value.numel();
   return Status::Ok();
 }
 
@@ -48,21 +60,14 @@ Status LocalKVStore::Find(int key, const std::vector<Tensor>& tensors, const cha
                                    std::to_string(num_devices_) + " devices");
   }
   for (const Tensor& t : tensors) {
-    if (t.numel() != it->second.merged.numel()) {
+    if (t.numel() != it->second.numel) {
       return Status::InvalidArgument(std::string(what) + " of key " + std::to_string(key) + ": " +
-                                     t.ToString() + " does not match " + it->second.merged.ToString());
+                                     t.ToString() + " does not match its " + std::to_string(it->second.numel) +
+                                     " values");
     }
   }
   *entry = &it->second;
   return Status::Ok();
-}
-
-// Adds src into the fp32 accumulator acc (n values).
-static void Accumulate(const Tensor& src, float* acc, int64_t n) {
-  Tensor f = src.dtype() == DType::kF32 ? src : src.To(DType::kF32);
-  const float* s = f.data<float>();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) acc[i] += s[i];
 }
 
 Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priority*/) {
@@ -71,10 +76,8 @@ Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priori
   const int64_t step = e->pushes++;
   // A step skipped without a WaitAll after it: finish its rollback before a newer one starts.
   if (skipping_.step >= 0 && step > skipping_.step) RollBack();
-  // Summed in device order, never in completion order, so results are reproducible.
-  e->merged.CopyFrom(vals[0]);
-  for (size_t d = 1; d < vals.size(); ++d) Accumulate(vals[d], e->merged.data<float>(), e->merged.numel());
-  if (!AllFinite(e->merged)) {
+  const Tensor merged = comm_->Reduce(key, vals);
+  if (!AllFinite(merged)) {
     if (skipping_.step != step) {
       skipping_ = SkippedStep();
       skipping_.step = step;
@@ -89,11 +92,11 @@ Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priori
     if (!e->undo[c].defined()) e->undo[c] = Tensor::Empty(e->copies[c].shape(), e->copies[c].dtype(), e->copies[c].device());
     e->undo[c].CopyFrom(e->copies[c]);
     if (updaters_.empty()) {
-      e->copies[c].CopyFrom(e->merged);
+      e->copies[c].CopyFrom(merged);
     } else {
       const int64_t t0 = profile::NowUs();
       updaters_[c]->SaveState(key, e->copies[c]);
-      updaters_[c]->Update(key, e->merged, &e->copies[c]);
+      updaters_[c]->Update(key, merged, &e->copies[c]);
       times_.update_us += profile::NowUs() - t0;
     }
   }
@@ -109,7 +112,7 @@ void LocalKVStore::RollBack() {
       if (!updaters_.empty()) updaters_[c]->RestoreState(key);
     }
     e.undo_step = -1;
-    for (size_t d = 0; d < e.outs.size(); ++d) e.outs[d].CopyFrom(e.copies[update_on_devices_ ? d : 0]);
+    if (!e.outs.empty()) CopyOut(e, e.outs);
   }
   skipped_ = skipping_;
   has_skipped_ = true;
@@ -132,13 +135,21 @@ Status LocalKVStore::Pull(int key, const std::vector<Tensor>& outs, int /*priori
   Entry* e = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, outs, "pull", &e));
   const int64_t t0 = profile::NowUs();
-  for (size_t d = 0; d < outs.size(); ++d) {
-    Tensor out = outs[d];
-    out.CopyFrom(e->copies[update_on_devices_ ? d : 0]);
-  }
+  CopyOut(*e, outs);
   e->outs = outs;
   times_.pull_us += profile::NowUs() - t0;
   return Status::Ok();
+}
+
+void LocalKVStore::CopyOut(const Entry& e, const std::vector<Tensor>& outs) const {
+  if (!update_on_devices_) {
+    comm_->Broadcast(e.copies[0], outs);
+    return;
+  }
+  for (size_t d = 0; d < outs.size(); ++d) {
+    Tensor out = outs[d];
+    out.CopyFrom(e.copies[d]);
+  }
 }
 
 KVStore::Times LocalKVStore::TakeTimes() {

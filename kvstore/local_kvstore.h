@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/comm.h"
 #include "kvstore/kvstore.h"
 #include "optim/updater.h"
 
@@ -36,7 +37,7 @@ class LocalKVStore : public KVStore {
  private:
   struct Entry {
     std::vector<Tensor> copies;  // 1 (local) or num_devices_ (device)
-    Tensor merged;               // fp32 sum of the last push
+    int64_t numel = 0;
     int64_t pushes = 0;          // the next push's step
     // One-step undo: the copies before the update of step undo_step (-1: none kept).
     std::vector<Tensor> undo;
@@ -46,6 +47,8 @@ class LocalKVStore : public KVStore {
   Status Find(int key, const std::vector<Tensor>& tensors, const char* what, Entry** entry);
   // Restores every key updated at the skipped step and rewrites its last pull's outputs.
   void RollBack();
+  // outs[d] <- the copy device d pulls: the one copy (local), or its own (device).
+  void CopyOut(const Entry& e, const std::vector<Tensor>& outs) const;
 
   // The step being skipped (step -1: none), until RollBack; then the one to report.
   SkippedStep skipping_, skipped_;
@@ -54,6 +57,7 @@ class LocalKVStore : public KVStore {
   const int num_devices_;
   const bool update_on_devices_;
   const KVStoreType type_;
+  const std::unique_ptr<Comm> comm_;  // the devices' sum, in fp32
   std::vector<std::unique_ptr<Updater>> updaters_;  // one per copy; empty: no optimizer
   std::map<int, Entry> entries_;
   Times times_;
