@@ -161,6 +161,43 @@ TEST(KVServerChainTest, WithoutReplicasAnInitNamesNoChain) {
   EXPECT_NE(sent[0].second.meta.error().find("keeps no replicas"), std::string::npos) << sent[0].second.meta.error();
 }
 
+// A spare still receiving its chains holds the workers' requests (their ROLLBACKs), up to
+// a bound: beyond it they are refused, not kept.
+TEST(KVServerSpareTest, ASpareHoldsABoundedNumberOfRequests) {
+  Sent sent;
+  const NodeIds ids{2, 2, 1};  // servers 1-2, workers 3-4, the spare (rank 2) node 5
+  KVServer spare(2, 2, [&](int id, Message m) {
+    sent.push_back({id, std::move(m)});
+    return Status::Ok();
+  }, 1);
+  spare.SetReplication(/*my_rank=*/2, /*replicas=*/1);
+  Message lost;
+  lost.meta.set_command(wire::SERVER_LOST);
+  lost.meta.set_sender_id(kSchedulerId);
+  for (int rank : {0, 2}) {  // server 0 is lost; the spare takes its chains
+    wire::Node* n = lost.meta.add_nodes();
+    n->set_role(wire::SERVER);
+    n->set_rank(rank);
+  }
+  spare.Handle(std::move(lost));
+  auto rollback = [&](uint64_t id) {
+    Message m;
+    m.meta.set_command(wire::ROLLBACK);
+    m.meta.set_sender_id(ids.Worker(0));
+    m.meta.set_request_id(id);
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(7);
+    ks->set_length(3);
+    spare.Handle(std::move(m));
+  };
+  for (uint64_t id = 1; id <= KVServer::kMaxHeld; ++id) rollback(id);
+  EXPECT_TRUE(sent.empty()) << "held until the chains have come";
+  rollback(KVServer::kMaxHeld + 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_NE(sent[0].second.meta.error().find("spare still receiving its chains"), std::string::npos);
+  EXPECT_EQ(spare.NumRefused(), 1);
+}
+
 // SERVER_LOST is the scheduler's alone, and names servers of the job.
 TEST_F(KVServerTest, AServerLostNoticeFromAWorkerOrOfNoServerIsIgnored) {
   Make(2);
