@@ -30,7 +30,7 @@ wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
 
 Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
 
-class DistKVStore : public KVStore, public MasterWeightStore {
+class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStore {
  public:
   DistKVStore(KVStoreType type, int num_devices, Cluster* cluster, std::unique_ptr<Comm> comm)
       : type_(type),
@@ -49,6 +49,7 @@ class DistKVStore : public KVStore, public MasterWeightStore {
   }
 
   KVStoreType type() const override { return type_; }
+  TrainerHooks* trainer_hooks() override { return this; }
   MasterWeightStore* master_weights() override { return this; }
   int rank() const override { return cluster_->me().rank(); }
   int num_workers() const override { return cluster_->num_workers(); }
@@ -75,7 +76,7 @@ class DistKVStore : public KVStore, public MasterWeightStore {
     return Status::Ok();
   }
 
-  Status Init(int key, const Tensor& value) override { return Init(std::vector<int>{key}, {value}); }
+  using KVStore::Init;
   Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;

@@ -24,7 +24,7 @@
 // dist_sync here (CPU devices are summed in memory). PushPull sends one PUSHPULL per slice,
 // a push the server answers with the values after its update: one round trip, not two.
 //
-// Skipped steps (kvstore.h, docs/wire.md): when an answer of step t says a server skipped
+// Skipped steps (trainer_hooks.h, docs/wire.md): when an answer of step t says a server skipped
 // it for a non-finite gradient, WaitAll sends one ROLLBACK per slice of every key last
 // pushed at step t, writes the values the servers restored into the keys' last pull
 // outputs, and only then returns; TakeSkippedStep reports the step.

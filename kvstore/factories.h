@@ -1,5 +1,6 @@
-// The constructors behind KVStore::Create (kvstore.cc), one per kind of store. Internal to
-// kvstore/: everyone else makes stores through KVStore::Create and a KVStoreSpec.
+// The constructors behind KVStore::Create (kvstore.cc), one per kind of store, and what the
+// single-process stores share. Internal to kvstore/: everyone else makes stores through
+// KVStore::Create and a KVStoreSpec.
 //
 //   std::unique_ptr<KVStore> kv;
 //   TALLY_RETURN_IF_ERROR(NewDistKVStore(KVStoreType::kDistSync, /*num_devices=*/1, cluster, &kv));
@@ -7,6 +8,7 @@
 // Each checks what it is given and fails with a message naming --kv-store or --gpus.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,5 +27,10 @@ Status NewDistKVStore(KVStoreType type, int num_devices, Cluster* cluster, std::
 // CUDA (dist_kvstore.cc) it refuses, saying so.
 Status NewDistKVStoreOnGpus(KVStoreType type, const std::vector<Device>& devices, Cluster* cluster,
                             std::unique_ptr<KVStore>* out);
+
+// The single-process types' Init of many keys: init_key of each in turn, after checking
+// that there is one value per key. Stops at the first refusal.
+Status InitEach(const std::vector<int>& keys, const std::vector<Tensor>& values,
+                const std::function<Status(int, const Tensor&)>& init_key);
 
 }  // namespace tally

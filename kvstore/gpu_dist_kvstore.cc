@@ -9,7 +9,10 @@ namespace tally {
 
 GpuDistKVStore::GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Device> devices,
                                std::unique_ptr<Comm> comm)
-    : inner_(std::move(inner)), devices_(std::move(devices)), comm_(std::move(comm)) {
+    : inner_(std::move(inner)),
+      inner_hooks_(inner_->trainer_hooks()),
+      devices_(std::move(devices)),
+      comm_(std::move(comm)) {
   CHECK(comm_ != nullptr && comm_->devices() == devices_);
   sender_ = std::thread([this] { SendLoop(); });
 }
@@ -125,7 +128,7 @@ Status GpuDistKVStore::WaitAll() {
   TALLY_RETURN_IF_ERROR(sent);
   TALLY_RETURN_IF_ERROR(waited);
   // A skipped step's weights were restored into the host buffers after WaitKey uploaded them.
-  if (inner_->TakeSkippedStep(&skipped_)) {
+  if (inner_hooks_->TakeSkippedStep(&skipped_)) {
     has_skipped_ = true;
     pending.merge(uploaded);
   }

@@ -53,7 +53,7 @@
 
 namespace tally {
 
-class GpuDistKVStore : public KVStore {
+class GpuDistKVStore : public KVStore, public TrainerHooks {
  public:
   // inner: a distributed store made for one device; comm: the sum over the GPUs.
   // REQUIRES: devices are distinct cuda devices that exist.
@@ -68,8 +68,7 @@ class GpuDistKVStore : public KVStore {
   Status SetOptimizer(const OptimizerConfig& config) override { return inner_->SetOptimizer(config); }
   void SetLearningRate(float lr) override { inner_->SetLearningRate(lr); }
   using KVStore::Init;
-  // value: on the host (the servers' fp32 start); every key in one call, as the DistKVStore.
-  Status Init(int key, const Tensor& value) override { return inner_->Init(key, value); }
+  // values: on the host (the servers' fp32 start); every key in one call, as the DistKVStore.
   Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override {
     return inner_->Init(keys, values);
   }
@@ -90,12 +89,13 @@ class GpuDistKVStore : public KVStore {
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override {
     return inner_->SetOptimizerState(keys, states);
   }
-  Status SetGradientScale(float scale) override { return inner_->SetGradientScale(scale); }
-  MasterWeightStore* master_weights() override { return inner_->master_weights(); }
+  TrainerHooks* trainer_hooks() override { return this; }
+  Status SetGradientScale(float scale) override { return inner_hooks_->SetGradientScale(scale); }
+  MasterWeightStore* master_weights() override { return inner_hooks_->master_weights(); }
   bool TakeSkippedStep(SkippedStep* out) override;
-  void RequestStop() override { inner_->RequestStop(); }
-  bool StopAgreed() const override { return inner_->StopAgreed(); }
-  Times TakeTimes() override { return inner_->TakeTimes(); }
+  void RequestStop() override { inner_hooks_->RequestStop(); }
+  bool StopAgreed() const override { return inner_hooks_->StopAgreed(); }
+  Times TakeTimes() override { return inner_hooks_->TakeTimes(); }
 
  private:
   struct Staged {  // one key's host buffers
@@ -115,6 +115,7 @@ class GpuDistKVStore : public KVStore {
   Status Drain(bool keep_status = false);
 
   const std::unique_ptr<KVStore> inner_;
+  TrainerHooks* const inner_hooks_;  // inner_'s
   const std::vector<Device> devices_;
   const std::unique_ptr<Comm> comm_;  // NCCL's in-place sum; the weights' upload
   std::map<int, Staged> staged_;            // by key; made at the key's first push

@@ -76,7 +76,11 @@ Status GpuKVStore::SetOptimizer(const OptimizerConfig& config) {
   return Status::Ok();
 }
 
-Status GpuKVStore::Init(int key, const Tensor& value) {
+Status GpuKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  return InitEach(keys, values, [this](int key, const Tensor& value) { return InitKey(key, value); });
+}
+
+Status GpuKVStore::InitKey(int key, const Tensor& value) {
   const std::string what = Name() + ": Init of key " + std::to_string(key);
   if (!has_optimizer_) {
     // The state Init allocates depends on the optimizer, and on GPUs the store only ever
@@ -167,7 +171,7 @@ Status GpuKVStore::PushPull(int key, const std::vector<Tensor>& grads, const std
     e->replicas[d].grad = grads[d];
     e->replicas[d].weight = weights[d];
   }
-  // The step's gradients were scaled by the scale in force when it began (kvstore.h: a new
+  // The step's gradients were scaled by the scale in force when it began (trainer_hooks.h: a new
   // scale applies from the next push), not by one set between its pushes and WaitAll.
   if (pending_.empty()) step_scale_ = gradient_scale_;
   e->pending = true;
@@ -396,7 +400,7 @@ Status GpuKVStore::SetMasterWeights(const std::vector<int>& keys, const std::vec
   return Status::Ok();
 }
 
-KVStore::Times GpuKVStore::TakeTimes() {
+TrainerHooks::Times GpuKVStore::TakeTimes() {
   Times t = times_;
   // The update runs inside WaitAll, which the Trainer times as the wait.
   t.on_caller_thread = false;

@@ -9,11 +9,11 @@
 //   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));
 //   TALLY_RETURN_IF_ERROR(kv->Init(keys, replica0_weights));
 //   for each step:
-//     kv->SetGradientScale(loss_scale);
+//     kv->trainer_hooks()->SetGradientScale(loss_scale);
 //     for each key, as backward makes its gradient:
 //       TALLY_RETURN_IF_ERROR(kv->PushPull(key, {grad0, grad1}, {weight0, weight1}));
 //     TALLY_RETURN_IF_ERROR(kv->WaitAll());   // the sum, the check, the update
-//     if (kv->TakeSkippedStep(&skip)) lower the loss scale;
+//     if (kv->trainer_hooks()->TakeSkippedStep(&skip)) lower the loss scale;
 //
 // Every GPU keeps a replica of the model and runs the optimizer on it: gradients are summed
 // across the GPUs with NCCL and every GPU applies the same update to the same sum, so the
@@ -77,12 +77,13 @@
 
 namespace tally {
 
-class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepStore {
+class GpuKVStore : public KVStore, public TrainerHooks, public MasterWeightStore, public DeviceStepStore {
  public:
   // REQUIRES: devices are distinct cuda devices that exist; comm sums over them.
   GpuKVStore(KVStoreType type, std::vector<Device> devices, std::unique_ptr<Comm> comm);
 
   KVStoreType type() const override { return type_; }
+  TrainerHooks* trainer_hooks() override { return this; }
   MasterWeightStore* master_weights() override { return this; }
   DeviceStepStore* device_steps() override { return this; }
   // REQUIRES: called before Init (state is allocated by Init).
@@ -90,9 +91,9 @@ class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepSt
   // With KeepStepOnDevice, also queues the new rate into each device's copy of it.
   void SetLearningRate(float lr) override;
   using KVStore::Init;
-  // value: fp32, fp16 or bf16, on any device (replica 0's weights, normally on devices[0]).
+  // values: fp32, fp16 or bf16, on any device (replica 0's weights, normally on devices[0]).
   // Fails before SetOptimizer: the state allocated here depends on the optimizer.
-  Status Init(int key, const Tensor& value) override;
+  Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
   // grads[d] and weights[d] on devices[d], weights in the dtype given to Init.
@@ -100,7 +101,7 @@ class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepSt
                   int priority) override;
   Status WaitAll() override;
   bool TakeSkippedStep(SkippedStep* out) override;
-  // REQUIRES: scale > 0 and finite. Applies from the next push on (kvstore.h): a step's
+  // REQUIRES: scale > 0 and finite. Applies from the next push on (trainer_hooks.h): a step's
   // update divides by the scale in force at its first PushPull.
   Status SetGradientScale(float scale) override;
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
@@ -113,7 +114,7 @@ class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepSt
   // no replica's 16-bit weights.
   Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Times TakeTimes() override;
-  // per_device[d] on devices[d]; see kvstore.h (DeviceStepStore). WaitAll then becomes steps 1, then per device
+  // per_device[d] on devices[d]; see trainer_hooks.h (DeviceStepStore). WaitAll then becomes steps 1, then per device
   // NonFiniteFlag over its own sums into found (the same bits everywhere, so the same
   // verdict), then the MultiSgdUpdate that reads found, the loss scale and the learning rate
   // from device memory.
@@ -134,6 +135,7 @@ class GpuKVStore : public KVStore, public MasterWeightStore, public DeviceStepSt
     bool pending = false;           // pushed since the last WaitAll
   };
 
+  Status InitKey(int key, const Tensor& value);
   Status Find(int key, const char* what, Entry** entry);
   Status CheckPush(int key, const Entry& e, const std::vector<Tensor>& grads,
                    const std::vector<Tensor>& weights) const;

@@ -50,12 +50,6 @@ Status KVStore::Create(const KVStoreSpec& spec, std::unique_ptr<KVStore>* out) {
   return Status::Ok();
 }
 
-Status KVStore::SetGradientScale(float scale) {
-  if (scale == 1.0f) return Status::Ok();
-  return Status::InvalidArgument("--kv-store " + name() + " does not take a loss scale (float16 "
-                                 "training with dynamic loss scaling needs local or device)");
-}
-
 #ifndef TALLY_HAVE_CUDA
 Status NewGpuKVStore(KVStoreType type, const std::vector<Device>& devices, std::unique_ptr<KVStore>* out) {
   return Status::InvalidArgument("--kv-store " + KVStoreTypeName(type) +
@@ -63,12 +57,13 @@ Status NewGpuKVStore(KVStoreType type, const std::vector<Device>& devices, std::
 }
 #endif
 
-Status KVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+Status InitEach(const std::vector<int>& keys, const std::vector<Tensor>& values,
+                const std::function<Status(int, const Tensor&)>& init_key) {
   if (keys.size() != values.size()) {
     return Status::InvalidArgument("kvstore Init with " + std::to_string(keys.size()) + " keys and " +
                                    std::to_string(values.size()) + " values");
   }
-  for (size_t i = 0; i < keys.size(); ++i) TALLY_RETURN_IF_ERROR(Init(keys[i], values[i]));
+  for (size_t i = 0; i < keys.size(); ++i) TALLY_RETURN_IF_ERROR(init_key(keys[i], values[i]));
   return Status::Ok();
 }
 

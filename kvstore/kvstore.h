@@ -7,8 +7,9 @@
 //   std::unique_ptr<KVStore> kv;
 //   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv));
 //   TALLY_RETURN_IF_ERROR(kv->SetOptimizer(opt));
-//   TALLY_RETURN_IF_ERROR(kv->Init(key, weight));              // once per key
+//   TALLY_RETURN_IF_ERROR(kv->Init(keys, weights));            // once, every key
 //   TALLY_RETURN_IF_ERROR(kv->PushPull(key, grads, weights));  // every step: one per device
+//   TALLY_RETURN_IF_ERROR(kv->WaitAll());                      // the step's data has moved
 //
 // Types (the README's table):
 //   local   gradients are summed on the CPU, the optimizer updates one stored copy of the
@@ -24,9 +25,16 @@
 // Keys are small non-negative integers (a parameter's index). A KVStore is driven by one
 // thread.
 //
-// Capabilities only some types have (fp32 master weights, steps kept on the device) are
-// separate interfaces (MasterWeightStore, DeviceStepStore) that a store hands out through
-// master_weights() and device_steps(), null when it has none.
+// The calls of KVStore are MXNet's, and all a script needs (tally.kv, bench ps). What only the
+// training loop uses, loss scaling, skipped steps, stopping together, the profiler's times
+// and the capabilities only some types have (fp32 master weights, steps kept on the GPUs),
+// is behind a narrower interface the store hands out (trainer_hooks.h):
+//
+//   TrainerHooks* hooks = kv->trainer_hooks();
+//   TALLY_RETURN_IF_ERROR(hooks->SetGradientScale(loss_scale));
+//   ... PushPull every key, WaitAll ...
+//   SkippedStep skip;
+//   if (hooks->TakeSkippedStep(&skip)) lower the loss scale;
 #pragma once
 
 #include <iosfwd>
@@ -34,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/trainer_hooks.h"
 #include "ops/ops.h"
 #include "ops/status.h"
 #include "ops/tensor.h"
@@ -76,9 +85,6 @@ struct KVStoreSpec {
   Cluster* cluster = nullptr;
 };
 
-class MasterWeightStore;
-class DeviceStepStore;
-
 class KVStore {
  public:
   // The one way to make a store of any type (KVStoreSpec). Fails, saying why, when the spec
@@ -98,11 +104,11 @@ class KVStore {
   // Changes the learning rate from the next update on (schedules call it every step).
   virtual void SetLearningRate(float lr) = 0;
 
-  // Registers key with its initial value (copied). A key is registered once.
-  virtual Status Init(int key, const Tensor& value) = 0;
-  // Registers many keys at once. The distributed types need every key in one call (their
-  // placement of keys on servers depends on all the sizes) and fail otherwise.
-  virtual Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values);
+  // Registers keys with their initial values (copied). A key is registered once. The
+  // distributed types need every key in one call (their placement of keys on servers
+  // depends on all the sizes) and fail otherwise.
+  virtual Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) = 0;
+  Status Init(int key, const Tensor& value) { return Init(std::vector<int>{key}, std::vector<Tensor>{value}); }
   // vals: one tensor per device, shaped as the key's value. priority orders the
   // communication of the distributed types (higher first); single-process types ignore it.
   virtual Status Push(int key, const std::vector<Tensor>& vals, int priority = 0) = 0;
@@ -122,99 +128,23 @@ class KVStore {
   // follow before the step's results count. The single-process types have nothing to wait for.
   virtual Status WaitKey(int key) { return Status::Ok(); }
 
-  // Checkpoints. GetOptimizerState fills (*states)[i] with a copy of key keys[i]'s optimizer
-  // state (SGD momentum), fp32, shaped as the key's value: zeros before its first update,
-  // an undefined tensor when the optimizer keeps none (momentum 0). The distributed types
-  // read it from the servers as of the worker's last push: call it after WaitAll.
+  // Checkpoints (MXNet's save/load_optimizer_states). GetOptimizerState fills (*states)[i]
+  // with a copy of key keys[i]'s optimizer state (SGD momentum), fp32, shaped as the key's
+  // value: zeros before its first update, an undefined tensor when the optimizer keeps none
+  // (momentum 0). The distributed types read it from the servers as of the worker's last
+  // push: call it after WaitAll.
   virtual Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) = 0;
   // Restores what GetOptimizerState gave, after Init and before the first push. The
   // distributed types: every worker calls it (worker 0 sends, the others wait for it).
   virtual Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) = 0;
 
-  // Dynamic loss scaling: from the next push on, pushed gradients are `scale` times the
-  // true ones and the updates divide them back. 1 by default, which every type takes (so
-  // this is no optional capability); types that cannot scale refuse any other value with a
-  // message naming themselves.
-  virtual Status SetGradientScale(float scale);
-  // Optional capabilities (below): this store's, or null when its type has none.
-  virtual MasterWeightStore* master_weights() { return nullptr; }
-  virtual DeviceStepStore* device_steps() { return nullptr; }
+  // What a training loop needs beyond these calls (trainer_hooks.h): loss scaling, skipped
+  // steps, stopping together, the profiler's times, master weights. Never null; owned by
+  // the store.
+  virtual TrainerHooks* trainer_hooks() = 0;
 
-  // Non-finite gradients (NaN, ±Inf). A key's n-th push is its step n - 1. When the summed
-  // gradient of some key at step t is not finite, step t is skipped as a whole: once
-  // WaitAll returns, no key keeps step t's update (keys already updated are rolled back to
-  // their weights and optimizer state before it), the outputs of the step's pulls hold those
-  // weights, and TakeSkippedStep reports it. dist_sync and dist_device_sync skip it on every
-  // server and every worker's WaitAll reports it (docs/wire.md, "Non-finite gradients");
-  // dist_async leaves out only the non-finite push. The single-process types roll back in
-  // WaitAll, or at the next step's first push if WaitAll was not called.
-  struct SkippedStep {
-    int64_t step = -1;
-    int key = -1;              // the lowest key of the step whose gradient was not finite
-    std::vector<int> workers;  // dist types: workers whose own push of it was not finite
-  };
-  // True, once, when a step WaitAll waited for was skipped; *out says which and why.
-  virtual bool TakeSkippedStep(SkippedStep* out) { return false; }
-
-  // Stopping together (SIGTERM). After RequestStop, this worker's pushes ask the job to stop
-  // after their step. StopAgreed says whether the job stops after the step last waited for:
-  // single-process types once RequestStop was called; dist_sync and dist_device_sync once
-  // an answer of that step carried some worker's request, which every worker sees at the
-  // same step because every answer of step t waits for every worker's push of step t.
-  virtual void RequestStop() { stop_requested_ = true; }
-  virtual bool StopAgreed() const { return stop_requested_; }
-
-  // For the profiler: time this store spent since the last call, in µs. pull: copying
-  // pulled values into their destination; update: the optimizer (single-process types).
-  // on_caller_thread: spent inside the caller's Push/Pull/PushPull calls (single-process
-  // types), rather than on the store's own threads (the distributed types).
-  struct Times {
-    int64_t pull_us = 0;
-    int64_t update_us = 0;
-    bool on_caller_thread = true;
-  };
-  virtual Times TakeTimes() { return Times(); }
-
- protected:
-  bool stop_requested_ = false;
-};
-
-// Fp32 master weights kept for 16-bit values (multi_precision): GPU local and device, and the
-// distributed types (whose servers keep them). KVStore::master_weights() hands it out.
-class MasterWeightStore {
- public:
-  // Host fp32 copies of the masters, shaped as the keys' values: what a checkpoint of a
-  // float16 or bfloat16 model saves.
-  virtual Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) = 0;
-  // Restores what GetMasterWeights gave (host fp32, shaped as the keys' values), after Init
-  // and before the first push, so that a resumed 16-bit run continues from the exact fp32
-  // weights rather than their rounded copies. The distributed types refuse: their servers
-  // start from the fp32 values given to Init.
-  virtual Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) = 0;
-
- protected:
-  ~MasterWeightStore() = default;  // owned as the KVStore it belongs to
-};
-
-// Steps that never wait for the GPU: the GPU store of local and device only.
-// KVStore::device_steps() hands it out.
-class DeviceStepStore {
- public:
-  // per_device[d] is the d-th device's: loss_scale (fp32 [1]) replaces SetGradientScale's
-  // scale, read by the update kernel when it runs, and found (int32 [1]) is set by WaitAll
-  // to 1 when the step's summed gradients are not all finite, else 0. From then on WaitAll
-  // queues the sum, the finite check and an update that skips itself when the flag is set,
-  // with the learning rate read from device memory, and returns without waiting for the
-  // GPU; TakeSkippedStep reports nothing (the flag says it). So a whole step can be recorded
-  // once as a CUDA graph and replayed. Call before the first push.
-  struct DeviceStepState {
-    Tensor loss_scale;
-    Tensor found;
-  };
-  virtual Status KeepStepOnDevice(const std::vector<DeviceStepState>& per_device) = 0;
-
- protected:
-  ~DeviceStepStore() = default;  // owned as the KVStore it belongs to
+  // The name DistChannel knows a skipped step by.
+  using SkippedStep = ::tally::SkippedStep;
 };
 
 }  // namespace tally

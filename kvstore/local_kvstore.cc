@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "kvstore/factories.h"
 #include "optim/reduce.h"
 #include "profile/records.h"
 
@@ -38,9 +39,14 @@ void LocalKVStore::SetLearningRate(float lr) {
   for (auto& u : updaters_) u->set_learning_rate(lr);
 }
 
-Status LocalKVStore::Init(int key, const Tensor& value) {
+Status LocalKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  return InitEach(keys, values, [this](int key, const Tensor& value) { return InitKey(key, value); });
+}
+
+Status LocalKVStore::InitKey(int key, const Tensor& value) {
   if (key < 0) return Status::InvalidArgument("kvstore key " + std::to_string(key) + " is negative");
   if (entries_.count(key)) return Status::InvalidArgument("kvstore key " + std::to_string(key) + " initialised twice");
+  if (!value.defined()) return Status::InvalidArgument("kvstore Init of key " + std::to_string(key) + " without a value");
   Entry& e = entries_[key];
   int copies = update_on_devices_ ? num_devices_ : 1;
   for (int i = 0; i < copies; ++i) e.copies.push_back(value.Clone());
@@ -152,7 +158,13 @@ void LocalKVStore::CopyOut(const Entry& e, const std::vector<Tensor>& outs) cons
   }
 }
 
-KVStore::Times LocalKVStore::TakeTimes() {
+Status LocalKVStore::SetGradientScale(float scale) {
+  if (scale == 1.0f) return Status::Ok();
+  return Status::InvalidArgument("--kv-store " + name() + " does not take a loss scale (float16 "
+                                 "training with dynamic loss scaling needs local or device)");
+}
+
+TrainerHooks::Times LocalKVStore::TakeTimes() {
   Times t = times_;
   times_ = Times();
   return t;

@@ -13,7 +13,7 @@
 
 namespace tally {
 
-class LocalKVStore : public KVStore {
+class LocalKVStore : public KVStore, public TrainerHooks {
  public:
   // update_on_devices: false gives `local` (one stored copy, updated once); true gives
   // `device` (one copy per device, each updated with the same summed gradient).
@@ -23,13 +23,16 @@ class LocalKVStore : public KVStore {
   Status SetOptimizer(const OptimizerConfig& config) override;
   void SetLearningRate(float lr) override;
   using KVStore::Init;
-  Status Init(int key, const Tensor& value) override;
+  Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
   Status Push(int key, const std::vector<Tensor>& vals, int priority) override;
   Status Pull(int key, const std::vector<Tensor>& outs, int priority) override;
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
+  TrainerHooks* trainer_hooks() override { return this; }
+  // Refuses any scale but 1: the CPU stores take no loss scale.
+  Status SetGradientScale(float scale) override;
   Times TakeTimes() override;
-  // A step with a non-finite gradient (kvstore.h): that key is not updated, nor are the
+  // A step with a non-finite gradient (trainer_hooks.h): that key is not updated, nor are the
   // step's later keys; the keys updated before it are restored here from their undo copies.
   Status WaitAll() override;
   bool TakeSkippedStep(SkippedStep* out) override;
@@ -44,6 +47,7 @@ class LocalKVStore : public KVStore {
     int64_t undo_step = -1;
     std::vector<Tensor> outs;    // the last Pull's outputs, rewritten by a rollback
   };
+  Status InitKey(int key, const Tensor& value);
   Status Find(int key, const std::vector<Tensor>& tensors, const char* what, Entry** entry);
   // Restores every key updated at the skipped step and rewrites its last pull's outputs.
   void RollBack();

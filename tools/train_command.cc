@@ -207,7 +207,7 @@ int ThreadsPerWorker(const Cluster* cluster) {
 }
 
 // SIGTERM (a spot instance's notice, Slurm's preemption, the launcher stopping the job): the
-// worker finishes its step, the job agrees on the step to stop after (KVStore::RequestStop),
+// worker finishes its step, the job agrees on the step to stop after (TrainerHooks::RequestStop),
 // worker 0 saves a checkpoint there, and the workers exit with StoppedExit().
 std::atomic<bool> g_terminate{false};
 constexpr int kTerminatedExit = 128 + SIGTERM;

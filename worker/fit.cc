@@ -31,7 +31,7 @@ std::vector<std::string> MetricTerms(const StepStats& s, int top_k) {
 }
 
 // The one line a worker prints for a step skipped for a non-finite gradient.
-std::string SkipLine(KVStoreType type, int epoch, int64_t batch, int64_t step, const KVStore::SkippedStep& skip) {
+std::string SkipLine(KVStoreType type, int epoch, int64_t batch, int64_t step, const SkippedStep& skip) {
   std::string who;
   for (int r : skip.workers) who += (who.empty() ? " from worker " : ", ") + std::to_string(r);
   const std::string what = "the gradient of key " + std::to_string(skip.key) + " was not finite" + who;

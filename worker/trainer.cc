@@ -19,9 +19,9 @@ std::map<std::string, const Tensor*> ByName(const std::vector<NamedTensor>& tens
   return out;
 }
 
-// The store's fp32 master weights, or why it keeps none (kvstore.h, MasterWeightStore).
+// The store's fp32 master weights, or why it keeps none (trainer_hooks.h, MasterWeightStore).
 Status MasterWeightsOf(KVStore* kv, MasterWeightStore** out) {
-  *out = kv->master_weights();
+  *out = kv->trainer_hooks()->master_weights();
   if (*out != nullptr) return Status::Ok();
   return Status::InvalidArgument("--kv-store " + kv->name() + " keeps no fp32 master weights here");
 }
@@ -112,6 +112,7 @@ Status Trainer::StartStore(const Checkpoint* resume) {
   if (on_gpus) spec.gpus = devices_;
   spec.cluster = config_.cluster;
   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv_));
+  hooks_ = kv_->trainer_hooks();
   TALLY_RETURN_IF_ERROR(kv_->SetOptimizer(config_.optimizer));
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
   std::vector<Tensor> values;
@@ -168,7 +169,7 @@ Status Trainer::RestoreStore(const Checkpoint& resume) {
 }
 
 Status Trainer::KeepStepOnDevice() {
-  DeviceStepStore* store = kv_->device_steps();
+  DeviceStepStore* store = hooks_->device_steps();
   if (store == nullptr) {
     return Status::InvalidArgument("--kv-store " + kv_->name() + " cannot keep a step on the device (only local "
                                    "and device on GPUs can)");

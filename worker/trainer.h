@@ -20,7 +20,7 @@
 // dist_device_sync: over every worker's batch, as MXNet's rescale_grad), so the gradients do
 // not depend on how the batch was split. Batch-norm running statistics stay per replica, as
 // in MXNet. A step whose gradients are not finite (NaN, Inf) changes no weight (the
-// kvstore skips it: KVStore::TakeSkippedStep); last_skip() says so. Driven by one thread.
+// kvstore skips it: TrainerHooks::TakeSkippedStep); last_skip() says so. Driven by one thread.
 //
 // Tests make a worker's gradient NaN at a step of the job through FaultHooks (nan_worker,
 // nan_step, nan_all; ops/fault_hooks.h), which Create reads.
@@ -142,17 +142,17 @@ class Trainer {
   // A step replayed from a CUDA graph has no split: its queueing time counts as fwd.
   const profile::StepRecord& last_step() const { return last_step_; }
   // Whether the last Step was skipped for a non-finite gradient, and why (nullptr: it was not).
-  const KVStore::SkippedStep* last_skip() const { return skipped_ ? &last_skip_ : nullptr; }
+  const SkippedStep* last_skip() const { return skipped_ ? &last_skip_ : nullptr; }
   // The job's step that last_skip() is about (the one Step or Finish settled).
   int64_t last_skip_step() const { return skipped_step_; }
 
   // Copies replica 0's parameters and the optimizer state (read from the servers in dist
   // modes) into c->params and c->states. Between steps only.
   Status Snapshot(Checkpoint* c);
-  // Stopping together (KVStore::RequestStop): ask before a step; after it, StopAgreed says
+  // Stopping together (TrainerHooks::RequestStop): ask before a step; after it, StopAgreed says
   // whether the job stops there.
-  void RequestStop() { kv_->RequestStop(); }
-  bool StopAgreed() const { return overlap_ ? stop_agreed_ : kv_->StopAgreed(); }
+  void RequestStop() { hooks_->RequestStop(); }
+  bool StopAgreed() const { return overlap_ ? stop_agreed_ : hooks_->StopAgreed(); }
   Network& replica(int d) { return *replicas_[d]; }
   const LossScaler& loss_scaler() const { return scaler_; }
   int num_devices() const { return static_cast<int>(replicas_.size()); }
@@ -206,6 +206,7 @@ class Trainer {
   LossScaler scaler_;
   std::vector<Tensor> device_images_, device_labels_;  // reuse_device_batch: the kept batch
   std::unique_ptr<KVStore> kv_;
+  TrainerHooks* hooks_ = nullptr;  // kv_'s: loss scale, skipped steps, stop, times, masters
   // step_on_device: per device, the step's input buffers (fixed addresses for the graph) and
   // its figures: loss_sum fp32 [2] (Kahan), correct and topk int32 [1], scale fp32 [1],
   // scaler int32 [2] (clean steps, skipped steps), found int32 [1].
@@ -234,7 +235,7 @@ class Trainer {
   double grad_sumsq_ = 0;       // of this step's gradients so far
   int64_t step_ = 0;            // the job's step of the next Step (a resumed run continues its count)
   bool skipped_ = false;        // the last Step was skipped; last_skip_ says why
-  KVStore::SkippedStep last_skip_;
+  SkippedStep last_skip_;
   // FaultHooks::nan_*: the step to poison (-1: none), every value or one, and whether the one
   // has been written this step.
   int64_t nan_step_ = -1;

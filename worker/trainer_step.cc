@@ -84,8 +84,8 @@ Status Trainer::Settle(StepStats* stats) {
   if (!was_in_flight) RecordStoreTimes(wait);
   else last_step_.phase(profile::Phase::kWait) += wait;
   TALLY_RETURN_IF_ERROR(waited);
-  stop_agreed_ = kv_->StopAgreed();
-  skipped_ = kv_->TakeSkippedStep(&last_skip_);
+  stop_agreed_ = hooks_->StopAgreed();
+  skipped_ = hooks_->TakeSkippedStep(&last_skip_);
   // The step settled is the last one Step began: step_ has counted it already.
   skipped_step_ = step_ - 1;
   if (skipped_) stats->skipped_steps += 1;
@@ -139,7 +139,7 @@ void Trainer::BackwardAndPush(int batch, const std::vector<Tensor>& logits, cons
   // fp16: the loss's gradient is scaled up, and the kvstore's update divides it back. Read
   // after the last step was settled: an overflow there has halved it.
   const float loss_scale = scaler_.scale();
-  push_status_ = kv_->SetGradientScale(loss_scale);
+  push_status_ = hooks_->SetGradientScale(loss_scale);
   if (!push_status_.ok()) return;
   profile::Tracer& tracer = profile::Tracer::Get();
   // The last replica's backward pass pushes each gradient as soon as it is final
@@ -176,7 +176,7 @@ void Trainer::RecordStoreTimes(int64_t wait) {
   using profile::Phase;
   // The pushes ran inside the backward pass; with a single-process kvstore, so did the
   // optimizer and the copies back.
-  const KVStore::Times kv = kv_->TakeTimes();
+  const TrainerHooks::Times kv = hooks_->TakeTimes();
   int64_t push = push_us_;
   if (kv.on_caller_thread) push -= kv.pull_us + kv.update_us;
   last_step_.phase(Phase::kBackward) -= push_us_;

@@ -229,20 +229,20 @@ TEST_P(DistKVStoreTest, ScaledGradientsUpdateAsUnscaledOnes) {
       ASSERT_TRUE(kv->SetOptimizer(opt).ok());
       const int64_t n = kSizes[0];
       ASSERT_TRUE(kv->Init({0}, {Filled(n, DType::kF32, [](int64_t i) { return 1.0f + 1e-4f * (i % 7); })}).ok());
-      ASSERT_TRUE(kv->SetGradientScale(scale).ok());
+      ASSERT_TRUE(kv->trainer_hooks()->SetGradientScale(scale).ok());
       Tensor w32 = Tensor::Zeros({n}, DType::kF32);
       for (int step = 0; step < 3; ++step) {
         Tensor g = Filled(n, DType::kF16, [&](int64_t i) { return scale * 1e-3f * (rank + 1) * (1 + i % 3); });
         ASSERT_TRUE(kv->PushPull(0, {g}, {w32}).ok());
         ASSERT_TRUE(kv->WaitAll().ok());
       }
-      KVStore::SkippedStep skipped;
-      EXPECT_FALSE(kv->TakeSkippedStep(&skipped));
+      SkippedStep skipped;
+      EXPECT_FALSE(kv->trainer_hooks()->TakeSkippedStep(&skipped));
       if (rank == 0) final = {w32.data<float>()[0], w32.data<float>()[n - 1]};
       // The servers' fp32 weights, as a checkpoint of a 16-bit model reads them.
       std::vector<Tensor> masters;
-      ASSERT_NE(kv->master_weights(), nullptr);
-      ASSERT_TRUE(kv->master_weights()->GetMasterWeights({0}, &masters).ok());
+      ASSERT_NE(kv->trainer_hooks()->master_weights(), nullptr);
+      ASSERT_TRUE(kv->trainer_hooks()->master_weights()->GetMasterWeights({0}, &masters).ok());
       ASSERT_EQ(masters[0].numel(), n);
       EXPECT_EQ(0, std::memcmp(masters[0].raw_data(), w32.raw_data(), w32.nbytes())) << "worker " << rank;
       // 70 * 1024 overflows fp16 (max 65504): the step is skipped everywhere.
@@ -250,7 +250,7 @@ TEST_P(DistKVStoreTest, ScaledGradientsUpdateAsUnscaledOnes) {
         Tensor big = Filled(n, DType::kF16, [](int64_t i) { return 70.0f * 1024.0f; });
         ASSERT_TRUE(kv->PushPull(0, {big}, {w32}).ok());
         ASSERT_TRUE(kv->WaitAll().ok());
-        EXPECT_TRUE(kv->TakeSkippedStep(&skipped)) << "worker " << rank;
+        EXPECT_TRUE(kv->trainer_hooks()->TakeSkippedStep(&skipped)) << "worker " << rank;
       }
     });
     static std::vector<float> unscaled;
@@ -293,8 +293,8 @@ TEST_P(DistKVStoreTest, ANonFiniteStepIsRolledBackOnEveryServer) {
         }
         Status s = kv->WaitAll();
         ASSERT_TRUE(s.ok()) << s;
-        KVStore::SkippedStep skip;
-        const bool skipped = kv->TakeSkippedStep(&skip);
+        SkippedStep skip;
+        const bool skipped = kv->trainer_hooks()->TakeSkippedStep(&skip);
         ASSERT_EQ(skipped, with_nan && step == 1) << "worker " << rank << " step " << step;
         if (skipped) {
           EXPECT_EQ(skip.step, 1);

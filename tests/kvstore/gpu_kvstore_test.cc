@@ -154,7 +154,7 @@ std::vector<Tensor> States(KVStore* kv) {
 
 std::vector<Tensor> Masters(KVStore* kv) {
   std::vector<Tensor> masters;
-  const Status s = kv->master_weights()->GetMasterWeights(Keys(), &masters);
+  const Status s = kv->trainer_hooks()->master_weights()->GetMasterWeights(Keys(), &masters);
   EXPECT_TRUE(s.ok()) << s;
   return masters;
 }
@@ -276,7 +276,7 @@ TEST(GpuKVStoreTest, WithoutMultiPrecisionThereAreNoMasters) {
   std::unique_ptr<KVStore> kv = MakeGpuStore(r.devices, Optimizer("sgd", false), r);
   ASSERT_NE(kv, nullptr);
   std::vector<Tensor> masters;
-  const Status s = kv->master_weights()->GetMasterWeights(Keys(), &masters);
+  const Status s = kv->trainer_hooks()->master_weights()->GetMasterWeights(Keys(), &masters);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("multi_precision"), std::string::npos) << s;
 }
@@ -300,8 +300,8 @@ TEST(GpuKVStoreTest, NonFiniteGradientSkipsTheStepOnEveryDevice) {
 
   Step(kv.get(), &r, grad_of(0));
   Step(kv_ref.get(), &ref, grad_of(0));
-  KVStore::SkippedStep skip;
-  EXPECT_FALSE(kv->TakeSkippedStep(&skip));
+  SkippedStep skip;
+  EXPECT_FALSE(kv->trainer_hooks()->TakeSkippedStep(&skip));
   std::vector<std::vector<Tensor>> before(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) {
     for (int k : Keys()) before[d].push_back(ToHostF32(r.weights[d][k]));
@@ -314,10 +314,10 @@ TEST(GpuKVStoreTest, NonFiniteGradientSkipsTheStepOnEveryDevice) {
     if (k == 1 && d == 0) g.data<float>()[0] = std::numeric_limits<float>::infinity();
     return g;
   });
-  ASSERT_TRUE(kv->TakeSkippedStep(&skip));
+  ASSERT_TRUE(kv->trainer_hooks()->TakeSkippedStep(&skip));
   EXPECT_EQ(skip.step, 1);
   EXPECT_EQ(skip.key, 1);
-  EXPECT_FALSE(kv->TakeSkippedStep(&skip));
+  EXPECT_FALSE(kv->trainer_hooks()->TakeSkippedStep(&skip));
   for (size_t d = 0; d < devices.size(); ++d) {
     for (int k : Keys()) {
       ExpectSameBits("skipped step, " + devices[d].ToString() + " key " + std::to_string(k),
@@ -329,7 +329,7 @@ TEST(GpuKVStoreTest, NonFiniteGradientSkipsTheStepOnEveryDevice) {
 
   Step(kv.get(), &r, grad_of(2));
   Step(kv_ref.get(), &ref, grad_of(2));
-  EXPECT_FALSE(kv->TakeSkippedStep(&skip));
+  EXPECT_FALSE(kv->trainer_hooks()->TakeSkippedStep(&skip));
   for (size_t d = 0; d < devices.size(); ++d) {
     for (int k : Keys()) {
       ExpectSameBits("after the skip, " + devices[d].ToString() + " key " + std::to_string(k),
@@ -352,10 +352,10 @@ TEST(GpuKVStoreTest, GradientScaleDividesThePushedGradientsBack) {
     ASSERT_NE(kv_scaled, nullptr);
     for (float bad : {0.0f, -2.0f, std::numeric_limits<float>::infinity(),
                       std::numeric_limits<float>::quiet_NaN()}) {
-      EXPECT_FALSE(kv_scaled->SetGradientScale(bad).ok()) << bad;
+      EXPECT_FALSE(kv_scaled->trainer_hooks()->SetGradientScale(bad).ok()) << bad;
     }
-    ASSERT_TRUE(kv->SetGradientScale(1.0f).ok());
-    ASSERT_TRUE(kv_scaled->SetGradientScale(1024.0f).ok());
+    ASSERT_TRUE(kv->trainer_hooks()->SetGradientScale(1.0f).ok());
+    ASSERT_TRUE(kv_scaled->trainer_hooks()->SetGradientScale(1024.0f).ok());
     for (int step = 0; step < 2; ++step) {
       Step(kv.get(), &plain, [&](int k, int d) { return Gradient(k, step, d, dtype); });
       Step(kv_scaled.get(), &scaled, [&](int k, int d) {
@@ -510,10 +510,10 @@ TEST(GpuKVStoreTest, MisuseIsRefusedWithAStatus) {
   EXPECT_FALSE(kv->PushPull(0, {r.grads[0][0]}, {r.weights[0][0]}).ok());  // twice in a step
   std::vector<Tensor> out;
   EXPECT_FALSE(kv->GetOptimizerState(Keys(), &out).ok());  // the step is not waited for
-  EXPECT_FALSE(kv->master_weights()->GetMasterWeights(Keys(), &out).ok());
+  EXPECT_FALSE(kv->trainer_hooks()->master_weights()->GetMasterWeights(Keys(), &out).ok());
   ASSERT_TRUE(kv->WaitAll().ok());
   EXPECT_TRUE(kv->GetOptimizerState(Keys(), &out).ok());
-  const KVStore::Times t = kv->TakeTimes();
+  const TrainerHooks::Times t = kv->trainer_hooks()->TakeTimes();
   // The update is queued inside WaitAll, not PushPull: the Trainer must not take it out of
   // the pushes' time.
   EXPECT_FALSE(t.on_caller_thread);

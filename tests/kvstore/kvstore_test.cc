@@ -99,8 +99,8 @@ TEST(KVStore, ANonFiniteStepIsSkippedWholeAndRolledBackInWaitAll) {
           EXPECT_TRUE(kv->PushPull(key, g, (*w)[key]).ok());
         }
         EXPECT_TRUE(kv->WaitAll().ok());
-        KVStore::SkippedStep skip;
-        const bool skipped = kv->TakeSkippedStep(&skip);
+        SkippedStep skip;
+        const bool skipped = kv->trainer_hooks()->TakeSkippedStep(&skip);
         EXPECT_EQ(skipped, with_nan && step == 1) << type << " step " << step;
         if (skipped) {
           EXPECT_EQ(skip.step, 1);
@@ -158,6 +158,35 @@ TEST(KVStore, RefusesMisuseWithClearMessages) {
   EXPECT_NE(s.message().find("1 values for 2 devices"), std::string::npos) << s;
   s = kv->Push(3, {Full({2}, 1.f), Full({4}, 1.f)});
   EXPECT_NE(s.message().find("does not match"), std::string::npos) << s;
+}
+
+// What only the training loop uses is behind trainer_hooks(): the CPU stores take no loss
+// scale, keep no masters, cannot keep a step on a GPU, agree to stop once asked, and count
+// their copies' time for the profiler.
+TEST(KVStore, TheCpuStoresTrainerHooks) {
+  for (KVStoreType type : {KVStoreType::kLocal, KVStoreType::kDevice}) {
+    auto kv = Make(type, 2);
+    TrainerHooks* hooks = kv->trainer_hooks();
+    ASSERT_NE(hooks, nullptr);
+    EXPECT_TRUE(hooks->SetGradientScale(1.0f).ok());
+    const Status s = hooks->SetGradientScale(1024.0f);
+    EXPECT_NE(s.message().find("--kv-store " + KVStoreTypeName(type)), std::string::npos) << s;
+    EXPECT_EQ(hooks->master_weights(), nullptr);
+    EXPECT_EQ(hooks->device_steps(), nullptr);
+    EXPECT_FALSE(hooks->StopAgreed());
+    hooks->RequestStop();
+    EXPECT_TRUE(hooks->StopAgreed());
+    ASSERT_TRUE(kv->Init({0, 1}, {Full({1 << 16}, 0.f), Full({3}, 0.f)}).ok());
+    std::vector<Tensor> outs = {Full({1 << 16}, 9.f), Full({1 << 16}, 9.f)};
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(kv->PushPull(0, {Full({1 << 16}, 1.f), Full({1 << 16}, 2.f)}, outs).ok());
+    EXPECT_EQ(outs[1].data<float>()[100], 3.0f);
+    const TrainerHooks::Times t = hooks->TakeTimes();
+    EXPECT_TRUE(t.on_caller_thread);
+    EXPECT_GT(t.pull_us, 0) << type;
+    EXPECT_EQ(hooks->TakeTimes().pull_us, 0);  // taken
+    EXPECT_FALSE(kv->Init(std::vector<int>{2}, std::vector<Tensor>{}).ok());  // a key without its value
+    EXPECT_FALSE(kv->Init(3, Tensor()).ok());
+  }
 }
 
 }  // namespace
