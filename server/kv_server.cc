@@ -269,6 +269,7 @@ Status KVServer::HandleInit(const Message& msg) {
     s->length = static_cast<int64_t>(ks.length());
     s->value = msg.data[i].To(DType::kF32);  // always a copy: the frame may be the sender's buffer
     s->chain = m.chain() - 1;
+    s->pushes = SliceAggregator(ids_.num_workers, s->length);
     slices_[{ks.key(), ks.offset()}] = std::move(s);
   }
   return Status::Ok();
@@ -353,12 +354,8 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   std::vector<bool> counted(slices.size());
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice* s = slices[i];
-    if (async_) {
-      counted[i] = s->seen.size() > static_cast<size_t>(rank) && s->seen[rank].Has(step);
-      continue;
-    }
-    auto it = s->pushes.find(step);
-    counted[i] = step <= s->applied || (it != s->pushes.end() && it->second.grads[rank].defined());
+    counted[i] = s->pushes.Counted(async_, step, rank, s->applied);
+    if (async_) continue;
     // The answer to its pull went out when step `step` was applied, and a later step has
     // changed the values since: answering again would send other values than the first time.
     if (step < s->applied) out->answered_before = true;
@@ -388,8 +385,7 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
     }
     if (m.stop()) s->stop_from = std::min(s->stop_from, step);
     if (async_) {
-      if (s->seen.size() <= static_cast<size_t>(rank)) s->seen.resize(ids_.num_workers);
-      s->seen[rank].Add(step);
+      s->pushes.NoteAsync(step, rank);
       s->newest = std::max(s->newest, step);
       if (!finite[i]) {
         LogSkip(step, rank, "worker " + std::to_string(rank) + "'s push of key " + std::to_string(s->key) +
@@ -400,17 +396,12 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
       s->applied = std::max(s->applied, step);
       continue;
     }
-    Slice::Step& st = s->pushes[step];
-    if (st.grads.empty()) st.grads.resize(ids_.num_workers);
-    if (st.count > 0 && st.scale != scale) {
+    const float step_scale = s->pushes.AddSync(step, rank, std::move(data[i]), scale);
+    if (step_scale != scale) {
       LOG_EVERY_N(ERROR, 100) << "server: worker " << rank << " pushed step " << step << " of key " << s->key
-                              << " with gradient scale " << scale << ", another worker with " << st.scale
+                              << " with gradient scale " << scale << ", another worker with " << step_scale
                               << "; the first is used";
-    } else {
-      st.scale = scale;
     }
-    st.grads[rank] = std::move(data[i]);
-    ++st.count;
     ApplyReadySteps(s);
   }
   if (defer) return HandlePull(*msg, false, /*push_only=*/true);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/server.h"
+#include "server/slice_aggregator.h"
 
 namespace tally {
 
@@ -23,38 +24,17 @@ struct KVServer::PendingPull {
   bool push_only = false;  // a sync PUSH under replication: answered, without data, once visible
 };
 
-// The steps of one worker's pushes that a slice has taken, under dist_async, where pushes
-// apply as they arrive and nothing else remembers them: every step below `next`, and the
-// steps in `ahead` (a worker's steps are 0, 1, 2, ..., but may arrive out of order).
-struct StepsSeen {
-  int64_t next = 0;
-  std::set<int64_t> ahead;
-  bool Has(int64_t step) const { return step < next || ahead.count(step) > 0; }
-  void Add(int64_t step) {
-    ahead.insert(step);
-    while (!ahead.empty() && *ahead.begin() == next) {
-      ahead.erase(ahead.begin());
-      ++next;
-    }
-  }
-};
-
 struct KVServer::Slice {
   int id = 0;  // the Updater's key for this slice's optimizer state
   uint64_t key = 0, offset = 0;
   int64_t length = 0;
   Tensor value;  // fp32 master values
-  Tensor grad;   // fp32 sum of a step's pushes, when there are several or they are 16-bit
   int64_t applied = -1;
   int64_t newest = -1;  // async: the newest step of any push taken, applied or not
   // The first step whose push asked the job to stop (Meta.stop); INT64_MAX: none.
   int64_t stop_from = INT64_MAX;
-  struct Step {
-    std::vector<Tensor> grads;  // by worker rank; undefined until that worker's push is in
-    int count = 0;
-    float scale = 1.0f;         // the pushes' gradient scale (Meta.grad_scale)
-  };
-  std::map<int64_t, Step> pushes;  // sync: steps not yet applied
+  // Its pushes, gathered (sync) or remembered (async), and their sum.
+  SliceAggregator pushes;
   std::vector<std::shared_ptr<PendingPull>> waiting;
   // Non-finite gradients (sync). `skipped`: the last step skipped here, its sum not finite
   // or its update rolled back; answers of that step say so. nonfinite_ranks: the workers
@@ -66,7 +46,6 @@ struct KVServer::Slice {
   // optimizer's own copy of its state (Updater::SaveState).
   Tensor undo;
   int64_t undo_step = -1;
-  std::vector<StepsSeen> seen;  // async: by worker rank
   // --server-replicas: the rank of the server whose chain holds the slice (-1: none), and,
   // while this server is its primary, the steps forwarded to backups and not yet
   // acknowledged, with the backups (ranks) still owing. A step is visible (answered) once

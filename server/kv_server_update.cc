@@ -17,18 +17,18 @@ namespace tally {
 
 void KVServer::ApplyReadySteps(Slice* s) {
   bool applied = false;
-  while (!s->pushes.empty()) {
-    auto it = s->pushes.begin();
-    if (it->first != s->applied + 1 || it->second.count < ids_.num_workers) break;
+  SliceAggregator::Step st;
+  while (s->pushes.TakeReady(s->applied, &st)) {
+    const int64_t step = s->applied + 1;
     Tensor sum;
-    if (s->skip_when_ready.erase(it->first) > 0) {
-      Skip(s, it->first, {});  // rolled back before it could be applied
+    if (s->skip_when_ready.erase(step) > 0) {
+      Skip(s, step, {});  // rolled back before it could be applied
     } else {
-      sum = Apply(s, it->second.grads, it->first, it->second.scale);
+      sum = Apply(s, st.grads, step, st.scale);
     }
-    s->applied = it->first;
-    Forward(s, it->first, sum, it->second.scale);  // --server-replicas: to the backups
-    s->pushes.erase(it);
+    s->applied = step;
+    Forward(s, step, sum, st.scale);  // --server-replicas: to the backups
+    st = SliceAggregator::Step();
     applied = true;
   }
   if (applied) AnswerVisible(s);
@@ -41,15 +41,7 @@ float KVServer::LearningRateFor(int64_t step) const {
 
 Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale, float lr) {
   const int64_t t0 = profile::NowUs();
-  Tensor g;
-  if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
-    g = grads[0];  // the sum is the one push itself (ours alone: TakeData saw to that)
-  } else {
-    // A sum still on its way to a backup (Forward sends it without a copy) is not overwritten.
-    if (!s->grad.defined() || s->grad.storage().use_count() > 1) s->grad = Tensor::Empty({s->length}, DType::kF32);
-    SumInF32(grads, &s->grad);
-    g = s->grad;
-  }
+  Tensor g = s->pushes.Sum(grads);  // the summing: slice_aggregator.h
   const int64_t t1 = profile::NowUs();
   if (!async_ && !AllFinite(g)) {
     std::vector<int> ranks;
@@ -75,9 +67,7 @@ Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step,
       std::swap(spare, s->undo);
       s->undo_step = step;
     }
-    if (g.storage() == s->grad.storage()) {
-      s->grad = spare.defined() && spare.storage().use_count() == 1 ? spare : Tensor();
-    }
+    s->pushes.SumBecameValues(g, spare);
     RecordApply(step, s->key, t0, t1, -1);
     return g;
   }
