@@ -6,7 +6,7 @@
 
 #include <glog/logging.h>
 
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
 namespace tally {
 namespace {

@@ -40,8 +40,8 @@
 #include <string>
 
 #include "data/loader.h"
-#include "ops/dtype.h"
-#include "ops/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace tally {
 

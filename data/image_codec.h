@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

@@ -48,7 +48,7 @@
 #include "data/augment.h"
 #include "data/recordio.h"
 #include "data/shard.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "data/recordio_format.h"
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

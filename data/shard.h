@@ -22,7 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

@@ -31,8 +31,8 @@
 #include <memory>
 #include <vector>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

@@ -44,8 +44,8 @@
 
 #include "kvstore/trainer_hooks.h"
 #include "ops/ops.h"
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 #include "optim/optimizer_config.h"
 
 namespace tally {

@@ -25,8 +25,8 @@
 #include <memory>
 #include <vector>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

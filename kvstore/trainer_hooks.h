@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

@@ -12,7 +12,7 @@
 #include <ostream>
 #include <string>
 
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

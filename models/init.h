@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "models/network.h"
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

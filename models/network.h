@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

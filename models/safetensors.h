@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

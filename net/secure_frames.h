@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "net/aead.h"
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

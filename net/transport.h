@@ -29,8 +29,8 @@
 
 #include "net/node_ids.h"
 #include "net/wire.pb.h"
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

@@ -7,6 +7,8 @@
 
 #include <glog/logging.h>
 
+#include "base/device_backend.h"
+
 #ifdef TALLY_HAVE_CUDA
 #include "ops/cuda/fence.h"
 #include "ops/cuda/runtime.h"
@@ -49,9 +51,7 @@ Status CheckDevice(const Device& device) {
   if (device.is_cpu()) return Status::Ok();
   const std::string name = device.ToString();
   if (!BuiltWithCuda()) {
-    return Status::InvalidArgument(name + ": this tally was built without CUDA (no CUDA toolkit "
-                                   "was found, or -DTALLY_WITH_CUDA=OFF); use cpu devices or "
-                                   "rebuild with the toolkit in /usr/local/cuda");
+    return NoDeviceBackend(device);
   }
   const int count = CudaDeviceCount();
   if (count == 0) {

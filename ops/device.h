@@ -28,8 +28,8 @@
 #include <memory>
 #include <string>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 
@@ -98,5 +98,10 @@ class DeviceFence {
 // before then. dst should be page-locked (PinnedEmpty), else CUDA copies synchronously.
 // REQUIRES: src on a cuda device, dst on the host, the same dtype and element count.
 DeviceFence CopyToHostAsync(const Tensor& src, Tensor* dst);
+
+// Installs this library's DeviceBackend (ops/device_backend.cc) for base's tensors: their
+// device memory, copies, fills and permutes. ops/install_backend.cc calls it before main in
+// every program that links tally_ops; nothing else needs to.
+void InstallOpsDeviceBackend();
 
 }  // namespace tally

@@ -40,8 +40,8 @@
 #include <memory>
 #include <vector>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

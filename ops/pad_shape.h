@@ -1,7 +1,7 @@
 // The shape rule shared by the CPU and CUDA PadLastDim / CropLastDim (ops/ops.h).
 #pragma once
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "ops/ops.h"
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

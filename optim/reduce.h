@@ -13,7 +13,7 @@
 
 #include <vector>
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 

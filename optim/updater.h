@@ -11,8 +11,8 @@
 
 #include <map>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 #include "optim/optimizer_config.h"
 
 namespace tally {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "models/layer_costs.h"
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "ops/status.h"
+#include "base/status.h"
 #include "profile/records.h"
 
 namespace tally {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 
 namespace tally {
 namespace profile {

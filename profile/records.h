@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 namespace profile {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 #include "profile/records.h"
 
 namespace tally {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 #include "profile/records.h"
 #include "profile/rules.h"
 

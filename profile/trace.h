@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 #include "profile/records.h"
 
 namespace tally {

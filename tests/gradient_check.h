@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "ops/random.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 namespace testing {

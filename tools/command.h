@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

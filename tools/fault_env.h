@@ -1,6 +1,6 @@
 // The one place that reads the end-to-end tests' fault settings from the environment:
 // TALLY_TEST_NAN, TALLY_TEST_CHECKPOINT_KILL_AT and TALLY_TEST_CLOCK_SKEW_US (docs/faults.md)
-// become FaultHooks (ops/fault_hooks.h), which `tally`'s main installs before any command
+// become FaultHooks (base/fault_hooks.h), which `tally`'s main installs before any command
 // runs. The libraries never read these variables.
 //
 //   FaultHooks hooks;
@@ -8,8 +8,8 @@
 //   SetFaultHooks(hooks);
 #pragma once
 
-#include "ops/fault_hooks.h"
-#include "ops/status.h"
+#include "base/fault_hooks.h"
+#include "base/status.h"
 
 namespace tally {
 

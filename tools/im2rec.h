@@ -7,7 +7,7 @@
 #include <string>
 
 #include "data/image_codec.h"
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 #include "worker/checkpoint.h"
 #include "worker/trainer.h"
 

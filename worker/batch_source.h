@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "ops/status.h"
-#include "ops/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 

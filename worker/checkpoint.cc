@@ -15,7 +15,7 @@
 
 #include "models/mxnet_names.h"
 #include "models/ndarray_file.h"
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 
 namespace tally {
 namespace {

@@ -29,7 +29,7 @@
 
 #include "kvstore/kvstore.h"
 #include "profile/records.h"
-#include "ops/status.h"
+#include "base/status.h"
 #include "worker/batch_source.h"
 #include "worker/lr_schedule.h"
 #include "worker/trainer.h"

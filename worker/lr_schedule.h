@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/status.h"
+#include "base/status.h"
 
 namespace tally {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "ops/device.h"
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 #include "ops/ops.h"
 #include "profile/trace.h"
 

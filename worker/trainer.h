@@ -23,7 +23,7 @@
 // kvstore skips it: TrainerHooks::TakeSkippedStep); last_skip() says so. Driven by one thread.
 //
 // Tests make a worker's gradient NaN at a step of the job through FaultHooks (nan_worker,
-// nan_step, nan_all; ops/fault_hooks.h), which Create reads.
+// nan_step, nan_all; base/fault_hooks.h), which Create reads.
 #pragma once
 
 #include <map>

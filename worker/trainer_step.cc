@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "ops/device.h"
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 #include "ops/ops.h"
 #include "profile/trace.h"
 #include "worker/trainer.h"

@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "data/augment.h"
-#include "ops/dtype.h"
+#include "base/dtype.h"
 #include "ops/host_device.h"
 
 namespace tally {

@@ -1,7 +1,7 @@
 // MXNet's SGD and NAG updates, in place over flat arrays. The per-element update is one
 // inline function (ops/sgd_rule.h) shared by every entry point and by the CUDA kernels, so
 // all apply the same arithmetic in the same order; the 16-bit weights are the master rounded
-// to nearest even by the scalar converters of ops/dtype.h.
+// to nearest even by the scalar converters of base/dtype.h.
 #include <algorithm>
 
 #include "ops/cpu/parallel.h"

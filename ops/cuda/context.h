@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ops/cuda/check.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 namespace cuda {

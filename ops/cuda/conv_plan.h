@@ -21,7 +21,7 @@
 
 #include "ops/cuda/context.h"
 #include "ops/cuda/conv2d.h"
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
 namespace tally {
 namespace cuda {

@@ -14,8 +14,8 @@
 
 #include <glog/logging.h>
 
-#include "ops/dtype.h"
-#include "ops/tensor.h"
+#include "base/dtype.h"
+#include "base/tensor.h"
 
 namespace tally {
 namespace cuda {

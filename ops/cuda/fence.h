@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 namespace cuda {

@@ -1,4 +1,4 @@
-// What ops/tensor.cc, ops/device.cc and ops/graph.cc need from the CUDA side, declared
+// What ops/device_backend.cc, ops/device.cc and ops/graph.cc need from the CUDA side, declared
 // without CUDA headers so that those files compile with the host compiler. Defined in
 // ops/cuda/ and linked only into builds with CUDA; callers guard their calls with
 // TALLY_HAVE_CUDA.
@@ -12,7 +12,7 @@
 
 #include "ops/device.h"
 #include "ops/graph.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 namespace cuda {

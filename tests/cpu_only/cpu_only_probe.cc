@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ops/device.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 int main(int argc, char** argv) {
   using namespace tally;

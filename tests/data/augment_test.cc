@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
 namespace tally {
 namespace {

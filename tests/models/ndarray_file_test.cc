@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ops/dtype.h"
+#include "base/dtype.h"
 #include "tests/temp_dir.h"
 
 namespace tally {

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "ops/device.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 #include "tests/gradient_check.h"
 
 namespace tally {

@@ -19,7 +19,7 @@
 
 #include "ops/backends.h"
 #include "ops/device.h"
-#include "ops/dtype.h"
+#include "base/dtype.h"
 #include "ops/ops.h"
 #include "ops/random.h"
 #include "tests/models/resnet50_sizes.h"

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "ops/device.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 #include "tests/ops/cuda_compare.h"
 
 namespace tally {

@@ -5,7 +5,7 @@
 
 #include "ops/device.h"
 #include "ops/ops.h"
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 namespace tally {
 namespace {

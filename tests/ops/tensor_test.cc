@@ -1,4 +1,4 @@
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 #include <gtest/gtest.h>
 

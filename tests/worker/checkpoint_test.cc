@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "models/ndarray_file.h"
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 #include "tests/temp_dir.h"
 
 namespace tally {

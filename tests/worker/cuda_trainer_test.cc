@@ -15,7 +15,7 @@
 
 #include "data/synthetic_data.h"
 #include "ops/device.h"
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 #include "tests/local_job.h"
 #include "tests/ops/cuda_compare.h"
 #include "worker/trainer.h"

@@ -1,4 +1,4 @@
-#include "ops/fault_hooks.h"
+#include "base/fault_hooks.h"
 
 namespace tally {
 namespace {

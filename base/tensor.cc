@@ -1,4 +1,4 @@
-#include "ops/tensor.h"
+#include "base/tensor.h"
 
 #include <unistd.h>
 
@@ -9,12 +9,31 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/device.h"
-#ifdef TALLY_HAVE_CUDA
-#include "ops/cuda/runtime.h"
-#endif
+#include "base/device_backend.h"
 
 namespace tally {
+namespace {
+
+// Set once during static initialisation (tally_ops' backend), read afterwards.
+const DeviceBackend* g_backend = nullptr;
+
+Status CheckDeviceThroughBackend(const Device& device) {
+  if (device.is_cpu()) return Status::Ok();
+  return g_backend != nullptr && g_backend->check != nullptr ? g_backend->check(device)
+                                                              : NoDeviceBackend(device);
+}
+
+}  // namespace
+
+void InstallDeviceBackend(const DeviceBackend* backend) { g_backend = backend; }
+const DeviceBackend* InstalledDeviceBackend() { return g_backend; }
+
+Status NoDeviceBackend(const Device& device) {
+  return Status::InvalidArgument(device.ToString() +
+                                 ": this tally was built without CUDA (no CUDA toolkit "
+                                 "was found, or -DTALLY_WITH_CUDA=OFF); use cpu devices or "
+                                 "rebuild with the toolkit in /usr/local/cuda");
+}
 
 int64_t NumElements(const Shape& s) {
   int64_t n = 1;
@@ -52,7 +71,7 @@ Status ParseDevice(const std::string& text, Device* out) {
   }
   if (kind == "cuda" || kind == "gpu") {
     Device d{Device::Kind::kCuda, static_cast<int>(i)};
-    TALLY_RETURN_IF_ERROR(CheckDevice(d));
+    TALLY_RETURN_IF_ERROR(CheckDeviceThroughBackend(d));
     *out = d;
     return Status::Ok();
   }
@@ -124,11 +143,8 @@ class HostBlockCache {
 
 std::shared_ptr<Storage> Storage::Allocate(size_t bytes, Device device) {
   if (!device.is_cpu()) {
-#ifdef TALLY_HAVE_CUDA
-    return cuda::AllocateDevice(bytes, device);
-#else
-    LOG(FATAL) << "cannot allocate on " << device.ToString() << ": " << CheckDevice(device);
-#endif
+    if (g_backend != nullptr && g_backend->allocate != nullptr) return g_backend->allocate(bytes, device);
+    LOG(FATAL) << "cannot allocate on " << device.ToString() << ": " << CheckDeviceThroughBackend(device);
   }
   if (bytes < HostBlockCache::kMinCachedBytes) {
     void* p = std::aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
@@ -209,12 +225,10 @@ Tensor Tensor::To(DType dtype) const {
 void Tensor::CopyFrom(const Tensor& src) {
   CHECK_EQ(src.numel(), numel()) << "copy " << src.ToString() << " into " << ToString();
   if (!device().is_cpu() || !src.device().is_cpu()) {
-#ifdef TALLY_HAVE_CUDA
-    cuda::CopyTensor(src, this);
+    CHECK(g_backend != nullptr && g_backend->copy != nullptr)
+        << "copy " << src.ToString() << " into " << ToString() << " in a build without CUDA";
+    g_backend->copy(src, this);
     return;
-#else
-    LOG(FATAL) << "copy " << src.ToString() << " into " << ToString() << " in a build without CUDA";
-#endif
   }
   size_t n = static_cast<size_t>(numel());
   if (src.dtype_ == dtype_) {
@@ -245,11 +259,9 @@ void Tensor::CopyFrom(const Tensor& src) {
 }
 
 void Tensor::Fill(float value) {
-  if (!device().is_cpu()) {
-#ifdef TALLY_HAVE_CUDA
-    cuda::FillTensor(this, value);
+  if (!device().is_cpu() && g_backend != nullptr && g_backend->fill != nullptr) {
+    g_backend->fill(this, value);
     return;
-#endif
   }
   size_t n = static_cast<size_t>(numel());
   switch (dtype_) {
@@ -262,11 +274,9 @@ void Tensor::Fill(float value) {
 }
 
 void Tensor::SetZero() {
-  if (!device().is_cpu()) {
-#ifdef TALLY_HAVE_CUDA
-    cuda::ZeroTensor(this);
+  if (!device().is_cpu() && g_backend != nullptr && g_backend->zero != nullptr) {
+    g_backend->zero(this);
     return;
-#endif
   }
   std::memset(raw_data(), 0, nbytes());
 }
@@ -279,12 +289,10 @@ std::string Tensor::ToString() const {
 static Tensor Permute4(const Tensor& x, const Shape& out_shape, int a, int b, int c, int d) {
   CHECK_EQ(x.ndim(), 4) << x.ToString();
   Tensor y = Tensor::Empty(out_shape, x.dtype(), x.device());
-  if (!x.device().is_cpu()) {
-#ifdef TALLY_HAVE_CUDA
+  if (!x.device().is_cpu() && g_backend != nullptr && g_backend->permute4 != nullptr) {
     const int perm[4] = {a, b, c, d};
-    cuda::Permute4(x, perm, &y);
+    g_backend->permute4(x, perm, &y);
     return y;
-#endif
   }
   const Shape& s = x.shape();
   int64_t stride[4] = {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};

@@ -1,4 +1,4 @@
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
 #include <cpuid.h>
 #include <immintrin.h>

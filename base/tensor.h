@@ -10,6 +10,9 @@
 // Copying a Tensor copies the view, not the bytes (like a shared_ptr); Clone() copies bytes.
 // A CUDA tensor's data() is a device pointer; To, CopyFrom, Fill and SetZero work on any
 // device, queued on the device's stream (ops/device.h); CopyFrom into a host tensor waits.
+// This library has no CUDA in it: device memory and device copies are reached through the
+// DeviceBackend that tally_ops installs (base/device_backend.h), so code that links only
+// base (the scheduler) links no CUDA library.
 // Storage lives until the last view of it is gone. Tensors are not synchronised: two
 // threads may read one tensor, but a writer needs exclusive access.
 #pragma once
@@ -22,8 +25,8 @@
 
 #include <glog/logging.h>
 
-#include "ops/dtype.h"
-#include "ops/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace tally {
 
@@ -44,12 +47,13 @@ struct Device {
 };
 
 // Parses "cpu", "cpu:N", "cuda:N" or "gpu:N". A CUDA device must exist: the message says
-// why not (a build without CUDA, no GPU, too high an index; see CheckDevice in ops/device.h).
+// why not (a build without CUDA, no GPU, too high an index; see CheckDevice in ops/device.h;
+// a program without tally_ops refuses every cuda:N as a build without CUDA does).
 Status ParseDevice(const std::string& text, Device* out);
 
 // Raw bytes owned by a deleter. Host allocations are 64-byte aligned; blocks of 256 KiB and
 // more are page-aligned and kept in a process-wide cache for reuse when released. Device
-// allocations come from the device's caching allocator (ops/device.h).
+// allocations come from the device's caching allocator (ops/device.h), through the backend.
 class Storage {
  public:
   Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter);
