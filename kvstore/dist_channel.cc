@@ -6,7 +6,6 @@
 
 #include <glog/logging.h>
 
-#include "net/priority_sender.h"
 #include "profile/trace.h"
 
 namespace tally {
@@ -35,6 +34,14 @@ bool KeyCommand(wire::Command c) {
   return c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL || c == wire::ROLLBACK;
 }
 
+// What the Gather hook gets at once, from the queue.
+SendQueue::GatherLimits GatherLimits() {
+  SendQueue::GatherLimits g;
+  g.max_items = kGatherSlices;
+  g.max_bytes = kGatherTotal;
+  return g;
+}
+
 bool Gatherable(const Message& m) {
   const wire::Command c = m.meta.command();
   return (c == wire::PUSH || c == wire::PULL || c == wire::PUSHPULL) && m.meta.slices_size() == 1 &&
@@ -56,23 +63,18 @@ DistChannel::DistChannel(Cluster* cluster, bool spares_take_places)
     : cluster_(cluster),
       spares_take_places_(spares_take_places),
       chains_(cluster->num_servers(), cluster->server_replicas()),
-      credit_(SendCreditBytes(cluster->num_workers())) {}
+      queue_(
+          [cluster](int node) { return cluster->UnacknowledgedBytes(node); }, SendCreditBytes(cluster->num_workers()),
+          [this](SendQueue::Item&& out) { return Send(std::move(out)); },
+          [this](SendQueue::Item* first, std::vector<SendQueue::Item>* more) { Gather(first, more); },
+          GatherLimits(), "sender") {}
 
-DistChannel::~DistChannel() { CHECK(!sender_.joinable()) << "DistChannel destroyed before Stop"; }
+void DistChannel::Start() { queue_.Start(); }
 
-void DistChannel::Start() { sender_ = std::thread([this] { SendLoop(); }); }
-
-void DistChannel::Stop() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-  }
-  send_cv_.notify_all();
-  if (sender_.joinable()) sender_.join();
-}
+void DistChannel::Stop() { queue_.Stop(); }
 
 void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pending) {
-  std::unique_lock<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu());
   const uint64_t id = next_id_++;
   msg.meta.set_request_id(id);
   msg.meta.set_priority(priority);
@@ -89,49 +91,34 @@ void DistChannel::Enqueue(int node, Message msg, int priority, PendingRequest pe
   const bool gatherable = Gatherable(msg);
   const bool burst = gatherable && last_direct_small_ && pending_.size() > 1 &&
                      std::chrono::steady_clock::now() - last_direct_end_ < kBurstGap;
-  if (queue_.empty() && !sending_ && !burst && HasSendCredit(*cluster_, node, static_cast<int64_t>(DataBytes(msg)), credit_)) {
-    // Nothing waits and nothing is on its way: this message goes first whatever its
-    // priority, so send it from here and spare the wakeup of the sending thread.
-    sending_ = true;
-    l.unlock();
-    Send(Outgoing{node, std::move(msg), std::string()});
-    l.lock();
-    sending_ = false;
+  SendQueue::Item item;
+  item.node = node;
+  if (gatherable) {
+    item.group = Shared(msg.meta);
+    item.gather_bytes = SliceBytes(msg);
+  }
+  item.msg = std::move(msg);
+  bool sent_now = false;
+  queue_.Send(l, std::move(item), priority, /*may_go_now=*/!burst, &sent_now);  // a failure finishes the request
+  if (sent_now) {
     last_direct_small_ = gatherable;
     last_direct_end_ = std::chrono::steady_clock::now();
-    const bool more = !queue_.empty() || stop_;
-    l.unlock();
-    if (more) send_cv_.notify_one();
-    return;
   }
-  std::string shared = gatherable ? Shared(msg.meta) : std::string();
-  queue_.emplace(std::make_pair(-static_cast<int64_t>(priority), next_seq_++),
-                 Outgoing{node, std::move(msg), std::move(shared)});
-  l.unlock();
-  send_cv_.notify_one();
 }
 
-void DistChannel::Gather(Outgoing* out) {
-  if (out->shared.empty()) return;  // not gatherable
-  std::vector<uint64_t> ids{out->msg.meta.request_id()};
-  int64_t total = SliceBytes(out->msg);
-  for (auto it = queue_.begin(); it != queue_.end() && ids.size() < kGatherSlices;) {
-    Message& m = it->second.msg;
-    if (it->second.node != out->node || it->second.shared != out->shared || total + SliceBytes(m) > kGatherTotal) {
-      ++it;
-      continue;
-    }
-    total += SliceBytes(m);
-    *out->msg.meta.add_slices() = m.meta.slices(0);
-    for (Tensor& t : m.data) out->msg.data.push_back(std::move(t));
+void DistChannel::Gather(SendQueue::Item* first, std::vector<SendQueue::Item>* more) {
+  std::vector<uint64_t> ids{first->msg.meta.request_id()};
+  for (SendQueue::Item& item : *more) {
+    Message& m = item.msg;
+    *first->msg.meta.add_slices() = m.meta.slices(0);
+    for (Tensor& t : m.data) first->msg.data.push_back(std::move(t));
     ids.push_back(m.meta.request_id());
-    it = queue_.erase(it);
   }
-  if (ids.size() > 1) gathered_[ids[0]] = std::move(ids);
+  gathered_[ids[0]] = std::move(ids);
 }
 
 std::vector<uint64_t> DistChannel::Gathered(uint64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(mu());
   auto it = gathered_.find(id);
   if (it == gathered_.end()) return {id};
   std::vector<uint64_t> ids = std::move(it->second);
@@ -139,7 +126,7 @@ std::vector<uint64_t> DistChannel::Gathered(uint64_t id) {
   return ids;
 }
 
-void DistChannel::Send(Outgoing out) {
+Status DistChannel::Send(SendQueue::Item&& out) {
   const uint64_t id = out.msg.meta.request_id();
   const wire::Command command = out.msg.meta.command();
   profile::Tracer& tracer = profile::Tracer::Get();
@@ -157,41 +144,13 @@ void DistChannel::Send(Outgoing out) {
                                               s.message());
     for (uint64_t gathered : Gathered(id)) Finish(gathered, failed);
   }
-}
-
-DistChannel::Queue::iterator DistChannel::NextSendable() {
-  return stop_ ? queue_.begin() : FirstWithCredit(queue_, *cluster_, credit_);
-}
-
-void DistChannel::SendLoop() {
-  profile::Tracer::Get().NameThread("sender");
-  for (;;) {
-    std::unique_lock<std::mutex> l(mu_);
-    Queue::iterator next = queue_.end();
-    // Acknowledgements free credit without a word to this thread: while credit holds the
-    // queue back, look again every millisecond.
-    while (!(stop_ && queue_.empty())) {
-      if (!sending_ && (next = NextSendable()) != queue_.end()) break;
-      const bool held_back = !sending_ && !queue_.empty();
-      if (held_back) send_cv_.wait_for(l, std::chrono::milliseconds(1));
-      else send_cv_.wait(l);
-    }
-    if (queue_.empty()) return;  // stop_, and everything is sent
-    Outgoing out = std::move(next->second);
-    queue_.erase(next);
-    Gather(&out);
-    sending_ = true;
-    l.unlock();
-    Send(std::move(out));
-    l.lock();
-    sending_ = false;
-  }
+  return Status::Ok();  // the failure is its requests'
 }
 
 void DistChannel::Finish(uint64_t id, const Status& s) {
   bool wake_waiters = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(mu());
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
     bool key_done = false;
@@ -219,14 +178,14 @@ int DistChannel::RouteLocked(int server_rank) const {
 }
 
 std::vector<int> DistChannel::Holders(int server_rank) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(mu());
   return chains_.Holders(server_rank);
 }
 
 void DistChannel::EnqueueToChain(int chain, Message msg, int priority, PendingRequest pending) {
   int node;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(mu());
     node = RouteLocked(chain);
   }
   pending.chain = chain;
@@ -244,27 +203,22 @@ void DistChannel::ServerLost(int server_rank, int spare) {
   const int dead = cluster_->ServerId(server_rank);
   std::vector<uint64_t> dropped;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(mu());
     const std::vector<int> held = chains_.ChainsOf(server_rank);
     chains_.Lose(server_rank, spares_take_places_ ? spare : -1);
     std::set<uint64_t> queued;
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      Outgoing& out = it->second;
-      const uint64_t id = out.msg.meta.request_id();
+    queue_.Filter([&](SendQueue::Item* out) {
+      const uint64_t id = out->msg.meta.request_id();
       auto p = pending_.find(id);
-      if (out.node != dead || p == pending_.end()) {
-        ++it;
-        continue;
-      }
+      if (out->node != dead || p == pending_.end()) return true;
       queued.insert(id);
-      if (Redirect(&p->second, &out.node)) {
+      if (Redirect(&p->second, &out->node)) {
         dropped.push_back(id);
-        it = queue_.erase(it);
-        continue;
+        return false;
       }
-      out.msg.meta.set_receiver_id(out.node);
-      ++it;
-    }
+      out->msg.meta.set_receiver_id(out->node);
+      return true;
+    });
     // Sent and unanswered: the answers will never come; each request goes again on its own.
     for (auto& [id, p] : pending_) {
       if (p.node != dead || queued.count(id)) continue;
@@ -274,10 +228,12 @@ void DistChannel::ServerLost(int server_rank, int spare) {
         dropped.push_back(id);
         continue;
       }
-      Message again = p.request;
-      again.meta.set_receiver_id(node);
-      queue_.emplace(std::make_pair(-static_cast<int64_t>(again.meta.priority()), next_seq_++),
-                     Outgoing{node, std::move(again), std::string()});
+      SendQueue::Item again;
+      again.node = node;
+      again.msg = p.request;
+      again.msg.meta.set_receiver_id(node);
+      const int priority = again.msg.meta.priority();
+      queue_.Enqueue(std::move(again), priority);
     }
     std::string served;
     for (int c : held) {
@@ -288,12 +244,12 @@ void DistChannel::ServerLost(int server_rank, int spare) {
                  << (held.empty() ? std::string(" (it held no slices)") : "; its chains now served: " + served);
   }
   for (uint64_t id : dropped) Finish(id, Status::Ok());
-  send_cv_.notify_all();
+  queue_.Wake();
 }
 
 void DistChannel::OnFailure(const Status& s) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(mu());
     if (failure_.ok()) failure_ = s.ok() ? Status::Unavailable("the job failed") : s;
   }
   done_cv_.notify_all();
@@ -315,7 +271,7 @@ void DistChannel::OnMessage(Message&& m) {
   const std::vector<uint64_t> ids = Gathered(meta.request_id());
   std::vector<PendingRequest> ps;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(mu());
     for (uint64_t id : ids) {
       auto it = pending_.find(id);
       if (it == pending_.end()) {
@@ -369,7 +325,7 @@ void DistChannel::Complete(uint64_t id, const PendingRequest& p, const Message& 
 }
 
 void DistChannel::NoteSkip(const wire::Meta& meta, uint64_t key) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(mu());
   if (skip_.step >= 0 && skip_.step != meta.step()) return;  // one step per WaitAll is reported
   if (skip_.step < 0 || static_cast<int>(key) < skip_.key) {
     skip_.step = meta.step();
@@ -382,7 +338,7 @@ void DistChannel::NoteSkip(const wire::Meta& meta, uint64_t key) {
 }
 
 bool DistChannel::TakeSkip(KVStore::SkippedStep* out) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(mu());
   if (skip_.step < 0) return false;
   *out = skip_;
   skip_ = KVStore::SkippedStep();
@@ -392,7 +348,7 @@ bool DistChannel::TakeSkip(KVStore::SkippedStep* out) {
 Status DistChannel::WaitKey(uint64_t key, int timeout_ms) {
   Status cluster_failure = cluster_->failure();
   if (!cluster_failure.ok()) OnFailure(cluster_failure);
-  std::unique_lock<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   waited_key_ = static_cast<int64_t>(key);
   while (key_pending_.count(key) && failure_.ok()) {
@@ -409,7 +365,7 @@ Status DistChannel::WaitKey(uint64_t key, int timeout_ms) {
 Status DistChannel::WaitAll(int timeout_ms) {
   Status cluster_failure = cluster_->failure();
   if (!cluster_failure.ok()) OnFailure(cluster_failure);
-  std::unique_lock<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!pending_.empty() && failure_.ok()) {
     if (done_cv_.wait_until(l, deadline) == std::cv_status::timeout && !pending_.empty() &&

@@ -1,21 +1,19 @@
 // DistChannel: the request/answer machinery of DistKVStore (dist_kvstore.h), internal to
-// kvstore/. It numbers requests, queues them by priority for a sending thread (or sends
-// at once from the caller's thread when nothing is queued or on its way), matches
-// answers (on the cluster's receive thread) to what they complete, copies pulled values
-// into their destination, and lets the store's thread wait for everything outstanding.
-// The sending thread sends small requests waiting in the queue for one server together,
-// as one request of several slices (docs/wire.md, "Several slices in one request"): a
-// round trip per server instead of one per key for a model's many small arrays.
+// kvstore/. It numbers requests, hands them to its SendQueue (net/send_queue.h: priority
+// order within a send credit per server, sent from the caller's thread when nothing waits),
+// matches answers (on the cluster's receive thread) to what they complete, copies pulled
+// values into their destination, and lets the store's thread wait for everything
+// outstanding. Small requests waiting in the queue for one server leave together, as one
+// request of several slices (docs/wire.md, "Several slices in one request"): a round trip
+// per server instead of one per key for a model's many small arrays.
 //
 // Credit: a request leaves only while less than the credit (SendCreditBytes: 64 MB over the
-// job's workers, who share each server's link, at least 1 MB) of
-// what was sent to its server is unacknowledged by the server's transport (still in the
-// connection: Cluster::UnacknowledgedBytes); the rest waits in the priority queue. Without
-// it every request would be handed to the connection at once and travel in call order
-// behind a link's backlog, and priorities would change nothing; with it, the first layers'
-// requests overtake the backlog of the last layers' (what lets the next forward pass start
-// before every pull is in). Receipt, not the answer, frees credit: an answer of a
-// synchronous step waits for the other workers, which may be waiting for credit in turn.
+// job's workers, who share each server's link, at least 1 MB) of what was sent to its server
+// is unacknowledged by the server's transport; the rest waits in the priority queue, where
+// the first layers' requests overtake the backlog of the last layers' (what lets the next
+// forward pass start before every pull is in). Receipt, not the answer, frees credit: an
+// answer of a synchronous step waits for the other workers, which may be waiting for credit
+// in turn.
 //
 // Ownership: held by shared_ptr, also by the callbacks given to the Cluster, so that an
 // answer or failure notice arriving late finds it alive. Thread-safety: all methods may be
@@ -30,11 +28,11 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "kvstore/kvstore.h"
 #include "net/cluster.h"
+#include "net/send_queue.h"
 #include "net/server_chains.h"
 
 namespace tally {
@@ -69,7 +67,6 @@ class DistChannel {
  public:
   // spares_take_places: false under dist_async (ServerLost).
   explicit DistChannel(Cluster* cluster, bool spares_take_places = true);
-  ~DistChannel();  // REQUIRES: Stop() was called.
 
   // Starts the sending thread.
   void Start();
@@ -112,24 +109,13 @@ class DistChannel {
   int64_t TakePullMicros() { return pull_us_.exchange(0); }
 
  private:
-  struct Outgoing {
-    int node;
-    Message msg;
-    // A queued request that may travel with others: its Meta without what differs between
-    // such requests (computed once, when queued); empty: it travels alone.
-    std::string shared;
-  };
-  // Ordered by (-priority, call order): begin() is the next to send.
-  using Queue = std::map<std::pair<int64_t, uint64_t>, Outgoing>;
-  void SendLoop();
-  // The first queued request (in priority order) that may go now, or queue_.end(); every
-  // one once stop_ (what is queued is sent whatever the answers); REQUIRES: mu_ held.
-  Queue::iterator NextSendable();
-  // Takes from the queue the small requests that can travel with `out` and adds their
-  // slices and data frames to it; REQUIRES: mu_ held.
-  void Gather(Outgoing* out);
-  // Sends out; a failure finishes its request (all of a gathered one's) with the error.
-  void Send(Outgoing out);
+  // The queue's Gather hook: adds the slices and data frames of `more` (small requests to
+  // first's server) to first, and records their ids; REQUIRES: mu() held.
+  void Gather(SendQueue::Item* first, std::vector<SendQueue::Item>* more);
+  // The queue's Transmit hook: sends out; a failure finishes its request (all of a gathered
+  // one's) with the error.
+  Status Send(SendQueue::Item&& out);
+  std::mutex& mu() const { return queue_.mu(); }
   // The request ids an answer to request `id` completes: its own, or those gathered in it.
   std::vector<uint64_t> Gathered(uint64_t id);
   // Completes one slice of an answer: copies pulled values in (slice i of m) and finishes
@@ -140,40 +126,32 @@ class DistChannel {
   void NoteSkip(const wire::Meta& meta, uint64_t key);
 
   // ServerLost's reroute of one queued or unanswered request to a lost node; true: dropped
-  // (finish it). REQUIRES: mu_ held.
+  // (finish it). REQUIRES: mu() held.
   bool Redirect(PendingRequest* p, int* node);
-  int RouteLocked(int server_rank) const;  // REQUIRES: mu_ held
+  int RouteLocked(int server_rank) const;  // REQUIRES: mu() held
 
   Cluster* const cluster_;
   const bool spares_take_places_;
-  ServerChains chains_;  // GUARDED_BY(mu_)
+  ServerChains chains_;  // GUARDED_BY(mu())
   std::atomic<int64_t> pull_us_{0};
-  mutable std::mutex mu_;
   std::condition_variable done_cv_;  // pending_ emptied, or a failure
-  std::condition_variable send_cv_;  // queue_ grew, sending_ ended, or stop_
-  Queue queue_;                                              // GUARDED_BY(mu_)
-  std::map<uint64_t, PendingRequest> pending_;              // GUARDED_BY(mu_)
+  std::map<uint64_t, PendingRequest> pending_;              // GUARDED_BY(mu())
   // Unanswered requests per key (the commands WaitKey waits for), and the key WaitKey is
   // waiting for (-1: none), so that Finish wakes it only when that key is done.
-  std::map<uint64_t, int> key_pending_;                      // GUARDED_BY(mu_)
-  const int64_t credit_;  // unacknowledged bytes allowed per node
-  int64_t waited_key_ = -1;                                  // GUARDED_BY(mu_)
+  std::map<uint64_t, int> key_pending_;                      // GUARDED_BY(mu())
+  int64_t waited_key_ = -1;                                  // GUARDED_BY(mu())
   // Requests sent together: the id the message carries -> every id in it, in slice order.
-  std::map<uint64_t, std::vector<uint64_t>> gathered_;      // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)
-  uint64_t next_seq_ = 0;                                   // GUARDED_BY(mu_)
-  Status error_;                                            // GUARDED_BY(mu_)
-  Status failure_;                                          // GUARDED_BY(mu_)
-  bool stop_ = false;                                       // GUARDED_BY(mu_)
-  // A message is being sent (by the sending thread, or by Enqueue when the queue was
-  // empty): one at a time, so that messages to a node leave in queue order.
-  bool sending_ = false;  // GUARDED_BY(mu_)
+  std::map<uint64_t, std::vector<uint64_t>> gathered_;      // GUARDED_BY(mu())
+  uint64_t next_id_ = 1;                                    // GUARDED_BY(mu())
+  Status error_;                                            // GUARDED_BY(mu())
+  Status failure_;                                          // GUARDED_BY(mu())
   // The last request Enqueue sent itself: whether it was small, and when it had gone.
-  bool last_direct_small_ = false;                          // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point last_direct_end_;  // GUARDED_BY(mu_)
+  bool last_direct_small_ = false;                          // GUARDED_BY(mu())
+  std::chrono::steady_clock::time_point last_direct_end_;  // GUARDED_BY(mu())
   std::atomic<bool> stop_seen_{false};
-  KVStore::SkippedStep skip_;  // GUARDED_BY(mu_); step -1: none since the last TakeSkip
-  std::thread sender_;
+  KVStore::SkippedStep skip_;  // GUARDED_BY(mu()); step -1: none since the last TakeSkip
+  // Last: destroyed first, its sending thread ended while the hooks' state is alive.
+  SendQueue queue_;
 };
 
 }  // namespace tally

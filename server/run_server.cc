@@ -5,7 +5,7 @@
 // timeout (docs/wire.md).
 #include <glog/logging.h>
 
-#include "net/priority_sender.h"
+#include "net/send_queue.h"
 #include "server/server.h"
 
 namespace tally {
@@ -19,8 +19,9 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
   Cluster* c = cluster.get();
   if (observer.joined) observer.joined(*c);
   // Answers leave by priority (the request's) within a credit per worker, so that the
-  // first layers' weights overtake a backlog of the others' (net/priority_sender.h).
-  PrioritySender sender(c, SendCreditBytes(c->num_workers()));
+  // first layers' weights overtake a backlog of the others' (net/send_queue.h).
+  SendQueue sender(c, SendCreditBytes(c->num_workers()));
+  sender.Start();
   KVServer server(c->num_servers(), c->num_workers(), [&sender, c](int id, Message m) {
     if (id == kSchedulerId) return c->Send(id, std::move(m));  // REPLICA_READY
     const int priority = m.meta.priority();

@@ -127,7 +127,7 @@ def run_job(args, n, s, wire, overlap, workdir):
         cmd = [sys.executable, os.path.join(HOME, "tools", "launch.py"), "-n", str(n), "-s", str(s),
                "--launcher", "ssh", "-H", whosts, "--server-hostfile", shosts]
         cmd += ["--plain"] if args.plain else []
-        # Tally's default for N workers (net/priority_sender.h) scaled with the link, but not
+        # Tally's default for N workers (net/send_queue.h) scaled with the link, but not
         # below its floor of 1 MB: the acknowledgements' delay, which the credit must cover,
         # is this machine's and does not scale.
         credit_kb = args.credit_kb or max(1024, round(65536 / n / args.scale))
