@@ -222,8 +222,7 @@ Status KVServer::HandleSetOptimizer(const Message& msg) {
   OptimizerConfig c = FromWireOptimizer(m.optimizer());
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(c));
   updater_ = std::make_unique<Updater>(c);
-  base_lr_ = c.lr;
-  lr_from_step_.clear();
+  lr_.Reset(c.lr);
   async_ = m.async();
   LOG(INFO) << "server: optimizer " << c.type << " lr " << c.lr << " momentum " << c.momentum
             << " wd " << c.wd << (async_ ? ", async" : ", sync") << " over " << ids_.num_workers << " workers";
@@ -491,20 +490,13 @@ Status KVServer::HandleSetLr(const Message& msg) {
   if (!(lr >= 0) || !std::isfinite(lr)) return Status::InvalidArgument("lr " + std::to_string(lr));
   if (!updater_) return Status::InvalidArgument("SET_LR without an optimizer");
   if (async_) {
-    base_lr_ = lr;
-    lr_from_step_.clear();
+    lr_.Reset(lr);
     return Status::Ok();
   }
   if (m.step() < 0) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is negative");
-  lr_from_step_[m.step()] = lr;
-  // Fold what no update to come can use into base_lr_, so the schedule stays short.
   int64_t next = m.step();
   for (const auto& kv : slices_) next = std::min(next, kv.second->applied + 1);
-  auto it = lr_from_step_.upper_bound(next);
-  if (it != lr_from_step_.begin()) {
-    base_lr_ = std::prev(it)->second;
-    lr_from_step_.erase(lr_from_step_.begin(), it);
-  }
+  lr_.SetFrom(m.step(), lr, next);
   return Status::Ok();
 }
 

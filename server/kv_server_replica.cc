@@ -41,7 +41,7 @@ void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale, f
     m.meta.set_dtype(wire::F32);
     m.meta.set_grad_scale(scale);
     // The backup's own SET_LR of this step travels on another path and may come later.
-    m.meta.set_lr(lr >= 0 ? lr : LearningRateFor(step));
+    m.meta.set_lr(lr >= 0 ? lr : lr_.For(step));
     m.meta.set_priority(INT32_MAX);  // ahead of answers: the answers of this step wait for it
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(s->key);

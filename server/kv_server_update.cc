@@ -34,11 +34,6 @@ void KVServer::ApplyReadySteps(Slice* s) {
   if (applied) AnswerVisible(s);
 }
 
-float KVServer::LearningRateFor(int64_t step) const {
-  auto it = lr_from_step_.upper_bound(step);
-  return it == lr_from_step_.begin() ? base_lr_ : std::prev(it)->second;
-}
-
 Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale, float lr) {
   const int64_t t0 = profile::NowUs();
   Tensor g = s->pushes.Sum(grads);  // the summing: slice_aggregator.h
@@ -76,7 +71,7 @@ Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step,
   } else if (s->value.storage().use_count() > 1) {
     s->value = s->value.Clone();  // a pull answered in fp32 may still be sending these values
   }
-  updater_->set_learning_rate(lr >= 0 ? lr : LearningRateFor(step));
+  updater_->set_learning_rate(lr >= 0 ? lr : lr_.For(step));
   updater_->set_gradient_scale(scale);
   updater_->Update(s->id, g, &s->value);
   RecordApply(step, s->key, t0, t1, profile::NowUs());

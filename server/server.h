@@ -7,7 +7,10 @@
 //   return RunServer(cfg, NewZmqTransport());             // until the job ends
 //
 // KVServer is the protocol logic alone, fed one Message at a time and answering through a
-// send function, so that it can be tested with hand-made messages. The commands and their
+// send function, so that it can be tested with hand-made messages. The plain step's parts
+// that know nothing of replicas, spares or rollback are apart: a slice's pushes gathered
+// and summed (slice_aggregator.h), the learning rate by step (step_rates.h) and the
+// optimizer (optim/updater.h). The commands and their
 // fields are in docs/wire.md ("Data commands"). In short:
 //   SET_OPTIMIZER  the optimizer (typed config), sync or async, the worker count.
 //   INIT           the initial values of slices; the server keeps them in fp32.
@@ -73,6 +76,7 @@
 #include "net/transport.h"
 #include "optim/updater.h"
 #include "profile/records.h"
+#include "server/step_rates.h"
 
 namespace tally {
 
@@ -209,7 +213,6 @@ class KVServer {
   void Skip(Slice* s, int64_t step, const std::vector<int>& nonfinite_ranks);
   // The one log line of a skipped step (per worker rank under async; rank -1 under sync).
   void LogSkip(int64_t step, int rank, const std::string& why);
-  float LearningRateFor(int64_t step) const;
   // The profiler's record of one Apply: sum from t0 to t1, update from t1 to t2 (-1: none).
   void RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2);
   void AnswerPull(const PendingPull& p);
@@ -228,8 +231,7 @@ class KVServer {
   bool async_ = false;
   bool pushed_ = false;  // a push has arrived: the optimizer can no longer change
   std::unique_ptr<Updater> updater_;  // null: pushes replace the values
-  float base_lr_ = 0;
-  std::map<int64_t, float> lr_from_step_;  // sync: SET_LR's learning rates by first step
+  StepRates lr_;  // SET_OPTIMIZER's and SET_LR's learning rates by step
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
   int num_waiting_ = 0;  // pulls not yet answered
   int64_t duplicates_ = 0;
