@@ -190,13 +190,24 @@ class ZmqTransport : public Transport {
   }
 
   // Takes the answers the peer sent on this connection without waiting: a REFUSE for a
-  // connection it no longer knows (it restarted) makes the next Send handshake again.
+  // connection it no longer knows (it restarted, or the connection is new) makes the next
+  // Send handshake again; a WELCOME that came after its handshake gave up completes it.
   void TakeReplies(int id, Peer* peer) {
     std::string reply;
     while (HasInput(peer->socket) && TakeReply(peer, &reply)) {
+      const bool was_ready = peer->session->ready();
       Status s = peer->session->OnReply(reply.data(), reply.size());
+      if (s.ok() && !was_ready && peer->session->ready()) s = SendConfirm(id, peer);
       if (!s.ok()) LOG(WARNING) << Describe(id, *peer) << ": " << s.message();
     }
+  }
+
+  Status SendConfirm(int id, Peer* peer) {
+    const std::string& confirm = peer->session->confirm();
+    if (zmq_send(peer->socket, confirm.data(), confirm.size(), 0) < 0) {
+      return Status::Unavailable(ZmqError("send the secure handshake to " + Describe(id, *peer)));
+    }
+    return Status::Ok();
   }
 
   // Whether a socket has something to receive now.
@@ -254,11 +265,7 @@ class ZmqTransport : public Transport {
       Status s = stale ? Status::Ok() : peer->session->OnReply(reply.data(), reply.size());
       if (!s.ok()) return Status::Unavailable(Describe(id, *peer) + ": " + s.message());
     }
-    const std::string& confirm = peer->session->confirm();
-    if (zmq_send(peer->socket, confirm.data(), confirm.size(), 0) < 0) {
-      return Status::Unavailable(ZmqError("send the secure handshake to " + Describe(id, *peer)));
-    }
-    return Status::Ok();
+    return SendConfirm(id, peer);
   }
 
   Status SendFrames(int id, Peer* peer, std::vector<zmq_msg_t>* frames) {
