@@ -114,7 +114,7 @@ class EvilWorkerTest(FaultCase):
                               stderr=subprocess.STDOUT, timeout=120)
         said = evil.stdout.decode(errors="replace")
         self.assertEqual(evil.returncode, 0, said)
-        self.assertGreater(fault_job.global_step(job.output(("worker", 0))), 10)
+        job.wait_step(11)  # training goes on past the step the attack began at, however slowly
         job.wait_end()
         self.assertSameCheckpoint(job.prefix + FINAL, ref.prefix + FINAL)
         self.check_refusals(job)
