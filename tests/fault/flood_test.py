@@ -163,7 +163,9 @@ class Flooder:
         if err not in (0, errno.EINPROGRESS):
             s.close()
             return False
-        state = {"index": index, "node": node.encode(), "out": self.greeting, "kind": index % 2, "next": 0.0}
+        # Every node gets both kinds: index mod 4 picks the node, the next bit the kind.
+        state = {"index": index, "node": node.encode(), "out": self.greeting, "kind": index // len(ROLES) % 2,
+                 "next": 0.0}
         self.selector.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE, state)
         self.opened += 1
         return True
