@@ -119,65 +119,113 @@ TEST(CommandRules, NoticesNameNodesOfTheJob) {
 }
 
 // The live job. Ids: scheduler 0, server 0 is node 1, workers 0 and 1 are nodes 2 and 3.
-class RogueMemberTest : public ::testing::TestWithParam<bool> {};
+class RogueMemberTest : public ::testing::TestWithParam<bool> {
+ protected:
+  // The scheduler's notices, from worker 1 and from ids that are no node's, to the server and
+  // to worker 0, plus a fake answer and a replica step and an "ended well" SHUTDOWN.
+  static constexpr int kToEachNode = 3 * 6 + 2;
+  static constexpr int kToScheduler = 6;
 
-TEST_P(RogueMemberTest, ControlCommandsFromAWorkerAreRefusedAndTheJobEndsWell) {
-  const bool secure = GetParam();
-  const int port = TestPort(secure);
-  const std::string secret(32, '\x5a');
-  auto config = [&](wire::Role role, int rank) {
-    ClusterConfig c = TestClusterConfig(role, port, /*workers=*/2, /*servers=*/1);
+  ClusterConfig Config(wire::Role role, int rank) const {
+    ClusterConfig c = TestClusterConfig(role, port_, /*workers=*/2, /*servers=*/1);
     c.rank = rank;
-    if (secure) c.job_secret = secret;
+    if (secure_) c.job_secret = secret_;
     return c;
-  };
-  auto transport = [&](const ClusterConfig& c) {
+  }
+
+  std::unique_ptr<Transport> TransportFor(const ClusterConfig& c) const {
     std::unique_ptr<Transport> t;
-    if (!secure) return NewInProcTransport();
+    if (!secure_) return NewInProcTransport();
     EXPECT_TRUE(NewJobTransport(c, &t).ok());
     return t;
-  };
-  std::atomic<int> scheduler_refused{0};
-  Status scheduler_status;
-  std::thread scheduler([&] {
-    const ClusterConfig c = config(wire::SCHEDULER, -1);
-    scheduler_status = RunScheduler(c, transport(c), nullptr, [&](const Status&) { ++scheduler_refused; });
-  });
-  std::unique_ptr<Cluster> nodes[3];  // server 0, worker 0, worker 1
-  std::vector<std::thread> joins;
-  for (int i = 0; i < 3; ++i) {
-    joins.emplace_back([&, i] {
-      const ClusterConfig c = config(i == 0 ? wire::SERVER : wire::WORKER, i == 0 ? 0 : i - 1);
-      Status s = Cluster::Join(c, transport(c), &nodes[i]);
-      ASSERT_TRUE(s.ok()) << s;
-    });
   }
-  for (auto& t : joins) t.join();
-  for (auto& n : nodes) ASSERT_TRUE(n != nullptr);
+
+  // A scheduler thread, and the server and both workers joined.
+  void StartJob() {
+    scheduler_ = std::thread([this] {
+      const ClusterConfig c = Config(wire::SCHEDULER, -1);
+      scheduler_status_ = RunScheduler(c, TransportFor(c), nullptr, [this](const Status&) { ++scheduler_refused_; });
+    });
+    std::vector<std::thread> joins;
+    for (int i = 0; i < 3; ++i) {
+      joins.emplace_back([this, i] {
+        const ClusterConfig c = Config(i == 0 ? wire::SERVER : wire::WORKER, i == 0 ? 0 : i - 1);
+        Status s = Cluster::Join(c, TransportFor(c), &nodes_[i]);
+        ASSERT_TRUE(s.ok()) << s;
+      });
+    }
+    for (auto& t : joins) t.join();
+  }
 
   // The rogue: its own connections, as worker 1 (node 3) or as no node at all.
-  std::unique_ptr<Transport> rogue;
-  JobAuth auth;
-  if (secure) {
-    auth.secret = secret;
-    auth.self = "worker 1";
-    auth.job = JobNames{1, 2, 0};
-    rogue = NewZmqTransport(5000, &auth);
-  } else {
-    rogue = NewInProcTransport();
+  void ConnectRogue() {
+    if (secure_) {
+      auth_.secret = secret_;
+      auth_.self = "worker 1";
+      auth_.job = JobNames{1, 2, 0};
+      rogue_ = NewZmqTransport(5000, &auth_);
+    } else {
+      rogue_ = NewInProcTransport();
+    }
+    for (int id = 0; id < 3; ++id) {
+      const wire::Node& n = nodes_[1]->node(id);
+      ASSERT_TRUE(rogue_->Connect(id, n.host(), n.port()).ok());
+    }
   }
-  for (int id = 0; id < 3; ++id) {
-    const wire::Node& n = nodes[1]->node(id);
-    ASSERT_TRUE(rogue->Connect(id, n.host(), n.port()).ok());
-  }
-  auto send = [&](int to, wire::Command command, int sender, void (*fill)(wire::Meta*) = nullptr) {
+
+  void Send(int to, wire::Command command, int sender, void (*fill)(wire::Meta*) = nullptr) {
     Message m;
     m.meta.set_command(command);
     m.meta.set_sender_id(sender);
     m.meta.set_receiver_id(to);
     if (fill) fill(&m.meta);
-    ASSERT_TRUE(rogue->Send(to, m).ok());
-  };
+    ASSERT_TRUE(rogue_->Send(to, m).ok());
+  }
+
+  void SendAttacks();
+
+  // Refusals are counted as they arrive; a slow machine gets them late, not never.
+  void WaitForRefusals() {
+    const auto deadline = Clock::now() + std::chrono::seconds(300);
+    while ((nodes_[0]->refused() < kToEachNode || nodes_[1]->refused() < kToEachNode ||
+            scheduler_refused_ < kToScheduler) &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  // The job ends as it would have: a barrier of all, the workers finish, the server ends.
+  void EndJob() {
+    std::vector<std::thread> ends;
+    Status server_end;
+    for (int i = 0; i < 3; ++i) {
+      ends.emplace_back([&, i] {
+        ASSERT_TRUE(nodes_[i]->Barrier(kGroupAll, 10000).ok());
+        if (i == 0) {
+          server_end = nodes_[0]->WaitForShutdown();
+        } else {
+          EXPECT_TRUE(nodes_[i]->Finish(10000).ok());
+        }
+      });
+    }
+    for (auto& t : ends) t.join();
+    scheduler_.join();
+    EXPECT_TRUE(server_end.ok()) << server_end;
+    EXPECT_TRUE(scheduler_status_.ok()) << scheduler_status_;
+  }
+
+  const bool secure_ = GetParam();
+  const int port_ = TestPort(secure_);
+  const std::string secret_ = std::string(32, '\x5a');
+  std::thread scheduler_;
+  Status scheduler_status_;
+  std::atomic<int> scheduler_refused_{0};
+  std::unique_ptr<Cluster> nodes_[3];  // server 0, worker 0, worker 1
+  JobAuth auth_;
+  std::unique_ptr<Transport> rogue_;
+};
+
+void RogueMemberTest::SendAttacks() {
   auto error = [](wire::Meta* m) { m->set_error("the rogue ends the job"); };
   auto lost = [](wire::Meta* m) {
     wire::Node* n = m->add_nodes();
@@ -194,58 +242,39 @@ TEST_P(RogueMemberTest, ControlCommandsFromAWorkerAreRefusedAndTheJobEndsWell) {
     m->set_clock_echo_us(1);
     m->set_clock_us(int64_t{1} << 50);
   };
-  // To the server and to worker 0: the scheduler's notices, from worker 1 and from ids that
-  // are no node's; a fake answer (to worker 0) and a replica step (to the server).
   for (int to : {1, 2}) {
     for (int sender : {3, -1, -7}) {
-      send(to, wire::SHUTDOWN, sender, error);
-      send(to, wire::NODE_DEAD, sender, lost);
-      send(to, wire::SERVER_LOST, sender, lost);
-      send(to, wire::BARRIER_DONE, sender, group);
-      send(to, wire::NODE_TABLE, sender, table);
-      send(to, wire::HEARTBEAT, sender, clock_sample);
+      Send(to, wire::SHUTDOWN, sender, error);
+      Send(to, wire::NODE_DEAD, sender, lost);
+      Send(to, wire::SERVER_LOST, sender, lost);
+      Send(to, wire::BARRIER_DONE, sender, group);
+      Send(to, wire::NODE_TABLE, sender, table);
+      Send(to, wire::HEARTBEAT, sender, clock_sample);
     }
-    send(to, to == 1 ? wire::REPLICATE : wire::RESPONSE, 3, error);
-    send(to, wire::SHUTDOWN, 3);  // no error: the job "ended well"
+    Send(to, to == 1 ? wire::REPLICATE : wire::RESPONSE, 3, error);
+    Send(to, wire::SHUTDOWN, 3);  // no error: the job "ended well"
   }
   // To the scheduler: its own notices, a barrier of a group worker 1 is not in, a server's
   // signal, and commands from an id that is no node's.
-  send(0, wire::SHUTDOWN, 3, error);
-  send(0, wire::NODE_DEAD, 3, lost);
-  send(0, wire::BARRIER, 3, servers);
-  send(0, wire::REPLICA_READY, 3);
-  send(0, wire::WORKER_DONE, -5);
-  send(0, wire::HEARTBEAT, -5);
-  constexpr int kToEachNode = 3 * 6 + 2, kToScheduler = 6;
+  Send(0, wire::SHUTDOWN, 3, error);
+  Send(0, wire::NODE_DEAD, 3, lost);
+  Send(0, wire::BARRIER, 3, servers);
+  Send(0, wire::REPLICA_READY, 3);
+  Send(0, wire::WORKER_DONE, -5);
+  Send(0, wire::HEARTBEAT, -5);
+}
 
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while ((nodes[0]->refused() < kToEachNode || nodes[1]->refused() < kToEachNode ||
-          scheduler_refused < kToScheduler) &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(nodes[0]->refused(), kToEachNode);
-  EXPECT_EQ(nodes[1]->refused(), kToEachNode);
-  EXPECT_EQ(scheduler_refused.load(), kToScheduler);
-  for (auto& n : nodes) EXPECT_TRUE(n->failure().ok()) << n->failure();
-
-  // The job ends as it would have: a barrier of all, the workers finish, the server ends.
-  std::vector<std::thread> ends;
-  Status server_end;
-  for (int i = 0; i < 3; ++i) {
-    ends.emplace_back([&, i] {
-      ASSERT_TRUE(nodes[i]->Barrier(kGroupAll, 10000).ok());
-      if (i == 0) {
-        server_end = nodes[0]->WaitForShutdown();
-      } else {
-        EXPECT_TRUE(nodes[i]->Finish(10000).ok());
-      }
-    });
-  }
-  for (auto& t : ends) t.join();
-  scheduler.join();
-  EXPECT_TRUE(server_end.ok()) << server_end;
-  EXPECT_TRUE(scheduler_status.ok()) << scheduler_status;
+TEST_P(RogueMemberTest, ControlCommandsFromAWorkerAreRefusedAndTheJobEndsWell) {
+  StartJob();
+  for (auto& n : nodes_) ASSERT_TRUE(n != nullptr);
+  ConnectRogue();
+  SendAttacks();
+  WaitForRefusals();
+  EXPECT_EQ(nodes_[0]->refused(), kToEachNode);
+  EXPECT_EQ(nodes_[1]->refused(), kToEachNode);
+  EXPECT_EQ(scheduler_refused_.load(), kToScheduler);
+  for (auto& n : nodes_) EXPECT_TRUE(n->failure().ok()) << n->failure();
+  EndJob();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RogueMemberTest, ::testing::Values(false, true),
