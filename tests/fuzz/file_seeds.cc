@@ -22,15 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  fs::create_directories(dir);
-  const fs::path path = dir / name;
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  CHECK(f) << "cannot create " << path;
-  CHECK_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size()) << path;
-  CHECK_EQ(std::fclose(f), 0) << path;
-}
-
 std::string ReadBytes(const fs::path& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   CHECK(f) << "cannot open " << path;
@@ -96,7 +87,7 @@ void WriteNDArraySeeds(const fs::path& dir) {
   PutLe32(0xF993FACAu, &old);
   for (uint32_t v : {0u, 0u, 1u, 0u, 4u, 7u}) PutLe32(v, &old);  // dense, ndim 0, cpu(0), int32 7
   PutLe64(0, &old);
-  Write(dir, "old_layouts", old);
+  WriteSeed(dir, "old_layouts", old);
   // The crafted files: a shape whose product wraps to 16 elements, and a count of 2^24.
   std::string wrap = NDArrayHeader(1);
   PutArrayHeader({16, (1 << 20) + 1, (int64_t{1} << 40) - (1 << 20) + 1, 1}, 0, &wrap);
@@ -104,8 +95,8 @@ void WriteNDArraySeeds(const fs::path& dir) {
   PutLe64(1, &wrap);
   PutLe64(16, &wrap);
   wrap += "arg:conv0_weight";
-  Write(dir, "shape_wraps", wrap);
-  Write(dir, "count_bomb", NDArrayHeader(1 << 24));
+  WriteSeed(dir, "shape_wraps", wrap);
+  WriteSeed(dir, "count_bomb", NDArrayHeader(1 << 24));
 }
 
 void WriteSafetensorsSeeds(const fs::path& dir) {
@@ -121,11 +112,11 @@ void WriteSafetensorsSeeds(const fs::path& dir) {
                              "\"data_offsets\" : [ 0 , 1 ] } }  ";
   std::string escapes;
   PutLe64(header.size(), &escapes);
-  Write(dir, "escapes", escapes + header + "x");
+  WriteSeed(dir, "escapes", escapes + header + "x");
   const std::string huge = "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627776,1099511627776],\"data_offsets\":[0,0]}}";
   std::string zero;
   PutLe64(huge.size(), &zero);
-  Write(dir, "zero_elements_huge_dims", zero + huge);
+  WriteSeed(dir, "zero_elements_huge_dims", zero + huge);
 }
 
 // Checkpoint 1 of `prefix`, with a 4-D weight (reordered to MXNet's layout in the .params).
@@ -160,12 +151,21 @@ void WriteCheckpointSeeds(const fs::path& dir) {
             .ok());
   const std::string v1 = CheckpointInput(0, ReadBytes(work / "v1"), ReadBytes(work / "v1s"));
   fs::remove_all(work);  // every file in dir is a seed
-  Write(dir, "saved", CheckpointInput(0, params, states));
-  Write(dir, "states_prev", CheckpointInput(kCheckpointStatesAsPrev, params, states));
-  Write(dir, "other_states", CheckpointInput(0, params, other_states));
-  Write(dir, "version_1", v1);
+  WriteSeed(dir, "saved", CheckpointInput(0, params, states));
+  WriteSeed(dir, "states_prev", CheckpointInput(kCheckpointStatesAsPrev, params, states));
+  WriteSeed(dir, "other_states", CheckpointInput(0, params, other_states));
+  WriteSeed(dir, "version_1", v1);
 }
 }  // namespace
+
+void WriteSeed(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  const fs::path path = dir / name;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  CHECK(f) << "cannot create " << path;
+  CHECK_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size()) << path;
+  CHECK_EQ(std::fclose(f), 0) << path;
+}
 
 void WriteFileSeeds(const std::filesystem::path& dir) {
   WriteNDArraySeeds(dir / "ndarray");

@@ -7,11 +7,15 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 namespace tally {
 namespace fuzz {
 
 void WriteFileSeeds(const std::filesystem::path& dir);
+
+// Writes bytes to dir/name, making dir; a failure is fatal (make_seeds runs at build time).
+void WriteSeed(const std::filesystem::path& dir, const std::string& name, const std::string& bytes);
 
 }  // namespace fuzz
 }  // namespace tally

@@ -31,15 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  fs::create_directories(dir);
-  const fs::path path = dir / name;
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  CHECK(f) << "cannot create " << path;
-  CHECK_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size()) << path;
-  CHECK_EQ(std::fclose(f), 0) << path;
-}
-
 // ---- Messages ---------------------------------------------------------------------------
 
 Tensor Values(int n, float first, DType dtype) {
@@ -138,7 +129,7 @@ void WriteMessageSeeds(const fs::path& dir) {
     s.Push(wire::PUSHPULL, 1, 1, DType::kBF16, DType::kBF16);
     s.Push(wire::PUSHPULL, 0, 1, DType::kF16, DType::kF32);
     s.Pull(0, 1, DType::kF32, /*optimizer_state=*/true);
-    Write(dir, "sync_sgd", s.bytes());
+    WriteSeed(dir, "sync_sgd", s.bytes());
   }
   {  // dist_async, NAG, four workers and two servers, frames misaligned as ZeroMQ may leave them
     Script s({2, 4, false});
@@ -150,7 +141,7 @@ void WriteMessageSeeds(const fs::path& dir) {
     Script::Slice(&m, 7, 0, 3, DType::kF16, 1.0f);
     m.meta.set_stop(true);
     s.Add(m, 3);
-    Write(dir, "async_nag", s.bytes());
+    WriteSeed(dir, "async_nag", s.bytes());
   }
   {  // no optimizer: one worker's push becomes the values; a stop request
     Script s({1, 1, false});
@@ -160,7 +151,7 @@ void WriteMessageSeeds(const fs::path& dir) {
     m.meta.set_stop(true);
     s.Add(m, 1);
     s.Pull(0, 0, DType::kF32);
-    Write(dir, "no_optimizer", s.bytes());
+    WriteSeed(dir, "no_optimizer", s.bytes());
   }
   {  // a resumed job: momentum restored, read back before any push
     Script s({1, 2, false});
@@ -172,7 +163,7 @@ void WriteMessageSeeds(const fs::path& dir) {
     Script::Slice(&m, 7, 0, 3, DType::kF32, -0.125f);
     s.Add(m);
     s.Pull(1, -1, DType::kF32, /*optimizer_state=*/true);
-    Write(dir, "resume_state", s.bytes());
+    WriteSeed(dir, "resume_state", s.bytes());
   }
   {  // requests the server must refuse, each answered with an error
     Script s({1, 2, false});
@@ -202,7 +193,7 @@ void WriteMessageSeeds(const fs::path& dir) {
     frames.push_back("odd");                   // a frame the Meta does not name
     s.AddFrames(frames);
     s.AddFrames({"not a protobuf \xff\xff\xff"});
-    Write(dir, "refused", s.bytes());
+    WriteSeed(dir, "refused", s.bytes());
   }
 }
 
@@ -237,19 +228,19 @@ void WriteRecordSeeds(const fs::path& dir) {
   };
   std::string rec, idx;
   Pack(payloads, &rec, &idx);
-  Write(dir, "indexed", RecordInput(kRecordUseIndex, idx, rec));
-  Write(dir, "sequential", RecordInput(0, "", rec));
+  WriteSeed(dir, "indexed", RecordInput(kRecordUseIndex, idx, rec));
+  WriteSeed(dir, "sequential", RecordInput(0, "", rec));
 
   // A corrupt record in the middle: the scan must find the next one.
   std::string broken = rec;
   broken[4 * 10] ^= 0x5a;
-  Write(dir, "scan", RecordInput(kRecordScanAfterError | kRecordUseIndex, idx, broken));
+  WriteSeed(dir, "scan", RecordInput(kRecordScanAfterError | kRecordUseIndex, idx, broken));
 
   // An offset that wraps around 2^64 when the 8 bytes of a part header are added to it.
-  Write(dir, "index_wraps", RecordInput(kRecordUseIndex, "0\t0\n1\t18446744073709551612\n", rec));
+  WriteSeed(dir, "index_wraps", RecordInput(kRecordUseIndex, "0\t0\n1\t18446744073709551612\n", rec));
 
   // The same text read as a .lst.
-  Write(dir, "list", RecordInput(0, "0\t1.000000\timages/a b.jpg\n1\t2.000000\t0.500000\tc.png\r\n\n", rec));
+  WriteSeed(dir, "list", RecordInput(0, "0\t1.000000\timages/a b.jpg\n1\t2.000000\t0.500000\tc.png\r\n\n", rec));
 }
 
 // ---- Images -----------------------------------------------------------------------------
@@ -367,22 +358,22 @@ void WriteImageSeeds(const fs::path& dir) {
   const Image small = Gradient(12, 16), odd = Gradient(7, 5), wide = Gradient(24, 40);
   std::string bytes;
   CHECK(EncodeJpeg(small, 90, &bytes).ok());
-  Write(dir, "jpeg_420", ImageInput(0, bytes));
+  WriteSeed(dir, "jpeg_420", ImageInput(0, bytes));
   CHECK(EncodeJpeg(wide, 50, &bytes).ok());
-  Write(dir, "jpeg_scaled", ImageInput(2, bytes));  // min 16x16: decoded at a smaller scale
-  Write(dir, "jpeg_scaled_pow2", ImageInput(8 | 1, bytes));
-  Write(dir, "jpeg_warning_then_error", ImageInput(0, JpegWarningThenError(bytes)));
-  Write(dir, "jpeg_cut_scan", ImageInput(8 | 1, JpegCutScan(bytes)));
-  Write(dir, "jpeg_no_dc_table_1", ImageInput(0, JpegWithoutDcTable1(bytes)));
-  Write(dir, "jpeg_grey", ImageInput(0, Jpeg(odd, TJPF_RGB, TJSAMP_GRAY, 0)));
-  Write(dir, "jpeg_444_progressive", ImageInput(0, Jpeg(small, TJPF_RGB, TJSAMP_444, TJFLAG_PROGRESSIVE)));
-  Write(dir, "jpeg_cmyk", ImageInput(0, Jpeg(odd, TJPF_CMYK, TJSAMP_444, 0)));
+  WriteSeed(dir, "jpeg_scaled", ImageInput(2, bytes));  // min 16x16: decoded at a smaller scale
+  WriteSeed(dir, "jpeg_scaled_pow2", ImageInput(8 | 1, bytes));
+  WriteSeed(dir, "jpeg_warning_then_error", ImageInput(0, JpegWarningThenError(bytes)));
+  WriteSeed(dir, "jpeg_cut_scan", ImageInput(8 | 1, JpegCutScan(bytes)));
+  WriteSeed(dir, "jpeg_no_dc_table_1", ImageInput(0, JpegWithoutDcTable1(bytes)));
+  WriteSeed(dir, "jpeg_grey", ImageInput(0, Jpeg(odd, TJPF_RGB, TJSAMP_GRAY, 0)));
+  WriteSeed(dir, "jpeg_444_progressive", ImageInput(0, Jpeg(small, TJPF_RGB, TJSAMP_444, TJFLAG_PROGRESSIVE)));
+  WriteSeed(dir, "jpeg_cmyk", ImageInput(0, Jpeg(odd, TJPF_CMYK, TJSAMP_444, 0)));
   CHECK(EncodePng(odd, &bytes).ok());
-  Write(dir, "png_rgb", ImageInput(0, bytes));
-  Write(dir, "png_grey", ImageInput(0, Png(odd, PNG_FORMAT_GRAY)));
-  Write(dir, "png_grey_alpha", ImageInput(0, Png(odd, PNG_FORMAT_GA)));
-  Write(dir, "png_rgba", ImageInput(0, Png(small, PNG_FORMAT_RGBA)));
-  Write(dir, "png_16bit", ImageInput(0, Png(odd, PNG_FORMAT_LINEAR_RGB)));
+  WriteSeed(dir, "png_rgb", ImageInput(0, bytes));
+  WriteSeed(dir, "png_grey", ImageInput(0, Png(odd, PNG_FORMAT_GRAY)));
+  WriteSeed(dir, "png_grey_alpha", ImageInput(0, Png(odd, PNG_FORMAT_GA)));
+  WriteSeed(dir, "png_rgba", ImageInput(0, Png(small, PNG_FORMAT_RGBA)));
+  WriteSeed(dir, "png_16bit", ImageInput(0, Png(odd, PNG_FORMAT_LINEAR_RGB)));
 }
 
 // ---- Secure frames ------------------------------------------------------------------------
@@ -422,17 +413,17 @@ void WriteSecureSeeds(const fs::path& dir) {
 
   std::string in;
   PutSecureMessage(1, {hello}, &in);
-  Write(dir, "hello", in);
+  WriteSeed(dir, "hello", in);
   in.clear();
   PutSecureMessage(1, {hello}, &in);
   PutSecureMessage(1, {client.confirm()}, &in);
   PutSecureMessage(1, sealed, &in);
   PutSecureMessage(0, sealed, &in);
-  Write(dir, "handshake_then_sealed", in);
+  WriteSeed(dir, "handshake_then_sealed", in);
   in.clear();
   PutSecureMessage(2, {welcome}, &in);
   PutSecureMessage(2, {EncodeRefuse(RefuseReason::kNoSession)}, &in);
-  Write(dir, "welcome_and_refuse", in);
+  WriteSeed(dir, "welcome_and_refuse", in);
   // ZMTP frames as a stranger's DEALER sends them after its greeting: the HELLO, then a
   // frame with MORE set, a long one, and a PING command.
   std::string zmtp;
@@ -442,7 +433,7 @@ void WriteSecureSeeds(const fs::path& dir) {
   zmtp += std::string("\x04\x05\x04PING", 7);
   in.clear();
   PutSecureMessage(3, {zmtp}, &in);
-  Write(dir, "zmtp_frames", in);
+  WriteSeed(dir, "zmtp_frames", in);
 }
 
 }  // namespace
