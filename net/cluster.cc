@@ -109,9 +109,7 @@ class Cluster::Impl {
 
   int64_t refused() const {
     std::lock_guard<std::mutex> lock(refused_mu_);
-    int64_t n = 0;
-    for (const auto& [command, count] : refused_) n += count;
-    return n;
+    return refused_total_;
   }
 
   void SetDataHandler(std::function<void(Message&&)> handler) {
@@ -275,9 +273,9 @@ class Cluster::Impl {
     {
       std::lock_guard<std::mutex> lock(refused_mu_);
       ++refused_[m.meta.command()];
-      for (const auto& [command, count] : refused_) n += count;
+      n = ++refused_total_;
     }
-    if (n <= kLoggedRefusals || n % 1000 == 0) {
+    if (LogsRefusal(n)) {
       LOG(WARNING) << "refused " << why.message() << (m.peer.empty() ? "" : ", authenticated as " + m.peer) << " ("
                    << n << " refused so far)";
     }
@@ -288,16 +286,14 @@ class Cluster::Impl {
   std::string DescribeRefused() const {
     std::lock_guard<std::mutex> lock(refused_mu_);
     if (refused_.empty()) return "";
-    int64_t total = 0;
     std::string each;
     for (const auto& [command, count] : refused_) {
-      total += count;
       each += (each.empty() ? "" : ", ") +
               (wire::Command_IsValid(command) ? wire::Command_Name(static_cast<wire::Command>(command))
                                               : "command " + std::to_string(command)) +
               " " + std::to_string(count);
     }
-    return "refused " + std::to_string(total) + " messages that their senders may not send: " + each;
+    return "refused " + std::to_string(refused_total_) + " messages that their senders may not send: " + each;
   }
 
   // Records a lost server; false when it was known already.
@@ -466,7 +462,7 @@ class Cluster::Impl {
   std::deque<ClockSample> clock_samples_;  // GUARDED_BY(mu_)
   mutable std::mutex refused_mu_;
   std::map<int, int64_t> refused_;  // GUARDED_BY(refused_mu_): messages refused, by command
-  static constexpr int64_t kLoggedRefusals = 200;
+  int64_t refused_total_ = 0;       // GUARDED_BY(refused_mu_): their sum
 
   std::thread handle_;
   std::mutex queue_mu_;

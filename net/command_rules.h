@@ -14,6 +14,7 @@
 // step, worker 0 alone for INIT) stay with the handler that knows them. A pure function.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "net/node_ids.h"
@@ -31,5 +32,9 @@ std::string DescribeSender(const NodeIds& ids, int id);
 // Fields of the scheduler's notices that name nodes: SERVER_LOST names a server and, when
 // present, a spare; NODE_TABLE lists every node of the job. Ok for other commands.
 Status CheckNoticeFields(const NodeIds& ids, const wire::Meta& meta);
+
+// Whether a node logs its n-th refusal (counted from 1): the first 200, then one in 1000, so
+// that a flood of refused messages cannot fill the disk. Every node's refusals follow it.
+inline bool LogsRefusal(int64_t n) { return n <= 200 || n % 1000 == 0; }
 
 }  // namespace tally

@@ -306,7 +306,7 @@ class Scheduler {
   // counted, never applied.
   void Refuse(const Message& m, const Status& why) {
     ++refused_;
-    if (refused_ <= 200 || refused_ % 1000 == 0) {
+    if (LogsRefusal(refused_)) {
       LOG(WARNING) << "scheduler: refused " << why.message() << (m.peer.empty() ? "" : ", authenticated as " + m.peer)
                    << " (" << refused_ << " refused so far)";
     }

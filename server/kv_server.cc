@@ -205,7 +205,7 @@ void KVServer::Handle(Message&& msg) {
   }
   if (!s.ok()) {
     ++refused_;
-    if (refused_ <= 200 || refused_ % 1000 == 0) {
+    if (LogsRefusal(refused_)) {
       LOG(WARNING) << "server: refused " << what << ": " << s.message() << " (" << refused_ << " refused so far)";
     }
     Respond(m, "server " + std::to_string(ids_.ServerRank(m.receiver_id())) + ": " + what + ": " + s.message());
