@@ -128,8 +128,9 @@ void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* 
 
 // ---- loss and metrics (ops/cpu/loss.cc) ----
 // logits: [N, K] (fp32; on a GPU also fp16 or bf16, computed in fp32); labels: [N] int32 in
-// [0, K); dlogits: logits' shape and dtype, never aliasing logits. The target is (1 - s) * onehot + s / K
-// for label smoothing s. Returns the summed loss over the N rows (a double, so that
+// [0, K); dlogits: logits' shape and dtype, never aliasing logits. With label smoothing s the
+// target is MXNet's (SoftmaxOutput's smooth_alpha): 1 - s for the label and s / (K - 1) for
+// every other class (K = 1: just the label). Returns the summed loss over the N rows (a double, so that
 // per-device sums add up exactly enough). When dlogits is given it receives
 // (softmax - target) * grad_scale; grad_scale = 1 / global batch makes the gradients of a
 // mean loss, whichever device a row was computed on.

@@ -44,6 +44,9 @@ DEFINE_double(lr_factor, 0.1, "the ratio to reduce the lr by at each of --lr-ste
 DEFINE_string(lr_step_epochs, "", "epochs to reduce the lr at, such as 30,60");
 DEFINE_int32(warmup_epochs, 0, "epochs to ramp the lr up over before the schedule starts");
 DEFINE_string(warmup_strategy, "linear", "linear (from 0) or constant (the unscaled --lr)");
+DEFINE_int64(warmup_steps, 0, "updates to ramp the lr up over (MXNet's warmup_steps); > 0: instead of --warmup-epochs");
+DEFINE_double(lr_poly_power, 2.0, "--lr-scheduler poly: the power of the decay (MXNet's pwr)");
+DEFINE_double(final_lr, 0.0, "--lr-scheduler poly or cosine: the lr the decay ends at (MXNet's final_lr)");
 DEFINE_int32(lr_batch_scale, 0, "when > 0, scale --lr by (batch size x workers) / this (0: off)");
 DEFINE_double(mom, 0.9, "momentum");
 DEFINE_double(wd, 1e-4, "weight decay");
@@ -51,7 +54,8 @@ DEFINE_string(optimizer, "sgd", "sgd or nag");
 DEFINE_string(dtype, "float32", "precision: float32 (CPU); float16 and bfloat16 need --gpus");
 DEFINE_int32(disp_batches, 20, "show progress every this many batches");
 DEFINE_int32(top_k, 0, "report top-k accuracy too when > 0");
-DEFINE_double(label_smoothing, 0.0, "label smoothing of the cross-entropy target");
+DEFINE_double(label_smoothing, 0.0, "label smoothing of the cross-entropy target, MXNet's smooth_alpha: 1 - s "
+              "for the label, s / (classes - 1) for each other class");
 DEFINE_bool(last_gamma, false, "zero the last BN gamma of every residual block");
 DEFINE_int32(benchmark, 0, "1: train on one synthetic batch reused every step (compute only)");
 DEFINE_bool(cuda_graph, true, "with --gpus and --kv-store local/device: record the training step as a CUDA "
@@ -147,9 +151,16 @@ Status BuildLrSchedule(LrScheduleConfig* lr) {
   TALLY_RETURN_IF_ERROR(ParseLrStepEpochs(FLAGS_lr_step_epochs, &lr->step_epochs));
   lr->warmup_epochs = FLAGS_warmup_epochs;
   lr->warmup_strategy = FLAGS_warmup_strategy;
+  lr->pwr = FLAGS_lr_poly_power;
+  lr->final_lr = FLAGS_final_lr;
+  if (FLAGS_warmup_steps < 0) return Status::InvalidArgument("--warmup-steps must not be negative");
   double one_worker_lr;
   TALLY_RETURN_IF_ERROR(BatchScaledLr(FLAGS_lr, FLAGS_batch_size, FLAGS_lr_batch_scale, &one_worker_lr));
-  return ValidateLrSchedule(*lr);
+  // The updates of an epoch are not known yet: warm-up in updates is checked against them
+  // once they are (FinishLrSchedule).
+  TALLY_RETURN_IF_ERROR(ValidateLrSchedule(*lr));
+  lr->warmup_steps = FLAGS_warmup_steps;
+  return Status::Ok();
 }
 
 // Linear warm-up starts from 0 as in MXNet. Constant warm-up holds the unscaled --lr, the lr

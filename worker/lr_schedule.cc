@@ -20,10 +20,16 @@ Status ValidateLrSchedule(const LrScheduleConfig& c) {
     return Status::InvalidArgument("an epoch has no batch: --num-examples is smaller than --batch-size");
   }
   if (c.warmup_epochs < 0) return Status::InvalidArgument("--warmup-epochs must not be negative");
+  if (c.warmup_steps < 0) return Status::InvalidArgument("--warmup-steps must not be negative");
   // poly and cosine decay over the updates after warm-up; there must be some.
-  if (c.scheduler != "step" && c.warmup_epochs >= c.num_epochs) {
-    return Status::InvalidArgument("--warmup-epochs must be less than --num-epochs with --lr-scheduler " +
+  if (c.scheduler != "step" && WarmupUpdates(c) >= c.num_epochs * c.batches_per_epoch) {
+    return Status::InvalidArgument(std::string(c.warmup_steps > 0 ? "--warmup-steps" : "--warmup-epochs") +
+                                   " must leave updates before the end of --num-epochs with --lr-scheduler " +
                                    c.scheduler);
+  }
+  if (!(c.pwr > 0)) return Status::InvalidArgument("--lr-poly-power must be positive");
+  if (!(c.final_lr >= 0 && c.final_lr <= c.base_lr)) {
+    return Status::InvalidArgument("--final-lr must be in [0, --lr]");
   }
   if (!(c.warmup_begin_lr >= 0 && c.warmup_begin_lr <= c.base_lr)) {
     return Status::InvalidArgument("--warmup-strategy " + c.warmup_strategy +
@@ -38,10 +44,14 @@ Status ValidateLrSchedule(const LrScheduleConfig& c) {
   return Status::Ok();
 }
 
+int64_t WarmupUpdates(const LrScheduleConfig& c) {
+  return c.warmup_steps > 0 ? c.warmup_steps : c.warmup_epochs * c.batches_per_epoch;
+}
+
 double LearningRate(int64_t step, const LrScheduleConfig& c) {
   const int64_t b = c.batches_per_epoch;
   const int64_t n = c.begin_epoch * b + step + 1;
-  const int64_t warmup = c.warmup_epochs * b;
+  const int64_t warmup = WarmupUpdates(c);
   if (n < warmup) {
     if (c.warmup_strategy == "constant") return c.warmup_begin_lr;
     return c.warmup_begin_lr + (c.base_lr - c.warmup_begin_lr) * static_cast<double>(n) / static_cast<double>(warmup);
@@ -54,10 +64,12 @@ double LearningRate(int64_t step, const LrScheduleConfig& c) {
     return lr;
   }
   const int64_t total = c.num_epochs * b;
-  if (n > total) return 0.0;
+  // MXNet keeps the last lr it computed, which at n = N is final_lr.
+  if (n > total) return c.final_lr;
   const double t = static_cast<double>(n - warmup) / static_cast<double>(total - warmup);
-  if (c.scheduler == "poly") return c.base_lr * (1 - t) * (1 - t);
-  return c.base_lr * (1 + std::cos(M_PI * t)) / 2;
+  const double span = c.base_lr - c.final_lr;
+  if (c.scheduler == "poly") return c.final_lr + span * std::pow(1 - t, c.pwr);
+  return c.final_lr + span * (1 + std::cos(M_PI * t)) / 2;
 }
 
 Status ParseLrStepEpochs(const std::string& text, std::vector<int>* epochs) {

@@ -12,7 +12,7 @@
 // optimizer bumps num_update before asking the scheduler), so below
 //
 //   n = begin_epoch * B + step + 1        the MXNet update number, B = batches_per_epoch
-//   W = warmup_epochs * B                 warm-up updates
+//   W = warmup_steps, or else warmup_epochs * B    warm-up updates (MXNet's warmup_steps)
 //   N = num_epochs * B                    updates of the whole run (MXNet's max_update)
 //
 // Warm-up (every scheduler), while n < W:
@@ -21,10 +21,10 @@
 // After warm-up:
 //   step:     lr = base_lr * factor^k, k = the number of step epochs s with n > s * B, i.e. the
 //             factor applies from the first update of epoch s on (MultiFactorScheduler).
-//   poly:     lr = base_lr * (1 - (n - W) / (N - W))^2 for n <= N, else 0 (PolyScheduler,
-//             pwr 2, final_lr 0): the run's last update has lr 0.
-//   cosine:   lr = base_lr * (1 + cos(pi * (n - W) / (N - W))) / 2 for n <= N, else 0
-//             (CosineScheduler, final_lr 0).
+//   poly:     lr = final_lr + (base_lr - final_lr) * (1 - (n - W) / (N - W))^pwr for n <= N,
+//             else final_lr (PolyScheduler): the run's last update has final_lr.
+//   cosine:   lr = final_lr + (base_lr - final_lr) * (1 + cos(pi * (n - W) / (N - W))) / 2 for
+//             n <= N, else final_lr (CosineScheduler).
 //
 // begin_epoch resumes a run (MXNet's --load-epoch): steps count from the resumed epoch and
 // the schedule continues where it left off, step factors already passed included. Unlike
@@ -50,7 +50,14 @@ struct LrScheduleConfig {
   int warmup_epochs = 0;           // --warmup-epochs
   std::string warmup_strategy = "linear";  // --warmup-strategy: linear or constant
   double warmup_begin_lr = 0;              // MXNet's warmup_begin_lr
+  // MXNet's warmup_steps, in updates: when > 0, used instead of warmup_epochs (--warmup-steps).
+  int64_t warmup_steps = 0;
+  double pwr = 2;        // --lr-poly-power: PolyScheduler's pwr (poly)
+  double final_lr = 0;   // --final-lr: PolyScheduler's and CosineScheduler's final_lr
 };
+
+// W above: the updates of warm-up.
+int64_t WarmupUpdates(const LrScheduleConfig& config);
 
 // Checks a configuration from user input; the message names the offending flag.
 Status ValidateLrSchedule(const LrScheduleConfig& config);

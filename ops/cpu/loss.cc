@@ -41,7 +41,9 @@ double CrossEntropyRows(const char* op, const Tensor& logits, const Tensor& labe
   const float* lp = logits.data<float>();
   const int32_t* yp = labels.data<int32_t>();
   float* dp = dlogits != nullptr ? dlogits->data<float>() : nullptr;
-  const double s = label_smoothing;
+  // MXNet's smooth_alpha: the label's target is 1 - s, every other class's s / (K - 1).
+  const double off = k > 1 ? static_cast<double>(label_smoothing) / static_cast<double>(k - 1) : 0.0;
+  const double on = 1.0 - label_smoothing;
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) schedule(static) \
     num_threads(cpu::ThreadsFor(n * k))
@@ -55,13 +57,12 @@ double CrossEntropyRows(const char* op, const Tensor& logits, const Tensor& labe
       sum_x += x[j];
     }
     const double lse = mx + std::log(sum_exp);
-    // -sum_j t_j * (x_j - lse), with t = (1 - s) * onehot + s / K
-    total += lse - (1.0 - s) * x[yp[r]] - s / static_cast<double>(k) * sum_x;
+    // -sum_j t_j * (x_j - lse) with t = off everywhere but (on) at the label; sum_j t_j = 1
+    total += lse - (on - off) * x[yp[r]] - off * sum_x;
     if (dp != nullptr) {
       float* d = dp + r * k;
-      const double uniform = s / static_cast<double>(k);
       for (int64_t j = 0; j < k; ++j) {
-        const double target = uniform + (j == yp[r] ? 1.0 - s : 0.0);
+        const double target = j == yp[r] ? on : off;
         d[j] = static_cast<float>((std::exp(static_cast<double>(x[j]) - lse) - target) * grad_scale);
       }
     }

@@ -4,8 +4,9 @@
 // include it.
 //
 // A row's kernel reduces three numbers over its K logits x: the maximum m, the sum of
-// exp(x_j - m) and the sum of x_j. With the target t = (1 - s) * onehot(y) + s / K:
-//   loss      = -sum_j t_j (x_j - lse) = lse - (1 - s) x_y - (s / K) sum_j x_j
+// exp(x_j - m) and the sum of x_j. With MXNet's smoothed target (smooth_alpha s): t_y = 1 - s
+// and t_j = u = s / (K - 1) for j != y (u = 0 when K = 1),
+//   loss      = -sum_j t_j (x_j - lse) = lse - (1 - s - u) x_y - u sum_j x_j
 //   dloss/dx_j = softmax_j - t_j = exp(x_j - lse) - t_j,   lse = m + log(sum_j exp(x_j - m))
 // Taking exp about the maximum keeps every term in (0, 1], so nothing overflows.
 #pragma once
@@ -28,14 +29,21 @@ TALLY_HOST_DEVICE inline double LogSumExp(float max, float sum_exp) {
   return static_cast<double>(max) + log(static_cast<double>(sum_exp));
 }
 
+// u above: the target of a class that is not the label.
+TALLY_HOST_DEVICE inline double OffLabelTarget(float smoothing, int64_t classes) {
+  return classes > 1 ? static_cast<double>(smoothing) / static_cast<double>(classes - 1) : 0.0;
+}
+
 TALLY_HOST_DEVICE inline double SmoothedCrossEntropy(double lse, float x_label, float sum_x,
                                                      float smoothing, int64_t classes) {
-  return lse - (1.0 - smoothing) * x_label -
-         static_cast<double>(smoothing) / static_cast<double>(classes) * sum_x;
+  const double off = OffLabelTarget(smoothing, classes);
+  return lse - (1.0 - smoothing - off) * x_label - off * sum_x;
 }
 
 TALLY_HOST_DEVICE inline float SmoothedTarget(bool is_label, float smoothing, int64_t classes) {
-  return smoothing / static_cast<float>(classes) + (is_label ? 1.0f - smoothing : 0.0f);
+  // In fp32, as the gradient is: this runs once per logit.
+  if (is_label) return 1.0f - smoothing;
+  return classes > 1 ? smoothing / static_cast<float>(classes - 1) : 0.0f;
 }
 
 // (softmax_j - t_j) * grad_scale, from x_j - m and log(sum_j exp(x_j - m)). Not from

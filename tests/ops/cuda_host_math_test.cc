@@ -128,12 +128,12 @@ TEST(LossMathTest, HandWorkedRows) {
   EXPECT_NEAR(b.grad[1], 0.0, 1e-7);
   EXPECT_NEAR(b.grad[2], 0.5, 1e-7);
 
-  // Smoothing 0.375 over K = 3: targets 0.125 off the label, 0.75 on it.
-  RowResult c = FromStats({1, 2, 3}, 2, 0.375f, 1.0f);
+  // Smoothing 0.25 over K = 3 (MXNet's smooth_alpha): 0.25 / 2 = 0.125 off the label, 0.75 on it.
+  RowResult c = FromStats({1, 2, 3}, 2, 0.25f, 1.0f);
   EXPECT_NEAR(c.loss, lse0 - 0.625 * 3 - 0.125 * 6, 1e-6);
   EXPECT_NEAR(c.grad[0], p0[0] - 0.125, 1e-7);
   EXPECT_NEAR(c.grad[2], p0[2] - 0.75, 1e-7);
-  RowResult d = FromStats({-1, 0, 1000}, 0, 0.375f, 1.0f);
+  RowResult d = FromStats({-1, 0, 1000}, 0, 0.25f, 1.0f);
   EXPECT_NEAR(d.loss, 1000.0 + 0.625 - 0.125 * 999, 1e-9);
 }
 
@@ -153,12 +153,14 @@ TEST(LossMathTest, RandomRowsMatchDoubleReference) {
       sum_x += v;
     }
     const double lse = mx + std::log(sum_exp);
-    const double want = lse - (1.0 - s) * x[label] - s / k * sum_x;
+    // MXNet's smooth_alpha: 1 - s on the label, s / (K - 1) on each other class.
+    const double off = s / (k - 1);
+    const double want = lse - (1.0 - s - off) * x[label] - off * sum_x;
     const RowResult got = FromStats(x, label, s, scale);
     EXPECT_NEAR(got.loss, want, 1e-5 * std::abs(want)) << "trial " << trial;
     double diff = 0.0, norm = 0.0, grad_sum = 0.0;
     for (int64_t j = 0; j < k; ++j) {
-      const double target = s / k + (j == label ? 1.0 - s : 0.0);
+      const double target = j == label ? 1.0 - s : off;
       const double g = (std::exp(x[j] - lse) - target) * scale;
       diff += (got.grad[j] - g) * (got.grad[j] - g);
       norm += g * g;

@@ -44,15 +44,44 @@ TEST(LossTest, CrossEntropyByHand) {
   ExpectAllNear("dlogits", d, {0.5 * p0[0], 0.5 * p0[1], 0.5 * (p0[2] - 1), -0.5, 0.0, 0.5},
                 1e-7, 1e-6);
 
-  // Smoothing 0.375 (exact in binary) over K = 3: targets 0.125 off the label and 0.75 on
-  // it; the loss is lse - 0.625 * x_label - 0.125 * sum(x).
-  const double smoothed = SoftmaxCrossEntropy(logits, labels, 0.375f, 1.0f, &d);
+  // Smoothing 0.25 over K = 3, MXNet's smooth_alpha: 1 - 0.25 = 0.75 on the label and
+  // 0.25 / (K - 1) = 0.125 off it; the loss is lse - 0.625 * x_label - 0.125 * sum(x).
+  const double smoothed = SoftmaxCrossEntropy(logits, labels, 0.25f, 1.0f, &d);
   EXPECT_NEAR(smoothed, (lse0 - 0.625 * 3 - 0.125 * 6) + (1000.0 + 0.625 - 0.125 * 999), 1e-9);
   ExpectAllNear("smoothed dlogits", d,
                 {p0[0] - 0.125, p0[1] - 0.125, p0[2] - 0.75, -0.75, -0.125, 0.875}, 1e-7, 1e-6);
 
   // Without dlogits only the loss is computed.
   EXPECT_NEAR(SoftmaxCrossEntropy(logits, labels, 0.0f, 1.0f, nullptr), loss, 1e-12);
+}
+
+// MXNet's SoftmaxOutput with smooth_alpha a (mshadow's SmoothSoftmaxGrad): the gradient is
+// softmax - 1 + a at the label and softmax - a / (K - 1) elsewhere; the loss is the cross-entropy
+// against that target. Reference: the target written out and -sum t log(softmax) in double.
+TEST(LossTest, LabelSmoothingIsMxnetsSmoothAlpha) {
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f};
+  const int label = 3;
+  const double alpha = 0.2;  // 0.8 on the label, 0.05 on each of the 4 others
+  double sum_exp = 0;
+  for (float v : x) sum_exp += std::exp(static_cast<double>(v));
+  double want_loss = 0;
+  std::vector<double> want_grad;
+  for (int j = 0; j < 5; ++j) {
+    const double p = std::exp(static_cast<double>(x[j])) / sum_exp;
+    const double t = j == label ? 1 - alpha : alpha / 4;
+    want_loss -= t * std::log(p);
+    want_grad.push_back(0.5 * (j == label ? p - 1 + alpha : p - alpha / 4));
+  }
+  Tensor logits = Logits({{x[0], x[1], x[2], x[3], x[4]}});
+  Tensor d = Tensor::Empty({1, 5}, DType::kF32);
+  EXPECT_NEAR(SoftmaxCrossEntropy(logits, Labels({label}), 0.2f, 0.5f, &d), want_loss, 1e-6);
+  ExpectAllNear("dlogits", d, want_grad, 1e-7, 1e-6);
+  // With two classes the other class takes all of alpha: targets 0.8 and 0.2.
+  Tensor two = Logits({{0.0f, 0.0f}});
+  EXPECT_NEAR(SoftmaxCrossEntropy(two, Labels({0}), 0.2f, 1.0f, nullptr), std::log(2.0), 1e-9);
+  Tensor d2 = Tensor::Empty({1, 2}, DType::kF32);
+  SoftmaxCrossEntropy(two, Labels({0}), 0.2f, 1.0f, &d2);
+  ExpectAllNear("two classes", d2, {0.5 - 0.8, 0.5 - 0.2}, 1e-7, 1e-6);
 }
 
 TEST(LossTest, GradientMatchesFiniteDifferences) {

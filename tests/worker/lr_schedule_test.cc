@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace tally {
 namespace {
 
@@ -29,6 +31,68 @@ TEST(LrSchedule, LinearWarmupThenPoly) {
   EXPECT_NEAR(LearningRate(20, c), 0.4 * 79 * 79 / 6400, kTol);  // (1 - 1/80)^2
   EXPECT_NEAR(LearningRate(60, c), 0.0950625, kTol);              // 0.4 * (1 - 41/80)^2
   EXPECT_NEAR(LearningRate(99, c), 0.0, kTol);                   // the last update
+}
+
+// MXNet's PolyScheduler as mxnet/lr_scheduler.py (1.9) runs it, kept apart from the code
+// under test: a stateful object asked for update numbers 1, 2, ... that keeps the last lr it
+// computed once num_update passes max_update.
+struct MxnetPoly {
+  double base_lr_orig, final_lr, pwr, warmup_begin_lr;
+  int64_t max_update, warmup_steps;
+  bool linear;
+  double base_lr;
+  double operator()(int64_t num_update) {
+    if (num_update < warmup_steps) {
+      if (!linear) return warmup_begin_lr;
+      return warmup_begin_lr + (base_lr_orig - warmup_begin_lr) * double(num_update) / double(warmup_steps);
+    }
+    if (num_update <= max_update) {
+      base_lr = final_lr + (base_lr_orig - final_lr) *
+                               std::pow(1 - double(num_update - warmup_steps) / double(max_update - warmup_steps), pwr);
+    }
+    return base_lr;
+  }
+};
+
+TEST(LrSchedule, PolyWithWarmupStepsPowerAndFinalLrByHand) {
+  LrScheduleConfig c = TenByTen("poly", 2.5);  // N = 100
+  c.warmup_steps = 25;
+  c.warmup_begin_lr = 0.5;
+  c.pwr = 3;
+  c.final_lr = 0.5;
+  ASSERT_TRUE(ValidateLrSchedule(c).ok());
+  EXPECT_EQ(WarmupUpdates(c), 25);
+  EXPECT_NEAR(LearningRate(4, c), 0.9, kTol);                      // n = 5: 0.5 + 2 * 5 / 25
+  EXPECT_NEAR(LearningRate(24, c), 2.5, kTol);                     // n = 25: decay starts
+  EXPECT_NEAR(LearningRate(49, c), 0.5 + 2.0 * 8 / 27, kTol);      // n = 50: (1 - 25/75)^3
+  EXPECT_NEAR(LearningRate(99, c), 0.5, kTol);                     // n = N: final_lr
+  EXPECT_NEAR(LearningRate(150, c), 0.5, kTol);                    // past N: final_lr kept
+  c.warmup_strategy = "constant";
+  EXPECT_NEAR(LearningRate(4, c), 0.5, kTol);
+  c.warmup_epochs = 7;  // ignored: warmup_steps wins
+  EXPECT_EQ(WarmupUpdates(c), 25);
+}
+
+TEST(LrSchedule, PolyMatchesMxnetsSchedulerAtEveryUpdate) {
+  struct Case { int64_t warmup_steps; double pwr, final_lr, begin; bool linear; int begin_epoch; };
+  for (const Case& k : {Case{0, 2, 0, 0, true, 0}, Case{13, 2, 1e-4, 0, true, 0}, Case{30, 0.5, 0.01, 0.1, true, 0},
+                        Case{7, 1.7, 0.02, 0.05, false, 0}, Case{13, 2, 1e-4, 0, true, 3}}) {
+    LrScheduleConfig c = TenByTen("poly", 3.2);
+    c.warmup_steps = k.warmup_steps;
+    c.pwr = k.pwr;
+    c.final_lr = k.final_lr;
+    c.warmup_begin_lr = k.begin;
+    c.warmup_strategy = k.linear ? "linear" : "constant";
+    c.begin_epoch = k.begin_epoch;
+    ASSERT_TRUE(ValidateLrSchedule(c).ok());
+    MxnetPoly mx{3.2, k.final_lr, k.pwr, k.begin, 100, k.warmup_steps, k.linear, 3.2};
+    for (int64_t n = 1; n <= 110; ++n) {
+      const double want = mx(n);
+      const int64_t step = n - 1 - k.begin_epoch * 10;
+      if (step < 0) continue;
+      EXPECT_NEAR(LearningRate(step, c), want, 1e-12) << "update " << n << ", warm-up " << k.warmup_steps;
+    }
+  }
 }
 
 TEST(LrSchedule, StepFactorAtEpochBoundaries) {
@@ -138,6 +202,16 @@ TEST(LrSchedule, BadConfigurationsNameTheFlag) {
          c->warmup_epochs = 10;
        },
        "--warmup-epochs"},
+      {"poly all warm-up steps",
+       [](LrScheduleConfig* c) {
+         c->scheduler = "poly";
+         c->warmup_steps = 100;
+       },
+       "--warmup-steps"},
+      {"negative warm-up steps", [](LrScheduleConfig* c) { c->warmup_steps = -1; }, "--warmup-steps"},
+      {"zero power", [](LrScheduleConfig* c) { c->pwr = 0; }, "--lr-poly-power"},
+      {"final above base", [](LrScheduleConfig* c) { c->final_lr = 0.2; }, "--final-lr"},
+      {"negative final", [](LrScheduleConfig* c) { c->final_lr = -0.1; }, "--final-lr"},
   };
   for (const Case& k : cases) {
     LrScheduleConfig c = TenByTen("step", 0.1);
