@@ -25,6 +25,7 @@ wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
   w.set_rescale_grad(c.rescale_grad);
   w.set_clip_gradient(c.clip_gradient);
   w.set_multi_precision(c.multi_precision);
+  for (int key : c.no_wd_keys) w.add_no_wd_keys(key);
   return w;
 }
 

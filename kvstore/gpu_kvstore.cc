@@ -242,6 +242,7 @@ void GpuKVStore::Update() {
       s.weight = r.weight;
       s.master = r.master;
       s.mom = r.mom;
+      s.wd_mult = config_.no_wd_keys.count(pending_[i]) != 0 ? 0.0f : 1.0f;  // --wd-exclude
       // Without multi_precision the 16-bit weight is the truth: the update starts from it,
       // as the CPU's Updater does (a conversion on the device's stream, no allocation).
       if (r.master.defined() && !config_.multi_precision) s.master.CopyFrom(r.weight);

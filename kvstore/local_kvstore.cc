@@ -32,6 +32,7 @@ Status LocalKVStore::SetOptimizer(const OptimizerConfig& config) {
   updaters_.clear();
   int copies = update_on_devices_ ? num_devices_ : 1;
   for (int i = 0; i < copies; ++i) updaters_.push_back(std::make_unique<Updater>(config));
+  optimizer_ = config;
   return Status::Ok();
 }
 
@@ -102,6 +103,7 @@ Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priori
     } else {
       const int64_t t0 = profile::NowUs();
       updaters_[c]->SaveState(key, e->copies[c]);
+      updaters_[c]->set_wd(KeyWd(optimizer_, key));
       updaters_[c]->Update(key, merged, &e->copies[c]);
       times_.update_us += profile::NowUs() - t0;
     }

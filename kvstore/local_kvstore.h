@@ -63,6 +63,7 @@ class LocalKVStore : public KVStore, public TrainerHooks {
   const KVStoreType type_;
   const std::unique_ptr<Comm> comm_;  // the devices' sum, in fp32
   std::vector<std::unique_ptr<Updater>> updaters_;  // one per copy; empty: no optimizer
+  OptimizerConfig optimizer_;  // SetOptimizer's, as given: each key's wd (KeyWd)
   std::map<int, Entry> entries_;
   Times times_;
 };

@@ -22,6 +22,8 @@ class Updater {
   explicit Updater(const OptimizerConfig& config);
 
   void set_learning_rate(float lr) { config_.lr = lr; }
+  // The weight decay of the Updates from now on; the caller sets each key's (KeyWd).
+  void set_wd(float wd) { config_.wd = wd; }
   // Gradients given to Update from now on are `scale` times the true ones (dynamic loss
   // scaling); the update divides them back. 1 by default.
   void set_gradient_scale(float scale) { gradient_scale_ = scale; }

@@ -32,6 +32,7 @@ OptimizerConfig FromWireOptimizer(const wire::OptimizerConfig& w) {
   c.rescale_grad = w.rescale_grad();
   c.clip_gradient = w.clip_gradient();
   c.multi_precision = w.multi_precision();
+  c.no_wd_keys.insert(w.no_wd_keys().begin(), w.no_wd_keys().end());
   return c;
 }
 
@@ -221,7 +222,11 @@ Status KVServer::HandleSetOptimizer(const Message& msg) {
   }
   OptimizerConfig c = FromWireOptimizer(m.optimizer());
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(c));
+  if (!c.no_wd_keys.empty() && *c.no_wd_keys.begin() < 0) {
+    return Status::InvalidArgument("no_wd_keys holds key " + std::to_string(*c.no_wd_keys.begin()));
+  }
   updater_ = std::make_unique<Updater>(c);
+  optimizer_ = c;
   lr_.Reset(c.lr);
   async_ = m.async();
   LOG(INFO) << "server: optimizer " << c.type << " lr " << c.lr << " momentum " << c.momentum

@@ -73,6 +73,7 @@ Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step,
   }
   updater_->set_learning_rate(lr >= 0 ? lr : lr_.For(step));
   updater_->set_gradient_scale(scale);
+  updater_->set_wd(s->key <= INT32_MAX ? KeyWd(optimizer_, static_cast<int>(s->key)) : optimizer_.wd);
   updater_->Update(s->id, g, &s->value);
   RecordApply(step, s->key, t0, t1, profile::NowUs());
   return g;

@@ -231,6 +231,7 @@ class KVServer {
   bool async_ = false;
   bool pushed_ = false;  // a push has arrived: the optimizer can no longer change
   std::unique_ptr<Updater> updater_;  // null: pushes replace the values
+  OptimizerConfig optimizer_;  // SET_OPTIMIZER's, as given: each key's wd (KeyWd)
   StepRates lr_;  // SET_OPTIMIZER's and SET_LR's learning rates by step
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
   int num_waiting_ = 0;  // pulls not yet answered

@@ -50,6 +50,8 @@ DEFINE_double(final_lr, 0.0, "--lr-scheduler poly or cosine: the lr the decay en
 DEFINE_int32(lr_batch_scale, 0, "when > 0, scale --lr by (batch size x workers) / this (0: off)");
 DEFINE_double(mom, 0.9, "momentum");
 DEFINE_double(wd, 1e-4, "weight decay");
+DEFINE_string(wd_exclude, "", "parameters trained without weight decay: bn (batch-norm gamma and beta), bias, or "
+              "bn,bias (MXNet's wd_mult 0 by name)");
 DEFINE_string(optimizer, "sgd", "sgd or nag");
 DEFINE_string(dtype, "float32", "precision: float32 (CPU); float16 and bfloat16 need --gpus");
 DEFINE_int32(disp_batches, 20, "show progress every this many batches");
@@ -136,6 +138,7 @@ Status BuildConfig(TrainerConfig* cfg) {
   cfg->optimizer.lr = static_cast<float>(FLAGS_lr);
   cfg->optimizer.momentum = static_cast<float>(FLAGS_mom);
   cfg->optimizer.wd = static_cast<float>(FLAGS_wd);
+  TALLY_RETURN_IF_ERROR(ParseWdExclude(FLAGS_wd_exclude, &cfg->wd_exclude));
   cfg->label_smoothing = static_cast<float>(FLAGS_label_smoothing);
   cfg->top_k = FLAGS_top_k;
   return Status::Ok();

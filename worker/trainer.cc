@@ -113,6 +113,7 @@ Status Trainer::StartStore(const Checkpoint* resume) {
   spec.cluster = config_.cluster;
   TALLY_RETURN_IF_ERROR(KVStore::Create(spec, &kv_));
   hooks_ = kv_->trainer_hooks();
+  config_.optimizer.no_wd_keys = NoWdKeys(replicas_[0]->Parameters(), config_.wd_exclude);
   TALLY_RETURN_IF_ERROR(kv_->SetOptimizer(config_.optimizer));
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
   std::vector<Tensor> values;

@@ -37,6 +37,7 @@
 #include "profile/records.h"
 #include "worker/checkpoint.h"
 #include "worker/loss_scaler.h"
+#include "worker/wd_exclude.h"
 
 namespace tally {
 
@@ -74,7 +75,8 @@ struct TrainerConfig {
   // outlive the Trainer.
   Cluster* cluster = nullptr;
   OptimizerConfig optimizer;
-  float label_smoothing = 0.0f;
+  WdExclude wd_exclude;  // --wd-exclude: StartStore fills optimizer.no_wd_keys from it
+  float label_smoothing = 0.0f;  // MXNet's smooth_alpha (ops.h SoftmaxCrossEntropy)
   int top_k = 5;  // also counts top-k accuracy when > 1
 };
 
