@@ -7,6 +7,8 @@
 #include <memory>
 #include <utility>
 
+#include <glog/logging.h>
+
 #include "kvstore/comm.h"
 #include "kvstore/dist_channel.h"
 #include "kvstore/factories.h"
@@ -65,6 +67,15 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   }
 
   void SetLearningRate(float lr) override;
+  Status SetGradientCompression(const CompressionConfig& config) override {
+    if (pushed_) return Status::InvalidArgument("gradient compression must be set before the first push");
+    gc_ = config;
+    if (gc_.enabled()) {
+      LOG(INFO) << "kvstore: gradient compression " << CompressionName(gc_.type) << ", threshold " << gc_.threshold
+                << ": pushes send packed bits, the residuals stay here";
+    }
+    return Status::Ok();
+  }
   // Sent with every push (Meta.grad_scale); the servers divide the summed gradient by it.
   Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override;
   // The servers start from the fp32 values given to Init: nothing to restore here.
@@ -114,6 +125,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     std::vector<Placement::Slice> slices;
     int64_t next_step = 0;  // the step of the next push
     std::vector<Tensor> outs;  // the last Pull's or PushPull's outputs (a rollback rewrites them)
+    Tensor residual;  // gradient compression: fp32, what the pushed bits have not carried yet
   };
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
   // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
@@ -141,23 +153,48 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     return m;
   }
 
-  // A PUSH or PUSHPULL of one slice of `sum` (a view: sent without copying), and the
-  // pending record that keeps the view alive until the answer.
+  // A PUSH or PUSHPULL of one slice of `sum` (a view: sent without copying; with gradient
+  // compression its packed bits, Compress), and the pending record that keeps the data alive
+  // until the answer.
   Message SliceRequest(wire::Command command, int64_t step, int key, const Placement::Slice& sl,
-                       const Tensor& sum, PendingRequest* pending) const {
+                       const Tensor& sum, PendingRequest* pending) {
     Message m = Request(command, step);
     m.meta.set_stop(stop_requested_);
-    if (gradient_scale_ != 1.0f) m.meta.set_grad_scale(gradient_scale_);
-    m.meta.set_dtype(ToWire(sum.dtype()));
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(key);
     ks->set_offset(sl.offset);
     ks->set_length(sl.length);
-    m.data.push_back(sum.Slice(sl.offset, sl.offset + sl.length));
+    const Tensor part = sum.Slice(sl.offset, sl.offset + sl.length);
+    // A gradient that is not finite goes as it is, residual untouched: the server sees it
+    // and skips the step, as without compression.
+    if (gc_.enabled() && AllFinite(part)) {
+      m.meta.set_dtype(gc_.type == CompressionType::kTwoBit ? wire::TWO_BIT : wire::ONE_BIT);
+      if (gc_.type == CompressionType::kTwoBit) m.meta.set_gc_threshold(gc_.threshold);
+      m.data.push_back(Compress(&keys_.at(key), sl, part));
+    } else {
+      if (gradient_scale_ != 1.0f) m.meta.set_grad_scale(gradient_scale_);
+      m.meta.set_dtype(ToWire(sum.dtype()));
+      m.data.push_back(part);
+    }
+    pushed_ = true;
     pending->command = command;
     pending->key = key;
     pending->keep = m.data;
     return m;
+  }
+
+  // The packed bits of slice sl of a key's gradient (`part`, divided by the gradient scale
+  // first: the threshold is in the true gradient's units), the key's residual keeping the rest.
+  Tensor Compress(Key* k, const Placement::Slice& sl, const Tensor& part) {
+    Tensor grad = part.dtype() == DType::kF32 && gradient_scale_ == 1.0f ? part : part.To(DType::kF32);
+    if (gradient_scale_ != 1.0f) {
+      float* g = grad.data<float>();
+      for (int64_t i = 0; i < sl.length; ++i) g[i] /= gradient_scale_;
+    }
+    if (!k->residual.defined()) k->residual = Tensor::Zeros({k->numel}, DType::kF32);
+    Tensor packed = Tensor::Empty({PackedBytes(gc_.type, sl.length)}, DType::kU8);
+    Quantize(gc_, grad.data<float>(), k->residual.data<float>() + sl.offset, sl.length, packed.data<uint8_t>());
+    return packed;
   }
 
   const KVStoreType type_;
@@ -170,6 +207,8 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   OptimizerConfig optimizer_;
   float gradient_scale_ = 1.0f;  // SetGradientScale
   bool initialised_ = false;
+  CompressionConfig gc_;  // SetGradientCompression
+  bool pushed_ = false;   // a push has gone out: the compression is fixed
   std::map<int, Key> keys_;
   int64_t rolled_back_ = -1;  // the last step RollBack undid: later answers of it are no news
   SkippedStep skipped_;       // for TakeSkippedStep

@@ -66,6 +66,10 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   int num_workers() const override { return inner_->num_workers(); }
   Status Barrier() override { return inner_->Barrier(); }
   Status SetOptimizer(const OptimizerConfig& config) override { return inner_->SetOptimizer(config); }
+  // The DistKVStore quantises the host copy of device 0's sum.
+  Status SetGradientCompression(const CompressionConfig& config) override {
+    return inner_->SetGradientCompression(config);
+  }
   void SetLearningRate(float lr) override { inner_->SetLearningRate(lr); }
   using KVStore::Init;
   // values: on the host (the servers' fp32 start); every key in one call, as the DistKVStore.

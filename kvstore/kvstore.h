@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/compress.h"
 #include "kvstore/trainer_hooks.h"
 #include "ops/ops.h"
 #include "base/status.h"
@@ -103,6 +104,14 @@ class KVStore {
   virtual Status SetOptimizer(const OptimizerConfig& config) = 0;
   // Changes the learning rate from the next update on (schedules call it every step).
   virtual void SetLearningRate(float lr) = 0;
+  // MXNet's kv.set_gradient_compression (compress/compress.h): from then on each push sends
+  // packed bits, the store keeping a residual per key of what they did not carry; the
+  // servers dequantise and sum. The distributed types compress; the others refuse.
+  // REQUIRES: called before the first push.
+  virtual Status SetGradientCompression(const CompressionConfig& config) {
+    if (!config.enabled()) return Status::Ok();
+    return Status::InvalidArgument("gradient compression needs a dist_* kvstore, not " + name());
+  }
 
   // Registers keys with their initial values (copied). A key is registered once. The
   // distributed types need every key in one call (their placement of keys on servers

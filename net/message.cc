@@ -9,6 +9,8 @@ DType FromWire(wire::DType t) {
   switch (t) {
     case wire::F16: return DType::kF16;
     case wire::BF16: return DType::kBF16;
+    case wire::TWO_BIT:
+    case wire::ONE_BIT: return DType::kU8;  // packed bits, bytes
     default: return DType::kF32;
   }
 }
@@ -21,6 +23,15 @@ wire::DType ToWire(DType t) {
     default: LOG(FATAL) << "no wire dtype for " << DTypeName(t);
   }
   return wire::F32;
+}
+
+bool IsPackedWireDType(wire::DType t) { return t == wire::TWO_BIT || t == wire::ONE_BIT; }
+
+uint64_t WireFrameElements(wire::DType t, uint64_t length) {
+  // Whole 4-byte words of 16 (2bit) or 32 (1bit) values, as MXNet packs them into floats.
+  if (t == wire::TWO_BIT) return 4 * ((length + 15) / 16);
+  if (t == wire::ONE_BIT) return 4 * ((length + 31) / 32);
+  return length;
 }
 
 size_t DataBytes(const Message& msg) {
@@ -50,12 +61,18 @@ Status ValidateMessage(const Message& msg) {
     return Status::InvalidArgument(std::to_string(msg.data.size()) + " data frames for " +
                                    std::to_string(frames) + " expected");
   }
+  const bool packed = IsPackedWireDType(m.dtype());
+  if (packed && m.command() != wire::PUSH && m.command() != wire::PUSHPULL) {
+    return Status::InvalidArgument("packed bits (dtype " + wire::DType_Name(m.dtype()) + ") in a " +
+                                   wire::Command_Name(m.command()) + ": only pushes carry them");
+  }
+  if (IsPackedWireDType(m.pull_dtype())) return Status::InvalidArgument("pull_dtype is packed bits");
   const DType dtype = FromWire(m.dtype());
   for (size_t i = 0; i < frames; ++i) {
     const wire::KeySlice& s = m.slices(static_cast<int>(i));
     const Tensor& t = msg.data[i];
     if (s.length() > kMaxFrameBytes / DTypeSize(dtype) || t.dtype() != dtype ||
-        static_cast<uint64_t>(t.numel()) != s.length()) {
+        static_cast<uint64_t>(t.numel()) != WireFrameElements(m.dtype(), s.length())) {
       return Status::InvalidArgument("data frame " + std::to_string(i) + " (" + t.ToString() +
                                      ") does not hold key " + std::to_string(s.key()) + "'s " +
                                      std::to_string(s.length()) + " " + DTypeName(dtype) + " values");

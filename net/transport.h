@@ -53,9 +53,13 @@ constexpr int kMaxSlicesPerMessage = 1 << 16;
 // Translations between the wire's dtype and the tensor dtype.
 DType FromWire(wire::DType t);
 wire::DType ToWire(DType t);  // REQUIRES: t is f32, f16 or bf16
+// TWO_BIT and ONE_BIT: a push's packed bits (compress/compress.h), whose frames are bytes
+// (FromWire gives u8), WireFrameElements(dtype, length) of them for a slice of length values.
+bool IsPackedWireDType(wire::DType t);
+uint64_t WireFrameElements(wire::DType t, uint64_t length);
 
 // Checks a received Message: one data frame per slice, each of slice.length elements of the
-// Meta's dtype. Returns a Status describing the first problem.
+// Meta's dtype (packed bits: WireFrameElements bytes, in pushes only). Returns a Status describing the first problem.
 Status ValidateMessage(const Message& msg);
 
 // One frame as it came off the wire: its bytes and what frees them (may be empty).

@@ -39,6 +39,7 @@ class PyKVStore {
 
   void Barrier();
   void SetOptimizer(const OptimizerConfig& config);
+  void SetGradientCompression(const std::string& type, float threshold);
   void SetLearningRate(float lr) { Store()->SetLearningRate(lr); }
   void Init(const std::vector<int>& keys, const py::list& values);
   void Push(const std::vector<int>& keys, const py::list& values, int priority);
@@ -151,6 +152,14 @@ void PyKVStore::SetOptimizer(const OptimizerConfig& config) {
   Status s = ValidateOptimizerConfig(config);
   if (!s.ok()) throw py::value_error("tally.kv set_optimizer: " + s.message());
   Call([&] { return kv->SetOptimizer(config); });
+}
+
+void PyKVStore::SetGradientCompression(const std::string& type, float threshold) {
+  KVStore* kv = Store();
+  CompressionConfig gc;
+  Status s = ParseCompression(type, threshold, &gc);
+  if (!s.ok()) throw py::value_error("tally.kv set_gradient_compression: " + s.message());
+  Call([&] { return kv->SetGradientCompression(gc); });
 }
 
 void PyKVStore::Init(const std::vector<int>& keys, const py::list& values) {
@@ -305,6 +314,7 @@ void BindKVStore(py::module_& m) {
           py::arg("rescale_grad") = d.rescale_grad, py::arg("clip_gradient") = d.clip_gradient,
           py::arg("multi_precision") = d.multi_precision)
       .def("set_learning_rate", &PyKVStore::SetLearningRate)
+      .def("set_gradient_compression", &PyKVStore::SetGradientCompression, py::arg("type"), py::arg("threshold"))
       .def("init", &PyKVStore::Init)
       .def("push", &PyKVStore::Push)
       .def("pull", &PyKVStore::Pull)

@@ -8,6 +8,7 @@
 
 #include <glog/logging.h>
 
+#include "compress/compress.h"
 #include "net/command_rules.h"
 #include "optim/reduce.h"
 #include "profile/trace.h"
@@ -48,6 +49,26 @@ std::vector<Tensor> TakeData(Message* msg) {
     if (t.storage().use_count() > refs_here[t.storage().get()]) t = t.Clone();
   }
   return data;
+}
+
+// The compression a push's packed bits were made with (dtype TWO_BIT or ONE_BIT), from its
+// Meta; a 2bit threshold that is no positive number is refused.
+Status PushCompression(const wire::Meta& m, CompressionConfig* out) {
+  const bool two_bit = m.dtype() == wire::TWO_BIT;
+  Status s = ParseCompression(two_bit ? "2bit" : "1bit", two_bit ? m.gc_threshold() : 0.0f, out);
+  if (!s.ok()) return Status::InvalidArgument("gc_threshold: " + s.message());
+  return Status::Ok();
+}
+
+// A compressed push's frames as the fp32 gradients they stand for: MXNet's servers
+// dequantise each push and sum the results as they would uncompressed ones.
+void Dequantize(const CompressionConfig& gc, const wire::Meta& m, std::vector<Tensor>* data) {
+  for (size_t i = 0; i < data->size(); ++i) {
+    const int64_t n = static_cast<int64_t>(m.slices(static_cast<int>(i)).length());
+    Tensor values = Tensor::Empty({n}, DType::kF32);
+    Dequantize(gc, (*data)[i].data<uint8_t>(), n, values.data<float>());
+    (*data)[i] = std::move(values);
+  }
 }
 
 }  // namespace
@@ -348,6 +369,8 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   if (!(scale > 0.0f) || !std::isfinite(scale)) {
     return Status::InvalidArgument("grad_scale " + std::to_string(m.grad_scale()) + " is not a positive number");
   }
+  CompressionConfig gc;
+  if (IsPackedWireDType(m.dtype())) TALLY_RETURN_IF_ERROR(PushCompression(m, &gc));
   std::vector<Slice*> slices;
   TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
   std::set<Slice*> distinct(slices.begin(), slices.end());
@@ -368,6 +391,7 @@ Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
   // it is copied by TakeData first). A PUSHPULL is answered by its pull instead. Under
   // dist_async a push that is not finite is not applied, and its answer says so.
   std::vector<Tensor> data = TakeData(msg);
+  if (gc.enabled()) Dequantize(gc, m, &data);
   std::vector<bool> finite(slices.size(), true);
   for (size_t i = 0; i < slices.size(); ++i) {
     if (async_ && !counted[i]) finite[i] = AllFinite(data[i]);

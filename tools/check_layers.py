@@ -31,11 +31,12 @@ LAYERS = {
     "ops": ["base"],
     "profile": ["base"],
     "net": ["base", "profile"],
+    "compress": ["ops"],  # gradient compression ops, CPU and CUDA
     "optim": ["ops"],
     "models": ["ops"],
     "data": ["ops", "profile"],
-    "kvstore": ["optim", "net", "ops"],
-    "server": ["optim", "net"],
+    "kvstore": ["optim", "net", "ops", "compress"],
+    "server": ["optim", "net", "compress"],
     "scheduler": ["net"],  # and so never ops: it links no CUDA library
     "plan": ["models", "kvstore"],
     "worker": ["models", "kvstore", "profile"],

@@ -49,6 +49,9 @@ DEFINE_double(lr_poly_power, 2.0, "--lr-scheduler poly: the power of the decay (
 DEFINE_double(final_lr, 0.0, "--lr-scheduler poly or cosine: the lr the decay ends at (MXNet's final_lr)");
 DEFINE_int32(lr_batch_scale, 0, "when > 0, scale --lr by (batch size x workers) / this (0: off)");
 DEFINE_double(mom, 0.9, "momentum");
+DEFINE_string(gradient_compression, "", "with a dist_* --kv-store: 2bit or 1bit, MXNet's gradient compression "
+              "(pushes send packed bits, each worker keeps the rest per key); empty: none");
+DEFINE_double(gc_threshold, 0.5, "--gradient-compression's threshold (2bit sends +t, -t or 0)");
 DEFINE_double(wd, 1e-4, "weight decay");
 DEFINE_string(wd_exclude, "", "parameters trained without weight decay: bn (batch-norm gamma and beta), bias, or "
               "bn,bias (MXNet's wd_mult 0 by name)");
@@ -134,6 +137,8 @@ Status BuildConfig(TrainerConfig* cfg) {
   cfg->model.seed = FLAGS_seed;
   cfg->num_devices = FLAGS_cpu_devices;
   TALLY_RETURN_IF_ERROR(ParseKVStoreType(FLAGS_kv_store, &cfg->kv_store));
+  TALLY_RETURN_IF_ERROR(ParseCompression(FLAGS_gradient_compression, static_cast<float>(FLAGS_gc_threshold),
+                                         &cfg->gradient_compression));
   cfg->optimizer.type = FLAGS_optimizer;
   cfg->optimizer.lr = static_cast<float>(FLAGS_lr);
   cfg->optimizer.momentum = static_cast<float>(FLAGS_mom);

@@ -115,6 +115,7 @@ Status Trainer::StartStore(const Checkpoint* resume) {
   hooks_ = kv_->trainer_hooks();
   config_.optimizer.no_wd_keys = NoWdKeys(replicas_[0]->Parameters(), config_.wd_exclude);
   TALLY_RETURN_IF_ERROR(kv_->SetOptimizer(config_.optimizer));
+  TALLY_RETURN_IF_ERROR(kv_->SetGradientCompression(config_.gradient_compression));
   const std::vector<Parameter*>& params = replicas_[0]->Parameters();
   std::vector<Tensor> values;
   const std::map<std::string, const Tensor*> resumed = resume ? ByName(resume->params) : std::map<std::string, const Tensor*>();

@@ -75,6 +75,9 @@ struct TrainerConfig {
   // outlive the Trainer.
   Cluster* cluster = nullptr;
   OptimizerConfig optimizer;
+  // --gradient-compression, --gc-threshold: the dist_* types push packed bits
+  // (KVStore::SetGradientCompression); the others refuse it.
+  CompressionConfig gradient_compression;
   WdExclude wd_exclude;  // --wd-exclude: StartStore fills optimizer.no_wd_keys from it
   float label_smoothing = 0.0f;  // MXNet's smooth_alpha (ops.h SoftmaxCrossEntropy)
   int top_k = 5;  // also counts top-k accuracy when > 1

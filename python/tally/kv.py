@@ -141,6 +141,21 @@ class KVStore:
     def set_learning_rate(self, lr):
         self._kv.set_learning_rate(float(lr))
 
+    def set_gradient_compression(self, compression_params):
+        """MXNet's gradient compression, e.g. {'type': '2bit', 'threshold': 0.5} ('1bit' too):
+        every later push sends packed bits and this worker keeps a residual per key of what
+        they did not carry (docs/wire.md, "Compressed pushes"). dist_* types only; before
+        the first push."""
+        params = dict(compression_params)
+        kind = params.pop("type", None)
+        threshold = params.pop("threshold", 0.5)
+        if params:
+            raise TypeError("tally.kv set_gradient_compression: unknown setting(s) %s (type, threshold)"
+                            % ", ".join(sorted(map(repr, params))))
+        if kind is None:
+            raise ValueError("tally.kv set_gradient_compression: 'type' is required ('2bit' or '1bit')")
+        self._kv.set_gradient_compression(type=str(kind), threshold=float(threshold))
+
     # -- keys and values ------------------------------------------------------------------
     def _flat(self, op, keys, values):
         """([key, ...], [key 0's device 0, key 0's device 1, ..., key 1's device 0, ...])"""

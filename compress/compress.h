@@ -1,0 +1,55 @@
+// Gradient compression with error feedback, as MXNet 1.9's kvstore does it
+// (kv.set_gradient_compression({'type': '2bit', 'threshold': 0.5})): a worker adds each
+// gradient to the key's residual, sends a few bits per value, and keeps in the residual
+// what the bits did not carry; the server turns the bits back into floats and sums them.
+//
+//   CompressionConfig gc;
+//   TALLY_RETURN_IF_ERROR(ParseCompression("2bit", 0.5f, &gc));
+//   std::vector<float> residual(n, 0.0f);                 // one per key, kept across steps
+//   std::vector<uint8_t> packed(PackedBytes(gc.type, n));
+//   Quantize(gc, grad, residual.data(), n, packed.data());   // worker, every push
+//   Dequantize(gc, packed.data(), n, out);                    // server
+//
+// The rules (per value i, r the residual, t the threshold; fp32 arithmetic):
+//   2bit  r += g; r >= t: send +t, r -= t; else r <= -t: send -t, r += t; else send 0.
+//   1bit  r += g; r > t: send +1, r -= 1; else send -1, r += 1 (t only picks the sign).
+// Packing (docs/wire.md, "Compressed pushes"): byte b holds values 4b..4b+3 (2bit) or
+// 8b..8b+7 (1bit), the first in the most significant bits; 2bit codes 11 = +t, 10 = -t,
+// 00 = 0 (01 reads as 0); 1bit 1 = +1, 0 = -1. The bytes are padded with zeros to a whole
+// number of 4-byte words (MXNet packs into floats): 16 values per word (2bit), 32 (1bit).
+//
+// GPU workers: compress/cuda/quantize.h has the same two ops as kernels, bit for bit.
+// Thread-safety: the functions keep no state; Quantize writes residual, the caller owns it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace tally {
+
+enum class CompressionType : uint8_t { kNone = 0, kTwoBit = 1, kOneBit = 2 };
+
+struct CompressionConfig {
+  CompressionType type = CompressionType::kNone;
+  float threshold = 0.5f;  // MXNet's default
+  bool enabled() const { return type != CompressionType::kNone; }
+};
+
+// "2bit", "1bit" or "none" (also ""), as --gradient-compression and MXNet's 'type' spell
+// them. 2bit needs a positive finite threshold (MXNet's own check); 1bit a finite one.
+Status ParseCompression(const std::string& type, float threshold, CompressionConfig* out);
+const char* CompressionName(CompressionType type);  // "none", "2bit", "1bit"
+
+// Bytes of n packed values: 4 * ceil(n / 16) for 2bit, 4 * ceil(n / 32) for 1bit.
+// REQUIRES: type is not kNone.
+int64_t PackedBytes(CompressionType type, int64_t n);
+
+// residual[i] += grad[i], then the rule above; packed receives PackedBytes(type, n) bytes.
+// grad and residual may not overlap packed. REQUIRES: config.enabled().
+void Quantize(const CompressionConfig& config, const float* grad, float* residual, int64_t n, uint8_t* packed);
+// out[i] = the value that packed's bits stand for, i < n. REQUIRES: config.enabled().
+void Dequantize(const CompressionConfig& config, const uint8_t* packed, int64_t n, float* out);
+
+}  // namespace tally
