@@ -28,6 +28,20 @@ wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
   w.set_clip_gradient(c.clip_gradient);
   w.set_multi_precision(c.multi_precision);
   for (int key : c.no_wd_keys) w.add_no_wd_keys(key);
+  w.set_beta1(c.beta1);
+  w.set_beta2(c.beta2);
+  w.set_epsilon(c.epsilon);
+  w.set_gamma1(c.gamma1);
+  w.set_gamma2(c.gamma2);
+  w.set_centered(c.centered);
+  w.set_clip_weights(c.clip_weights);
+  w.set_eta(c.eta);
+  w.set_no_momentum_correction(!c.momentum_correction);
+  w.set_wd_lh(c.wd_lh);
+  w.set_lower_bound(c.lower_bound);
+  w.set_upper_bound(c.upper_bound);
+  w.set_no_bias_correction(!c.bias_correction);
+  w.set_no_lazy_update(!c.lazy_update);
   return w;
 }
 
@@ -130,12 +144,14 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
   // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
   // keys, one message per server; WaitAll waits for the answers.
-  Status SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state);
+  // With optimizer_state, values are slot state_slot of the keys' optimizer state.
+  Status SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state,
+                  int state_slot = 0);
   // Pulls every slice of key into flat (1-D), then copies flat into others; with command
   // ROLLBACK, the values after the key's last step is undone (flat may be undefined then:
   // the answers are dropped).
   void PullSlices(wire::Command command, int key, const Key& k, const Tensor& flat, const std::vector<Tensor>& others,
-                  int priority, bool optimizer_state);
+                  int priority, bool optimizer_state, int state_slot = 0);
   // --server-replicas: m (a PUSH, PUSHPULL or ROLLBACK of a slice of server `server_rank`)
   // as a copy for each live backup of the slice, a PUSHPULL as a PUSH. Synchronous steps
   // reach the backups from the primary (REPLICATE), so only dist_async's pushes, which each
@@ -289,7 +305,8 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
   return Barrier();
 }
 
-Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state) {
+Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state,
+                             int state_slot) {
   const int servers = cluster_->num_servers();
   const int replicas = cluster_->server_replicas();
   // One message per (holder, chain): every server of a slice's chain holds it, and learns
@@ -304,6 +321,7 @@ Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Ten
         if (fresh) {
           m = Request(wire::INIT, -1);
           m.meta.set_optimizer_state(optimizer_state);
+          if (optimizer_state) m.meta.set_state_slot(state_slot);
           if (replicas > 0) m.meta.set_chain(sl.server + 1);
         }
         m.meta.set_dtype(ToWire(flat.dtype()));
@@ -338,11 +356,17 @@ Status DistKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector<
   for (int key : keys) {
     if (!keys_.count(key)) return Status::InvalidArgument("optimizer state of key " + std::to_string(key) + " before Init");
   }
-  if (!has_optimizer_ || optimizer_.momentum == 0) return Status::Ok();
+  // The servers hand the state out one slot at a time (Meta.state_slot); slot j of a key
+  // fills values [j * numel, (j + 1) * numel) of its state.
+  const int slots = has_optimizer_ ? OptimizerStateSlots(optimizer_) : 0;
+  if (slots == 0) return Status::Ok();
   for (size_t i = 0; i < keys.size(); ++i) {
     Key& k = keys_[keys[i]];
-    (*states)[i] = Tensor::Empty({k.numel}, DType::kF32);
-    PullSlices(wire::PULL, keys[i], k, (*states)[i], {}, INT_MAX, /*optimizer_state=*/true);
+    (*states)[i] = Tensor::Empty({slots * k.numel}, DType::kF32);
+    for (int j = 0; j < slots; ++j) {
+      PullSlices(wire::PULL, keys[i], k, (*states)[i].Slice(j * k.numel, (j + 1) * k.numel), {}, INT_MAX,
+                 /*optimizer_state=*/true, j);
+    }
   }
   return WaitAll();
 }
@@ -364,16 +388,23 @@ Status DistKVStore::GetMasterWeights(const std::vector<int>& keys, std::vector<T
 
 Status DistKVStore::SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) {
   if (keys.size() != states.size()) return Status::InvalidArgument("optimizer state: keys and states differ in number");
+  const int slots = has_optimizer_ ? OptimizerStateSlots(optimizer_) : 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = keys_.find(keys[i]);
     if (it == keys_.end()) return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " before Init");
-    const bool wanted = has_optimizer_ && optimizer_.momentum > 0;
-    if (states[i].defined() != wanted || (wanted && states[i].numel() != it->second.numel)) {
+    if (states[i].defined() != (slots > 0) || (slots > 0 && states[i].numel() != slots * it->second.numel)) {
       return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " does not fit the optimizer");
     }
   }
-  if (rank() == 0 && has_optimizer_ && optimizer_.momentum > 0) {
-    TALLY_RETURN_IF_ERROR(SendInit(keys, states, /*optimizer_state=*/true));
+  if (rank() == 0 && slots > 0) {
+    for (int j = 0; j < slots; ++j) {
+      std::vector<Tensor> slot(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const int64_t n = keys_.at(keys[i]).numel;
+        slot[i] = Flat(states[i]).Slice(j * n, (j + 1) * n);
+      }
+      TALLY_RETURN_IF_ERROR(SendInit(keys, slot, /*optimizer_state=*/true, j));
+    }
     TALLY_RETURN_IF_ERROR(WaitAll());
   }
   return Barrier();
@@ -424,7 +455,8 @@ Status DistKVStore::Pull(int key, const std::vector<Tensor>& outs, int priority)
 }
 
 void DistKVStore::PullSlices(wire::Command command, int key, const Key& k, const Tensor& flat,
-                             const std::vector<Tensor>& others, int priority, bool optimizer_state) {
+                             const std::vector<Tensor>& others, int priority, bool optimizer_state,
+                             int state_slot) {
   std::shared_ptr<PullOp> op;
   if (flat.defined()) {
     op = std::make_shared<PullOp>();
@@ -437,6 +469,7 @@ void DistKVStore::PullSlices(wire::Command command, int key, const Key& k, const
     Message m = Request(command, k.next_step - 1);
     m.meta.set_pull_dtype(ToWire(flat.defined() ? flat.dtype() : DType::kF32));
     m.meta.set_optimizer_state(optimizer_state);
+    if (optimizer_state) m.meta.set_state_slot(state_slot);
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(key);
     ks->set_offset(sl.offset);

@@ -70,6 +70,11 @@ std::string GpuKVStore::Name() const { return "--kv-store " + name() + " on " + 
 
 Status GpuKVStore::SetOptimizer(const OptimizerConfig& config) {
   TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
+  if (config.type != "sgd" && config.type != "nag") {
+    return Status::InvalidArgument("--optimizer " + config.type + ": " + Name() +
+                                   " updates with sgd or nag; the other optimizers run on the CPU (--kv-store local, "
+                                   "or the servers of dist_sync)");
+  }
   if (!entries_.empty()) return Status::InvalidArgument("SetOptimizer must come before Init");
   config_ = config;
   has_optimizer_ = true;

@@ -178,7 +178,7 @@ Status LocalKVStore::GetOptimizerState(const std::vector<int>& keys, std::vector
     auto it = entries_.find(keys[i]);
     if (it == entries_.end()) return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " before Init");
     // Every copy's updater saw the same gradients: copy 0 speaks for all.
-    if (!updaters_.empty()) (*states)[i] = updaters_[0]->Momentum(keys[i], it->second.copies[0]);
+    if (!updaters_.empty()) (*states)[i] = updaters_[0]->State(keys[i], it->second.copies[0]);
   }
   return Status::Ok();
 }
@@ -189,7 +189,7 @@ Status LocalKVStore::SetOptimizerState(const std::vector<int>& keys, const std::
     auto it = entries_.find(keys[i]);
     if (it == entries_.end()) return Status::InvalidArgument("optimizer state of key " + std::to_string(keys[i]) + " before Init");
     for (size_t c = 0; c < updaters_.size(); ++c) {
-      TALLY_RETURN_IF_ERROR(updaters_[c]->SetMomentum(keys[i], it->second.copies[c], states[i]));
+      TALLY_RETURN_IF_ERROR(updaters_[c]->SetState(keys[i], it->second.copies[c], states[i]));
     }
   }
   return Status::Ok();

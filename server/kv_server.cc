@@ -34,6 +34,20 @@ OptimizerConfig FromWireOptimizer(const wire::OptimizerConfig& w) {
   c.clip_gradient = w.clip_gradient();
   c.multi_precision = w.multi_precision();
   c.no_wd_keys.insert(w.no_wd_keys().begin(), w.no_wd_keys().end());
+  if (w.has_beta1()) c.beta1 = w.beta1();
+  if (w.has_beta2()) c.beta2 = w.beta2();
+  if (w.has_epsilon()) c.epsilon = w.epsilon();
+  if (w.has_gamma1()) c.gamma1 = w.gamma1();
+  if (w.has_gamma2()) c.gamma2 = w.gamma2();
+  c.centered = w.centered();
+  if (w.has_clip_weights()) c.clip_weights = w.clip_weights();
+  if (w.has_eta()) c.eta = w.eta();
+  c.momentum_correction = !w.no_momentum_correction();
+  c.wd_lh = w.wd_lh();
+  if (w.has_lower_bound()) c.lower_bound = w.lower_bound();
+  if (w.has_upper_bound()) c.upper_bound = w.upper_bound();
+  c.bias_correction = !w.no_bias_correction();
+  c.lazy_update = !w.no_lazy_update();
   return c;
 }
 
@@ -304,9 +318,16 @@ Status KVServer::HandleInitState(const Message& msg) {
   std::vector<Slice*> slices;
   TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
   if (!updater_) return Status::InvalidArgument("optimizer state without an optimizer");
-  if (updater_->config().momentum == 0) return Status::InvalidArgument("optimizer state, but the momentum is 0");
+  const int slots = updater_->state_slots(), slot = msg.meta.state_slot();
+  if (slots == 0) {
+    return Status::InvalidArgument("optimizer state, but --optimizer " + updater_->config().type + " keeps none here");
+  }
+  if (slot < 0 || slot >= slots) {
+    return Status::InvalidArgument("state_slot " + std::to_string(slot) + ", but the optimizer keeps slots 0.." +
+                                   std::to_string(slots - 1));
+  }
   for (size_t i = 0; i < slices.size(); ++i) {
-    TALLY_RETURN_IF_ERROR(updater_->SetMomentum(slices[i]->id, slices[i]->value, msg.data[i].To(DType::kF32)));
+    TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(slices[i]->id, slices[i]->value, slot, msg.data[i]));
   }
   return Status::Ok();
 }
@@ -495,8 +516,10 @@ void KVServer::AnswerPull(const PendingPull& p) {
       nonfinite.insert(s->nonfinite_ranks.begin(), s->nonfinite_ranks.end());
     }
     if (p.request.optimizer_state()) {
-      Tensor mom = updater_ ? updater_->Momentum(s->id, s->value) : Tensor();
-      if (!mom.defined()) mom = Tensor::Zeros({s->length}, DType::kF32);
+      // Slot state_slot of the state (docs/wire.md); zeros for a slot the optimizer lacks.
+      const int slot = p.request.state_slot();
+      Tensor mom = updater_ && slot >= 0 && slot < updater_->state_slots() ? updater_->StateSlot(s->id, s->value, slot)
+                                                                          : Tensor::Zeros({s->length}, DType::kF32);
       r.data.push_back(dtype == DType::kF32 ? mom : mom.To(dtype));
     } else {
       r.data.push_back(dtype == DType::kF32 ? s->value : s->value.To(dtype));

@@ -74,16 +74,16 @@ Message KVServer::StateOf(Slice* s) {
   m.meta.set_priority(INT32_MAX);  // as REPLICATE: the steps forwarded later follow it
   // The values may go by reference: an update copies them first while a send holds them.
   AddPart(&m, s->key, s->offset, s->value);
-  const Tensor mom = updater_ ? updater_->Momentum(s->id, s->value) : Tensor();
-  if (mom.defined()) {
-    m.meta.set_optimizer_state(true);
-    AddPart(&m, s->key, s->offset, mom);
-  }
-  const Tensor undo_mom = updater_ ? updater_->SavedMomentum(s->id) : Tensor();
-  if (s->undo_step >= 0 && s->undo.defined() && mom.defined() == undo_mom.defined()) {
+  // Every slot of the optimizer's state (momentum; Adam's mean, var and step count; ...),
+  // one part each, as the updater holds them: the spare continues bit for bit.
+  const int slots = updater_ ? updater_->state_slots() : 0;
+  if (slots > 0) m.meta.set_optimizer_state(true);
+  for (int j = 0; j < slots; ++j) AddPart(&m, s->key, s->offset, updater_->StateSlot(s->id, s->value, j));
+  const bool undo_state = slots == 0 || updater_->SavedStateSlot(s->id, 0).defined();
+  if (s->undo_step >= 0 && s->undo.defined() && undo_state) {
     m.meta.set_undo_step(s->undo_step + 1);
     AddPart(&m, s->key, s->offset, s->undo.Clone());  // KeepUndo may reuse the buffer before it leaves
-    if (undo_mom.defined()) AddPart(&m, s->key, s->offset, undo_mom);
+    for (int j = 0; j < slots; ++j) AddPart(&m, s->key, s->offset, updater_->SavedStateSlot(s->id, j));
   }
   m.meta.set_skipped_step(s->skipped + 1);
   for (int rank : s->nonfinite_ranks) m.meta.add_nonfinite_workers(rank);
@@ -118,11 +118,13 @@ Status KVServer::HandleReplicaState(Message* msg) {
     return Status::Ok();
   }
   const bool has_mom = m.optimizer_state(), has_undo = m.undo_step() > 0;
-  const int parts = 1 + has_mom + (has_undo ? 1 + has_mom : 0);
+  if (has_mom && !updater_) return Status::InvalidArgument("optimizer state without an optimizer");
+  // The state's slots follow the values, and the undo copy's the undo copy.
+  const int slots = has_mom ? updater_->state_slots() : 0;
+  const int parts = 1 + slots + (has_undo ? 1 + slots : 0);
   if (m.slices_size() != parts) {
     return Status::InvalidArgument(std::to_string(m.slices_size()) + " parts for " + std::to_string(parts));
   }
-  if (has_mom && !updater_) return Status::InvalidArgument("momentum without an optimizer");
   const wire::KeySlice& ks = m.slices(0);
   for (const wire::KeySlice& part : m.slices()) {
     if (part.key() != ks.key() || part.offset() != ks.offset() || part.length() != ks.length()) {
@@ -149,15 +151,17 @@ Status KVServer::HandleReplicaState(Message* msg) {
   if (has_undo) {
     // The optimizer keeps its undo copy itself: put the undone state in, save it, and then
     // the current one.
-    const Tensor& undo = msg->data[1 + has_mom];
+    const Tensor& undo = msg->data[1 + slots];
     s->undo = undo.Clone();
     s->undo_step = m.undo_step() - 1;
-    if (has_mom) {
-      TALLY_RETURN_IF_ERROR(updater_->SetMomentum(s->id, s->undo, msg->data[2 + has_mom]));
+    if (slots > 0) {
+      for (int j = 0; j < slots; ++j) {
+        TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(s->id, s->undo, j, msg->data[2 + slots + j]));
+      }
       updater_->SaveState(s->id, s->undo);
     }
   }
-  if (has_mom) TALLY_RETURN_IF_ERROR(updater_->SetMomentum(s->id, s->value, msg->data[1]));
+  for (int j = 0; j < slots; ++j) TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(s->id, s->value, j, msg->data[1 + j]));
   pushed_ = true;
   return Status::Ok();
 }

@@ -21,6 +21,7 @@
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/command.h"
+#include "tools/optimizer_flags.h"
 #include "tools/progress.h"
 #include "tools/train_checkpoints.h"
 #include "tools/train_data.h"
@@ -55,7 +56,8 @@ DEFINE_double(gc_threshold, 0.5, "--gradient-compression's threshold (2bit sends
 DEFINE_double(wd, 1e-4, "weight decay");
 DEFINE_string(wd_exclude, "", "parameters trained without weight decay: bn (batch-norm gamma and beta), bias, or "
               "bn,bias (MXNet's wd_mult 0 by name)");
-DEFINE_string(optimizer, "sgd", "sgd or nag");
+DEFINE_string(optimizer, "sgd", "sgd, nag, adam, adamw, adagrad, rmsprop, signum, lars or lamb (their parameters: "
+                                "tools/optimizer_flags.cc)");
 DEFINE_string(dtype, "float32", "precision: float32 (CPU); float16 and bfloat16 need --gpus");
 DEFINE_int32(disp_batches, 20, "show progress every this many batches");
 DEFINE_int32(top_k, 0, "report top-k accuracy too when > 0");
@@ -139,10 +141,7 @@ Status BuildConfig(TrainerConfig* cfg) {
   TALLY_RETURN_IF_ERROR(ParseKVStoreType(FLAGS_kv_store, &cfg->kv_store));
   TALLY_RETURN_IF_ERROR(ParseCompression(FLAGS_gradient_compression, static_cast<float>(FLAGS_gc_threshold),
                                          &cfg->gradient_compression));
-  cfg->optimizer.type = FLAGS_optimizer;
-  cfg->optimizer.lr = static_cast<float>(FLAGS_lr);
-  cfg->optimizer.momentum = static_cast<float>(FLAGS_mom);
-  cfg->optimizer.wd = static_cast<float>(FLAGS_wd);
+  TALLY_RETURN_IF_ERROR(OptimizerFromFlags(&cfg->optimizer));
   TALLY_RETURN_IF_ERROR(ParseWdExclude(FLAGS_wd_exclude, &cfg->wd_exclude));
   cfg->label_smoothing = static_cast<float>(FLAGS_label_smoothing);
   cfg->top_k = FLAGS_top_k;

@@ -241,7 +241,13 @@ Status Trainer::Snapshot(Checkpoint* c) {
   TALLY_RETURN_IF_ERROR(kv_->GetOptimizerState(trainable_, &states));
   for (size_t i = 0; i < trainable_.size(); ++i) {
     if (!states[i].defined()) continue;
-    c->states.push_back({params[trainable_[i]]->name, states[i].Reshape(params[trainable_[i]]->value.shape())});
+    // One slot (the momentum): the parameter's shape; several (adam's mean, var, count):
+    // [slots, the parameter's shape] (docs/checkpoint.md).
+    const Shape& shape = params[trainable_[i]]->value.shape();
+    const int64_t n = params[trainable_[i]]->value.numel();
+    Shape slotted = shape;
+    if (states[i].numel() != n) slotted.insert(slotted.begin(), states[i].numel() / n);
+    c->states.push_back({params[trainable_[i]]->name, states[i].Reshape(slotted)});
   }
   return Status::Ok();
 }

@@ -147,7 +147,7 @@ TEST(KVStore, RefusesMisuseWithClearMessages) {
 
   kv = Make(KVStoreType::kDevice, 2);
   OptimizerConfig bad;
-  bad.type = "adam";
+  bad.type = "adamax";
   s = kv->SetOptimizer(bad);
   EXPECT_NE(s.message().find("--optimizer"), std::string::npos) << s;
   s = kv->Push(3, {Full({2}, 1.f), Full({2}, 1.f)});

@@ -41,15 +41,15 @@ TEST(Updater, RestoreStatePutsBackTheStateSavedBeforeTheUpdateOnce) {
   Updater u(opt);
   Tensor w = Full({3}, 1.f);
   u.Update(0, Full({3}, 1.f), &w);
-  const Tensor before = u.Momentum(0, w);
+  const Tensor before = u.StateSlot(0, w, 0);
   u.SaveState(0, w);
   u.Update(0, Full({3}, 2.f), &w);
-  EXPECT_NE(u.Momentum(0, w).data<float>()[0], before.data<float>()[0]);
-  EXPECT_EQ(u.SavedMomentum(0).data<float>()[0], before.data<float>()[0]);
+  EXPECT_NE(u.StateSlot(0, w, 0).data<float>()[0], before.data<float>()[0]);
+  EXPECT_EQ(u.SavedStateSlot(0, 0).data<float>()[0], before.data<float>()[0]);
   ASSERT_TRUE(u.RestoreState(0));
-  EXPECT_EQ(u.Momentum(0, w).data<float>()[0], before.data<float>()[0]);
+  EXPECT_EQ(u.StateSlot(0, w, 0).data<float>()[0], before.data<float>()[0]);
   EXPECT_FALSE(u.RestoreState(0));
-  EXPECT_FALSE(u.SavedMomentum(0).defined());
+  EXPECT_FALSE(u.SavedStateSlot(0, 0).defined());
 }
 
 TEST(OptimizerConfig, ValidationNamesTheFlag) {
@@ -58,7 +58,7 @@ TEST(OptimizerConfig, ValidationNamesTheFlag) {
   c.momentum = 1.0f;
   EXPECT_NE(ValidateOptimizerConfig(c).message().find("--mom"), std::string::npos);
   c = OptimizerConfig();
-  c.type = "adam";
+  c.type = "adamax";
   EXPECT_NE(ValidateOptimizerConfig(c).message().find("--optimizer"), std::string::npos);
   c.type = "nag";
   const SgdParams p = ToSgdParams(c, /*gradient_scale=*/4.0f);

@@ -263,8 +263,8 @@ TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
   Refused(std::move(bad_dtype), "dtype");
 
   Message bad_optimizer = Request(wire::SET_OPTIMIZER, Worker(0));
-  bad_optimizer.meta.mutable_optimizer()->set_type("adam");
-  Refused(std::move(bad_optimizer), "adam");
+  bad_optimizer.meta.mutable_optimizer()->set_type("adamax");
+  Refused(std::move(bad_optimizer), "adamax");
 
   Message bad_lr = Request(wire::SET_LR, Worker(0), 0);
   bad_lr.meta.set_lr(-1.f);
