@@ -361,6 +361,10 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   if (s.ok()) s = MakeValSource(cfg, &val_data);
   if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr);
   if (!s.ok()) return Fail("", s);
+  if (!FLAGS_wd_exclude.empty() && rank == 0) {
+    std::printf("tally train: --wd-exclude %s: %zu trainable arrays without weight decay\n", FLAGS_wd_exclude.c_str(),
+                trainer->config().optimizer.no_wd_keys.size());
+  }
   ProgressBar bar(FLAGS_progress);
   const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
   const FitOptions options = MakeFitOptions(cfg, lr, resume, rank);

@@ -266,6 +266,12 @@ TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
   bad_optimizer.meta.mutable_optimizer()->set_type("adamax");
   Refused(std::move(bad_optimizer), "adamax");
 
+  Message bad_no_wd = Request(wire::SET_OPTIMIZER, Worker(0));
+  bad_no_wd.meta.mutable_optimizer()->set_type("sgd");
+  bad_no_wd.meta.mutable_optimizer()->set_rescale_grad(1.f);
+  bad_no_wd.meta.mutable_optimizer()->add_no_wd_keys(-3);
+  Refused(std::move(bad_no_wd), "no_wd_keys holds key -3");
+
   Message bad_lr = Request(wire::SET_LR, Worker(0), 0);
   bad_lr.meta.set_lr(-1.f);
   Refused(std::move(bad_lr), "lr");
