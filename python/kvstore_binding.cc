@@ -147,6 +147,36 @@ void PyKVStore::Barrier() {
   Call([&] { return kv->Barrier(); });
 }
 
+// The optimizer of set_optimizer's keyword settings, under MXNet 1.9.1's names (optim/
+// optimizer_config.h); None leaves a setting at its default. An unknown name is a TypeError.
+OptimizerConfig OptimizerFromSettings(const std::string& type, const py::kwargs& settings) {
+  OptimizerConfig c;
+  c.type = type;
+  const std::map<std::string, float*> floats = {
+      {"lr", &c.lr},           {"momentum", &c.momentum},         {"wd", &c.wd},
+      {"rescale_grad", &c.rescale_grad}, {"clip_gradient", &c.clip_gradient}, {"beta1", &c.beta1},
+      {"beta2", &c.beta2},     {"epsilon", &c.epsilon},           {"gamma1", &c.gamma1},
+      {"gamma2", &c.gamma2},   {"clip_weights", &c.clip_weights}, {"eta", &c.eta},
+      {"wd_lh", &c.wd_lh},     {"lower_bound", &c.lower_bound},   {"upper_bound", &c.upper_bound}};
+  const std::map<std::string, bool*> bools = {{"multi_precision", &c.multi_precision},
+                                              {"centered", &c.centered},
+                                              {"momentum_correction", &c.momentum_correction},
+                                              {"bias_correction", &c.bias_correction},
+                                              {"lazy_update", &c.lazy_update}};
+  for (const auto& [key, value] : settings) {
+    const std::string name = py::str(key);
+    if (value.is_none()) continue;
+    if (auto f = floats.find(name); f != floats.end()) {
+      *f->second = value.cast<float>();
+    } else if (auto b = bools.find(name); b != bools.end()) {
+      *b->second = value.cast<bool>();
+    } else {
+      throw py::type_error("tally.kv set_optimizer: unknown setting '" + name + "'");
+    }
+  }
+  return c;
+}
+
 void PyKVStore::SetOptimizer(const OptimizerConfig& config) {
   KVStore* kv = Store();
   Status s = ValidateOptimizerConfig(config);
@@ -256,7 +286,9 @@ void PyKVStore::SetOptimizerStates(const std::vector<int>& keys, const py::list&
       tensors.emplace_back();
       continue;
     }
-    ArrayUse use{"load_optimizer_states", keys[i], Numel(keys[i], "load_optimizer_states"), false};
+    // Any size here: the store checks it is the optimizer's slot count times the key's.
+    Numel(keys[i], "load_optimizer_states");
+    ArrayUse use{"load_optimizer_states", keys[i], -1, false};
     tensors.push_back(ArrayToTensor(states[i], use, queue_));
     if (tensors.back().dtype() != DType::kF32) {
       throw py::type_error("tally.kv load_optimizer_states: key " + std::to_string(keys[i]) + ": states are float32");
@@ -306,13 +338,10 @@ void BindKVStore(py::module_& m) {
       .def("barrier", &PyKVStore::Barrier)
       .def(
           "set_optimizer",
-          [](PyKVStore& kv, const std::string& type, float lr, float momentum, float wd, float rescale_grad,
-             float clip_gradient, bool multi_precision) {
-            kv.SetOptimizer(OptimizerConfig{type, lr, momentum, wd, rescale_grad, clip_gradient, multi_precision});
+          [](PyKVStore& kv, const std::string& type, const py::kwargs& settings) {
+            kv.SetOptimizer(OptimizerFromSettings(type, settings));
           },
-          py::arg("type") = d.type, py::arg("lr") = d.lr, py::arg("momentum") = d.momentum, py::arg("wd") = d.wd,
-          py::arg("rescale_grad") = d.rescale_grad, py::arg("clip_gradient") = d.clip_gradient,
-          py::arg("multi_precision") = d.multi_precision)
+          py::arg("type") = d.type)
       .def("set_learning_rate", &PyKVStore::SetLearningRate)
       .def("set_gradient_compression", &PyKVStore::SetGradientCompression, py::arg("type"), py::arg("threshold"))
       .def("init", &PyKVStore::Init)

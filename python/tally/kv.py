@@ -123,18 +123,30 @@ class KVStore:
 
     # -- the optimizer --------------------------------------------------------------------
     def set_optimizer(self, type="sgd", **settings):
-        """The servers' (or this store's) optimizer: type "sgd" or "nag", and keyword settings
-        lr, momentum, wd, rescale_grad, clip_gradient (<= 0: none), multi_precision. Before
-        init. Without one, a push replaces the stored value with the pushed sum."""
-        known = ("lr", "momentum", "wd", "rescale_grad", "clip_gradient", "multi_precision")
+        """The servers' (or this store's) optimizer, before init: type sgd, nag, adam, adamw,
+        adagrad, rmsprop, signum, lars or lamb, and keyword settings under MXNet 1.9.1's names:
+        lr (or learning_rate), momentum, wd, rescale_grad, clip_gradient (<= 0 or None: none),
+        multi_precision, lazy_update; beta1, beta2, epsilon (or eps) for adam, adamw and lamb;
+        gamma1, gamma2, centered, clip_weights for rmsprop; eps and eta, momentum_correction
+        for lars (eta also scales adamw's step); wd_lh for signum; lower_bound, upper_bound,
+        bias_correction for lamb. A setting left out or None takes MXNet's default. Without an
+        optimizer, a push replaces the stored value with the pushed sum. The rules other than
+        sgd and nag run on CPUs: the dist_* types' servers, or the local type."""
+        aliases = {"learning_rate": "lr", "eps": "epsilon"}
+        for alias, name in aliases.items():
+            if alias in settings:
+                if name in settings:
+                    raise TypeError("tally.kv set_optimizer: %s and %s are the same setting: give one" % (alias, name))
+                settings[name] = settings.pop(alias)
+        known = ("lr", "momentum", "wd", "rescale_grad", "clip_gradient", "multi_precision", "lazy_update", "beta1",
+                 "beta2", "epsilon", "gamma1", "gamma2", "centered", "clip_weights", "eta", "momentum_correction",
+                 "wd_lh", "lower_bound", "upper_bound", "bias_correction")
         for name in settings:
             if name not in known:
                 raise TypeError("tally.kv set_optimizer: unknown setting %r (expected %s)" % (name, ", ".join(known)))
-        if type not in ("sgd", "nag"):
-            raise ValueError("tally.kv set_optimizer: type %r is not supported (sgd or nag)" % (type,))
         for name, ok, rule in (("lr", lambda v: v >= 0, ">= 0"), ("momentum", lambda v: 0 <= v < 1, "in [0, 1)"),
                                ("wd", lambda v: v >= 0, ">= 0")):
-            if name in settings and not ok(settings[name]):
+            if settings.get(name) is not None and not ok(settings[name]):
                 raise ValueError("tally.kv set_optimizer: %s=%r must be %s" % (name, settings[name], rule))
         self._kv.set_optimizer(type=type, **settings)
 
@@ -235,7 +247,7 @@ class KVStore:
 
     # -- optimizer states -----------------------------------------------------------------
     def save_optimizer_states(self, fname):
-        """Writes every key's optimizer state (momentum) to fname. The distributed types read
+        """Writes every key's optimizer state (every slot: momentum; adam's mean, var, count) to fname. The distributed types read
         it from the servers as of this worker's last push; it waits for every call first."""
         self._kv.wait_all()
         keys = self._kv.keys()
@@ -243,7 +255,7 @@ class KVStore:
         with open(fname, "wb") as f:
             f.write(_STATES_HEADER.pack(STATES_MAGIC, STATES_VERSION, len(keys)))
             for k, s in zip(keys, states):
-                n = self._kv.key_size(k)
+                n = self._kv.key_size(k) if s is None else s.size  # slots x the key's elements
                 f.write(_STATES_ENTRY.pack(k, 0 if s is None else _STATES_HAS_STATE, n))
                 if s is not None:
                     f.write(s.astype("<f4", copy=False).tobytes())
@@ -256,9 +268,10 @@ class KVStore:
         for k, s in zip(keys, states):
             if k not in known:
                 raise KeyError("tally.kv load_optimizer_states: %s has key %d, which was not initialised" % (fname, k))
-            if s is not None and s.size != self._kv.key_size(k):
-                raise ValueError("tally.kv load_optimizer_states: %s: key %d has %d values; the key has %d"
-                                 % (fname, k, s.size, self._kv.key_size(k)))
+            # One state slot per key_size values (momentum: 1; adam: mean, var, count).
+            if s is not None and (s.size == 0 or s.size % self._kv.key_size(k) != 0):
+                raise ValueError("tally.kv load_optimizer_states: %s: key %d has %d values, not a multiple of the "
+                                 "key's %d" % (fname, k, s.size, self._kv.key_size(k)))
         self._kv.set_optimizer_states(keys, states)
 
     # -- the end --------------------------------------------------------------------------

@@ -121,6 +121,52 @@ class LocalTest(unittest.TestCase):
         store(fresh_w).pushpull(0, g, out=fresh_w)
         self.assertFalse(np.allclose(fresh_w, w))
 
+    def test_adam_by_mxnets_names_and_its_states_survive_a_file(self):
+        def store(w):
+            kv = tally.kv.create("local")
+            kv.set_optimizer("adam", learning_rate=0.05, beta1=0.8, beta2=0.99, eps=1e-3, wd=0.01,
+                             rescale_grad=0.5, clip_gradient=None, lazy_update=True)
+            kv.init(0, w.copy())
+            return kv
+
+        grads = [f32(1, -1, 2), f32(0.5, 0.25, -3), f32(-2, 1, 1)]
+        w = f32(0.5, -0.25, 1)
+        kv = store(w)
+        # MXNet 1.9.1's Adam, in float64: the weight decay joins the rescaled gradient, the
+        # bias correction goes into the lr.
+        ref, m, v = w.astype(np.float64), np.zeros(3), np.zeros(3)
+        for t, g in enumerate(grads[:2], start=1):
+            kv.pushpull(0, g, out=w)
+            gr = 0.5 * g + 0.01 * ref
+            m, v = 0.8 * m + 0.2 * gr, 0.99 * v + 0.01 * gr * gr
+            ref = ref - 0.05 * np.sqrt(1 - 0.99 ** t) / (1 - 0.8 ** t) * m / (np.sqrt(v) + 1e-3)
+            np.testing.assert_allclose(w, ref, rtol=1e-5, atol=1e-6)
+        path = os.path.join(tempfile.mkdtemp(), "adam.states")
+        kv.save_optimizer_states(path)
+        keys, states = tally.kv.read_optimizer_states(path)
+        self.assertEqual(states[0].size, 9)  # mean, var and the update count, 3 values each
+        np.testing.assert_allclose(states[0][:6], np.concatenate([m, v]), rtol=1e-5, atol=1e-7)
+        np.testing.assert_array_equal(states[0][6:], [2, 2, 2])
+        at_step2 = w.copy()
+        kv.pushpull(0, grads[2], out=w)
+        resumed_w = at_step2.copy()
+        resumed = store(resumed_w)
+        resumed.load_optimizer_states(path)
+        resumed.pushpull(0, grads[2], out=resumed_w)
+        np.testing.assert_array_equal(resumed_w, w)
+
+    def test_the_optimizers_settings_are_checked_by_name(self):
+        kv = tally.kv.create("local")
+        for exc, words, args, kwargs in ((ValueError, ["beta1"], ("lamb",), dict(beta1=1.0)),
+                                         (ValueError, ["--optimizer", "adamax"], ("adamax",), {}),
+                                         (TypeError, ["gamma3"], ("rmsprop",), dict(gamma3=0.5)),
+                                         (TypeError, ["eps", "epsilon"], ("lars",), dict(eps=0.1, epsilon=0.1))):
+            with self.assertRaises(exc) as c:
+                kv.set_optimizer(*args, **kwargs)
+            for w in words:
+                self.assertIn(w, str(c.exception))
+        kv.set_optimizer("lars", lr=0.1, momentum=0.9, eta=0.001, eps=0.0, momentum_correction=False)
+
 
 class ZeroCopyTest(unittest.TestCase):
     def test_a_pull_writes_into_the_callers_memory(self):
@@ -200,8 +246,8 @@ class ErrorTest(unittest.TestCase):
 
     def test_bad_store_types_and_optimizer_settings(self):
         self.assertRaisesWith(ValueError, ["'mxnet'", "dist_sync"], tally.kv.create, "mxnet")
-        self.assertRaisesWith(ValueError, ["set_optimizer", "adam"], self.kv.set_optimizer, type="adam")
-        self.assertRaisesWith(TypeError, ["'beta1'"], self.kv.set_optimizer, beta1=0.9)
+        self.assertRaisesWith(ValueError, ["set_optimizer", "adamax"], self.kv.set_optimizer, type="adamax")
+        self.assertRaisesWith(TypeError, ["'beta3'"], self.kv.set_optimizer, beta3=0.9)
 
     def test_a_distributed_store_outside_a_job(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
