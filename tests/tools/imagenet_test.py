@@ -24,7 +24,7 @@ DEVKIT_ORDER = ["n01484850", "n01440764", "n01443537"]
 TRAIN_PER_CLASS, VAL_PER_CLASS = 6, 2
 # The recipe shrunk to seconds: a CIFAR-style ResNet-8 on 32x32 crops, CPU workers.
 TINY = ["--num-layers", "8", "--image-shape", "3,32,32", "--num-epochs", "2", "--warmup-epochs", "1",
-        "--optimizer", "sgd", "--lr", "0.1", "--disp-batches", "1", "--data-nthreads", "1", "--top-k", "0"]
+        "--optimizer", "lars", "--lr", "0.1", "--disp-batches", "1", "--data-nthreads", "1", "--top-k", "0"]
 
 
 class Case(unittest.TestCase):
@@ -113,6 +113,7 @@ class LocCsvTest(Case):
         for worker in ("[worker 0]", "[worker 1]"):
             self.assertIn(worker + " Epoch[1] Train-accuracy=", log)
         self.assertRegex(log, r"\[worker 0\] Epoch\[1\] Validation-accuracy=[0-9.]+")
+        self.assertIn("server: optimizer lars", log)  # the recipe's optimizer reached the server
         # ResNet-8's 9 batch norms (gamma and beta) and the fc bias.
         self.assertIn("[worker 0] tally train: --wd-exclude bn,bias: 19 trainable arrays without weight decay", log)
         self.assertTrue(os.path.exists(os.path.join(self.run_dir, "resnet50-0002.params")))
