@@ -34,6 +34,10 @@ enum class CompressionType : uint8_t { kNone = 0, kTwoBit = 1, kOneBit = 2 };
 struct CompressionConfig {
   CompressionType type = CompressionType::kNone;
   float threshold = 0.5f;  // MXNet's default
+  // The stores quantise gradient * scale and divide the sum of the dequantised values by it
+  // again (the servers, through Meta.grad_scale): `tally train` pushes batch means, MXNet's
+  // thresholds are for batch sums. 1 for tally.kv, whose users push what MXNet's would.
+  float scale = 1.0f;
   bool enabled() const { return type != CompressionType::kNone; }
 };
 

@@ -86,7 +86,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     gc_ = config;
     if (gc_.enabled()) {
       LOG(INFO) << "kvstore: gradient compression " << CompressionName(gc_.type) << ", threshold " << gc_.threshold
-                << ": pushes send packed bits, the residuals stay here";
+                << " for gradients times " << gc_.scale << ": pushes send packed bits, the residuals stay here";
     }
     return Status::Ok();
   }
@@ -186,6 +186,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     if (gc_.enabled() && AllFinite(part)) {
       m.meta.set_dtype(gc_.type == CompressionType::kTwoBit ? wire::TWO_BIT : wire::ONE_BIT);
       if (gc_.type == CompressionType::kTwoBit) m.meta.set_gc_threshold(gc_.threshold);
+      if (gc_.scale != 1.0f) m.meta.set_grad_scale(gc_.scale);
       m.data.push_back(Compress(&keys_.at(key), sl, part));
     } else {
       if (gradient_scale_ != 1.0f) m.meta.set_grad_scale(gradient_scale_);
@@ -199,13 +200,15 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     return m;
   }
 
-  // The packed bits of slice sl of a key's gradient (`part`, divided by the gradient scale
-  // first: the threshold is in the true gradient's units), the key's residual keeping the rest.
+  // The packed bits of slice sl of a key's gradient (`part`, divided by the loss scale and
+  // multiplied by the compression's scale first: the threshold is in those units), the key's
+  // residual keeping the rest.
   Tensor Compress(Key* k, const Placement::Slice& sl, const Tensor& part) {
-    Tensor grad = part.dtype() == DType::kF32 && gradient_scale_ == 1.0f ? part : part.To(DType::kF32);
-    if (gradient_scale_ != 1.0f) {
+    const float factor = gc_.scale / gradient_scale_;
+    Tensor grad = part.dtype() == DType::kF32 && factor == 1.0f ? part : part.To(DType::kF32);
+    if (factor != 1.0f) {
       float* g = grad.data<float>();
-      for (int64_t i = 0; i < sl.length; ++i) g[i] /= gradient_scale_;
+      for (int64_t i = 0; i < sl.length; ++i) g[i] = g[i] / gradient_scale_ * gc_.scale;
     }
     if (!k->residual.defined()) k->residual = Tensor::Zeros({k->numel}, DType::kF32);
     Tensor packed = Tensor::Empty({PackedBytes(gc_.type, sl.length)}, DType::kU8);

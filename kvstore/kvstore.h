@@ -106,11 +106,13 @@ class KVStore {
   virtual void SetLearningRate(float lr) = 0;
   // MXNet's kv.set_gradient_compression (compress/compress.h): from then on each push sends
   // packed bits, the store keeping a residual per key of what they did not carry; the
-  // servers dequantise and sum. The distributed types compress; the others refuse.
+  // servers dequantise and sum. The distributed types compress, and `device` on CPU devices
+  // between its devices (as MXNet's device kvstore does); the others refuse.
   // REQUIRES: called before the first push.
   virtual Status SetGradientCompression(const CompressionConfig& config) {
     if (!config.enabled()) return Status::Ok();
-    return Status::InvalidArgument("gradient compression needs a dist_* kvstore, not " + name());
+    return Status::InvalidArgument("gradient compression needs the device kvstore (CPU devices) or a dist_* one, not " +
+                                   name() + " here");
   }
 
   // Registers keys with their initial values (copied). A key is registered once. The

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "kvstore/compressed_reduce.h"
 #include "kvstore/factories.h"
 #include "optim/reduce.h"
 #include "profile/records.h"
@@ -77,13 +78,24 @@ Status LocalKVStore::Find(int key, const std::vector<Tensor>& tensors, const cha
   return Status::Ok();
 }
 
+Status LocalKVStore::SetGradientCompression(const CompressionConfig& config) {
+  if (config.enabled() && type_ != KVStoreType::kDevice) {
+    return Status::InvalidArgument("gradient compression needs the device kvstore or a dist_* one, not " + name());
+  }
+  if (pushed_) return Status::InvalidArgument("gradient compression must be set before the first push");
+  gc_ = config;
+  return Status::Ok();
+}
+
 Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priority*/) {
   Entry* e = nullptr;
   TALLY_RETURN_IF_ERROR(Find(key, vals, "push", &e));
   const int64_t step = e->pushes++;
   // A step skipped without a WaitAll after it: finish its rollback before a newer one starts.
   if (skipping_.step >= 0 && step > skipping_.step) RollBack();
-  const Tensor merged = comm_->Reduce(key, vals);
+  pushed_ = true;
+  Tensor merged = gc_.enabled() ? CompressedReduce(gc_, vals, &e->residuals) : Tensor();
+  if (!merged.defined()) merged = comm_->Reduce(key, vals);
   if (!AllFinite(merged)) {
     if (skipping_.step != step) {
       skipping_ = SkippedStep();

@@ -21,6 +21,9 @@ class LocalKVStore : public KVStore, public TrainerHooks {
 
   KVStoreType type() const override { return type_; }
   Status SetOptimizer(const OptimizerConfig& config) override;
+  // `device` only, as in MXNet: each device's gradient is quantised with its own residual,
+  // dequantised and summed (compressed_reduce.h); `local` refuses it.
+  Status SetGradientCompression(const CompressionConfig& config) override;
   void SetLearningRate(float lr) override;
   using KVStore::Init;
   Status Init(const std::vector<int>& keys, const std::vector<Tensor>& values) override;
@@ -46,6 +49,7 @@ class LocalKVStore : public KVStore, public TrainerHooks {
     std::vector<Tensor> undo;
     int64_t undo_step = -1;
     std::vector<Tensor> outs;    // the last Pull's outputs, rewritten by a rollback
+    std::vector<Tensor> residuals;  // gradient compression: one per device, fp32
   };
   Status InitKey(int key, const Tensor& value);
   Status Find(int key, const std::vector<Tensor>& tensors, const char* what, Entry** entry);
@@ -65,6 +69,8 @@ class LocalKVStore : public KVStore, public TrainerHooks {
   std::vector<std::unique_ptr<Updater>> updaters_;  // one per copy; empty: no optimizer
   OptimizerConfig optimizer_;  // SetOptimizer's, as given: each key's wd (KeyWd)
   std::map<int, Entry> entries_;
+  CompressionConfig gc_;  // SetGradientCompression
+  bool pushed_ = false;   // a push has come: the compression is fixed
   Times times_;
 };
 

@@ -50,9 +50,10 @@ DEFINE_double(lr_poly_power, 2.0, "--lr-scheduler poly: the power of the decay (
 DEFINE_double(final_lr, 0.0, "--lr-scheduler poly or cosine: the lr the decay ends at (MXNet's final_lr)");
 DEFINE_int32(lr_batch_scale, 0, "when > 0, scale --lr by (batch size x workers) / this (0: off)");
 DEFINE_double(mom, 0.9, "momentum");
-DEFINE_string(gradient_compression, "", "with a dist_* --kv-store: 2bit or 1bit, MXNet's gradient compression "
+DEFINE_string(gradient_compression, "", "with a dist_* or device --kv-store: 2bit or 1bit, MXNet's gradient compression "
               "(pushes send packed bits, each worker keeps the rest per key); empty: none");
-DEFINE_double(gc_threshold, 0.5, "--gradient-compression's threshold (2bit sends +t, -t or 0)");
+DEFINE_double(gc_threshold, 0.5, "--gradient-compression's threshold (2bit sends +t, -t or 0), in MXNet's units: "
+              "gradients summed over the worker's batch");
 DEFINE_double(wd, 1e-4, "weight decay");
 DEFINE_string(wd_exclude, "", "parameters trained without weight decay: bn (batch-norm gamma and beta), bias, or "
               "bn,bias (MXNet's wd_mult 0 by name)");
@@ -194,6 +195,16 @@ profile::NodeMeta MakeNodeMeta(const std::string& role, int rank, const std::str
               {"dtype", FLAGS_dtype},              {"data_train", FLAGS_data_train},
               {"gpus", FLAGS_gpus}};
   return m;
+}
+
+// --gc-threshold is in MXNet's units: its Module pushes gradients summed over the worker's
+// batch and rescales them by 1 / batch on the servers (times the workers, synchronous). The
+// trainer pushes them already divided so (trainer_step.cc): the store multiplies them back
+// before quantising and the servers divide the sum again, so that the same values cross the
+// threshold, and the same +-t (+-1) arrive, as in MXNet.
+void CompressInMXNetUnits(int num_workers, TrainerConfig* cfg) {
+  const int per_push = FLAGS_batch_size * (IsDistributedSync(cfg->kv_store) ? num_workers : 1);
+  cfg->gradient_compression.scale = static_cast<float>(per_push);
 }
 
 // Joins the job as a worker when the kvstore is distributed.
@@ -460,6 +471,7 @@ int TrainCommand(int argc, char** argv) {
   if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
   const int num_workers = cluster ? cluster->num_workers() : 1;
   const int rank = cluster ? cluster->me().rank() : 0;
+  CompressInMXNetUnits(num_workers, &cfg);
   Checkpoint resume;
   bool resumed = false, complete = false;
   if (s.ok()) s = FindResumePoint(num_workers, cfg.model, &resume, &resumed, &complete);

@@ -117,6 +117,66 @@ TEST_P(DistCompressionTest, OneBitSumsAreTheFixturesUnderDistDeviceSync) {
   job.Run([&](int rank, Cluster* cluster) { RunWorker(KVStoreType::kDistDeviceSync, rank, cluster, cases); });
 }
 
+// CompressionConfig::scale (what `tally train` sets: it pushes batch means, MXNet's thresholds
+// are for batch sums): gradients a quarter of the fixtures' with scale 4 cross the threshold
+// as the fixtures' do, and SGD (lr 1) on the server applies the fixtures' sums divided by 4.
+TEST(DistCompressionScale, PushesAreQuantisedInTheScaledUnits) {
+  const std::vector<CompressionCase> cases = CasesOf("2bit", 0.5f);
+  LocalJob job(false, 2, 1);
+  job.Run([&](int rank, Cluster* cluster) {
+    auto kv = MakeStore(KVStoreType::kDistSync, cluster);
+    OptimizerConfig sgd;
+    sgd.type = "sgd";
+    sgd.lr = 1.0f;
+    sgd.momentum = 0.0f;
+    sgd.wd = 0.0f;
+    ASSERT_TRUE(kv->SetOptimizer(sgd).ok());
+    CompressionConfig gc = cases[0].config;
+    gc.scale = 4.0f;
+    ASSERT_TRUE(kv->SetGradientCompression(gc).ok());
+    const CompressionCase& c = cases[1];  // 300 values
+    ASSERT_TRUE(kv->Init(0, Tensor::Zeros({c.n}, DType::kF32)).ok());
+    std::vector<double> want(c.n, 0.0);
+    for (size_t step = 0; step < c.pushes.size(); ++step) {
+      std::vector<float> quarter = c.pushes[step].grads[rank];
+      for (float& g : quarter) g /= 4.0f;
+      Tensor out = Tensor::Zeros({c.n}, DType::kF32);
+      ASSERT_TRUE(kv->PushPull(0, {FromFloats(quarter)}, {out}).ok());
+      ASSERT_TRUE(kv->WaitAll().ok());
+      for (int64_t i = 0; i < c.n; ++i) {
+        want[i] -= c.pushes[step].sum[i] / 4.0;
+        ASSERT_NEAR(out.data<float>()[i], want[i], 1e-5) << "step " << step << " value " << i;
+      }
+    }
+  });
+}
+
+// `device` with 2 CPU devices compresses between them as MXNet's device kvstore does: device
+// d's gradients are the fixtures' worker d's, and the sums are the fixtures' (no optimizer).
+TEST(DeviceCompression, TwoDevicesSumTheFixturesDequantisedPushes) {
+  const std::vector<CompressionCase> cases = CasesOf("2bit", 0.5f);
+  KVStoreSpec spec;
+  spec.type = KVStoreType::kDevice;
+  spec.num_devices = 2;
+  std::unique_ptr<KVStore> kv;
+  ASSERT_TRUE(KVStore::Create(spec, &kv).ok());
+  ASSERT_TRUE(kv->SetGradientCompression(cases[0].config).ok());
+  for (size_t k = 0; k < cases.size(); ++k) {
+    ASSERT_TRUE(kv->Init(static_cast<int>(k), Tensor::Zeros({cases[k].n}, DType::kF32)).ok());
+  }
+  for (size_t step = 0; step < cases[0].pushes.size(); ++step) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const auto& push = cases[k].pushes[step];
+      std::vector<Tensor> outs = {Tensor::Zeros({cases[k].n}, DType::kF32), Tensor::Zeros({cases[k].n}, DType::kF32)};
+      ASSERT_TRUE(kv->PushPull(static_cast<int>(k), {FromFloats(push.grads[0]), FromFloats(push.grads[1])}, outs).ok());
+      for (const Tensor& out : outs) {
+        ASSERT_EQ(std::memcmp(out.raw_data(), push.sum.data(), cases[k].n * 4), 0) << cases[k].name << " step " << step;
+      }
+    }
+  }
+  EXPECT_FALSE(kv->SetGradientCompression(cases[0].config).ok()) << "set after the first push";
+}
+
 TEST(DistCompressionRules, SingleProcessTypesRefuse) {
   KVStoreSpec spec;
   spec.type = KVStoreType::kLocal;

@@ -1,7 +1,7 @@
 """`tally train --gradient-compression 2bit --gc-threshold T` in a dist_sync job of 2 workers and
 1 server through tools/launch.py: every worker says it compresses, the job trains to its end
-with finite losses; 1bit under dist_device_sync too; bad settings are refused naming the flag
-or the kvstore type.
+with finite losses; 1bit under dist_device_sync too, and 2bit between the 2 CPU devices of
+one process (--kv-store device); bad settings are refused naming the flag or the kvstore type.
 
 Usage: python3 compression_train_test.py TALLY_BINARY [unittest args]
 """
@@ -32,7 +32,9 @@ class CompressedJobTest(unittest.TestCase):
                         ["--kv-store", kv_store, "--gradient-compression", kind, "--gc-threshold", threshold])
         self.assertEqual(code, 0, out[-4000:])
         for r in (0, 1):
-            self.assertRegex(out, r"\[worker %d\].*kvstore: gradient compression %s, threshold %s" % (r, kind, threshold))
+            # Batch means times the batch (8) and the workers (2): MXNet's batch sums.
+            self.assertRegex(out, r"\[worker %d\].*kvstore: gradient compression %s, threshold %s for gradients times 16:"
+                             % (r, kind, threshold))
             losses = re.findall(r"\[worker %d\] Epoch\[\d\] Train-cross-entropy=(\S+)" % r, out)
             self.assertEqual(len(losses), 2, out[-3000:])
             self.assertTrue(all(math.isfinite(float(v)) for v in losses), losses)
@@ -42,6 +44,13 @@ class CompressedJobTest(unittest.TestCase):
 
     def test_one_bit_under_dist_device_sync(self):
         self.job("dist_device_sync", "1bit", "0")
+
+    def test_two_bit_between_the_devices_of_one_process(self):
+        code, out = run([TALLY] + TRAIN + ["--kv-store", "device", "--cpu-devices", "2", "--gradient-compression", "2bit"])
+        self.assertEqual(code, 0, out[-4000:])
+        losses = re.findall(r"Epoch\[\d\] Train-cross-entropy=(\S+)", out)
+        self.assertEqual(len(losses), 2, out[-3000:])
+        self.assertTrue(all(math.isfinite(float(v)) for v in losses), losses)
 
 
 class RefusalTest(unittest.TestCase):
@@ -56,7 +65,7 @@ class RefusalTest(unittest.TestCase):
     def test_a_single_process_store(self):
         code, out = run([TALLY] + TRAIN + ["--kv-store", "local", "--gradient-compression", "2bit"], timeout=60)
         self.assertNotEqual(code, 0)
-        self.assertIn("gradient compression needs a dist_* kvstore, not local", out)
+        self.assertIn("gradient compression needs the device kvstore or a dist_* one, not local", out)
 
 
 if __name__ == "__main__":
