@@ -151,6 +151,38 @@ TEST(DistCompressionScale, PushesAreQuantisedInTheScaledUnits) {
   });
 }
 
+// dist_async: each compressed push is dequantised and applied on its own; with SGD (lr 1) the
+// values end at minus the sum of every push's dequantised values, whatever their order.
+TEST(DistCompressionAsync, EveryPushIsAppliedDequantised) {
+  const std::vector<CompressionCase> cases = CasesOf("2bit", 0.5f);
+  const CompressionCase& c = cases[1];
+  LocalJob job(false, 2, 1);
+  job.Run([&](int rank, Cluster* cluster) {
+    auto kv = MakeStore(KVStoreType::kDistAsync, cluster);
+    OptimizerConfig sgd;
+    sgd.type = "sgd";
+    sgd.lr = 1.0f;
+    sgd.momentum = 0.0f;
+    sgd.wd = 0.0f;
+    ASSERT_TRUE(kv->SetOptimizer(sgd).ok());
+    ASSERT_TRUE(kv->SetGradientCompression(c.config).ok());
+    ASSERT_TRUE(kv->Init(0, Tensor::Zeros({c.n}, DType::kF32)).ok());
+    for (size_t step = 0; step < c.pushes.size(); ++step) {
+      ASSERT_TRUE(kv->Push(0, {FromFloats(c.pushes[step].grads[rank])}).ok());
+    }
+    ASSERT_TRUE(kv->WaitAll().ok());
+    ASSERT_TRUE(kv->Barrier().ok());  // both workers' pushes are applied
+    Tensor out = Tensor::Zeros({c.n}, DType::kF32);
+    ASSERT_TRUE(kv->Pull(0, {out}).ok());
+    ASSERT_TRUE(kv->WaitAll().ok());
+    for (int64_t i = 0; i < c.n; ++i) {
+      float want = 0.0f;
+      for (const auto& push : c.pushes) want -= push.sum[i];  // multiples of 0.5: exact in any order
+      ASSERT_EQ(out.data<float>()[i], want) << "value " << i;
+    }
+  });
+}
+
 // `device` with 2 CPU devices compresses between them as MXNet's device kvstore does: device
 // d's gradients are the fixtures' worker d's, and the sums are the fixtures' (no optimizer).
 TEST(DeviceCompression, TwoDevicesSumTheFixturesDequantisedPushes) {
