@@ -32,7 +32,7 @@ class SpareTest : public ::testing::Test {
       }, kSpares);
       if (i != kRef) servers_[i]->SetReplication(i, 1);
       Message opt = Request(wire::SET_OPTIMIZER, 0, 0);
-      opt.meta.mutable_optimizer()->set_type("nag");
+      opt.meta.mutable_optimizer()->set_type(optimizer_);
       opt.meta.mutable_optimizer()->set_lr(0.5f);
       opt.meta.mutable_optimizer()->set_momentum(0.9f);
       opt.meta.mutable_optimizer()->set_rescale_grad(1.0f);
@@ -119,6 +119,9 @@ class SpareTest : public ::testing::Test {
   // Steps 0 and 1 on servers 0 and 1; server 1 lost and the spare in its place; step 2;
   // server 0 lost; steps 3 and 4 on the spare alone: the same bits as the reference.
   void TakeOverAndOutlive();
+  // Steps 0 and 1; server 1 lost; a worker rolls step 1 back before the spare has the state:
+  // the rollback waits for it, and the undo copy (values and optimizer state) came with it.
+  void RollBackWhileTakingOver();
   Message Rollback(int worker, int64_t step) {
     Message m = Request(wire::ROLLBACK, worker, step);
     AddSlice(&m, Values({0.f, 0.f, 0.f}));
@@ -142,6 +145,7 @@ class SpareTest : public ::testing::Test {
   }
 
   DType push_dtype_ = DType::kF32;  // the workers' gradients on the wire
+  const char* optimizer_ = "nag";   // SetUp's SET_OPTIMIZER
   std::unique_ptr<KVServer> servers_[4];
   kv_server_test::Sent out_[4];
   uint64_t next_id_ = 0;
@@ -178,7 +182,24 @@ void SpareTest::TakeOverAndOutlive() {
   ExpectSameBits(kSpare);
 }
 
-TEST_F(SpareTest, WorkersRequestsWaitForTheStateAndTheUndoCopyComesWithIt) {
+TEST_F(SpareTest, WorkersRequestsWaitForTheStateAndTheUndoCopyComesWithIt) { RollBackWhileTakingOver(); }
+
+// Every rule's whole state (Adam's mean, variance and update count; LARS's momentum and
+// previous lr; ...) and its undo copy reach the spare, which goes on with the reference's bits.
+TEST_F(SpareTest, EveryOptimizersWholeStateReachesTheSpare) {
+  for (const char* type : {"adam", "adamw", "adagrad", "rmsprop", "signum", "lars", "lamb"}) {
+    SCOPED_TRACE(type);
+    optimizer_ = type;
+    TearDown();
+    SetUp();
+    TakeOverAndOutlive();
+    TearDown();
+    SetUp();
+    RollBackWhileTakingOver();
+  }
+}
+
+void SpareTest::RollBackWhileTakingOver() {
   Step(0, 1, 0);
   Step(0, 1, 1);
   servers_[kSpare]->Handle(Lost(1, kSpare));
