@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/device_backend.h"
+#include "base/host_blocks.h"
 
 namespace tally {
 namespace {
@@ -85,76 +86,13 @@ Storage::~Storage() {
   if (deleter_) deleter_(data_);
 }
 
-namespace {
-
-// Big host blocks are kept for reuse instead of going back to the system: a training step
-// allocates the same activation sizes every time, and a fresh block of megabytes costs an
-// mmap and a page fault per 4 KiB on first touch. Blocks are reused at their exact
-// (page-rounded) size; the cache holds at most half the machine's memory.
-class HostBlockCache {
- public:
-  static constexpr size_t kMinCachedBytes = 256 << 10;
-
-  static HostBlockCache& Get() {
-    static HostBlockCache* cache = new HostBlockCache();  // never destroyed: outlives tensors
-    return *cache;
-  }
-
-  void* Allocate(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached_bytes_ -= bytes;
-        return p;
-      }
-    }
-    void* p = std::aligned_alloc(4096, bytes);
-    CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
-    return p;
-  }
-
-  void Release(void* p, size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cached_bytes_ + bytes <= limit_bytes_) {
-        free_[bytes].push_back(p);
-        cached_bytes_ += bytes;
-        return;
-      }
-    }
-    std::free(p);
-  }
-
- private:
-  HostBlockCache() {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    limit_bytes_ = pages > 0 && page > 0 ? static_cast<size_t>(pages) * page / 2 : size_t{1} << 32;
-  }
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // GUARDED_BY(mu_)
-  size_t cached_bytes_ = 0;                               // GUARDED_BY(mu_)
-  size_t limit_bytes_;
-};
-
-}  // namespace
-
 std::shared_ptr<Storage> Storage::Allocate(size_t bytes, Device device) {
   if (!device.is_cpu()) {
     if (g_backend != nullptr && g_backend->allocate != nullptr) return g_backend->allocate(bytes, device);
     LOG(FATAL) << "cannot allocate on " << device.ToString() << ": " << CheckDeviceThroughBackend(device);
   }
-  if (bytes < HostBlockCache::kMinCachedBytes) {
-    void* p = std::aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
-    CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
-    return std::make_shared<Storage>(p, bytes, device, [](void* q) { std::free(q); });
-  }
-  size_t rounded = (bytes + 4095) / 4096 * 4096;
-  void* p = HostBlockCache::Get().Allocate(rounded);
-  return std::make_shared<Storage>(p, bytes, device,
-                                   [rounded](void* q) { HostBlockCache::Get().Release(q, rounded); });
+  void* p = AllocateHostBlock(bytes);
+  return std::make_shared<Storage>(p, bytes, device, [bytes](void* q) { ReleaseHostBlock(q, bytes); });
 }
 
 Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {

@@ -8,12 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include <glog/logging.h>
@@ -81,76 +78,6 @@ void PutLength(std::string* s, const std::string& name) {
   s->push_back(static_cast<char>(name.size()));
   s->append(name);
 }
-
-// The crypto threads. Each ParallelRecords call is a batch whose indices the caller and
-// any idle helpers take one at a time.
-class CryptoPool {
- public:
-  static CryptoPool& Get() {
-    static CryptoPool* pool = new CryptoPool;  // never destroyed: helpers may outlive main's statics
-    return *pool;
-  }
-
-  void Run(size_t n, const std::function<void(size_t)>& fn) {
-    auto batch = std::make_shared<Batch>(n, fn);
-    const size_t helpers = std::min(n - 1, threads_.size());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i = 0; i < helpers; ++i) queue_.push_back(batch);
-    }
-    cv_.notify_all();
-    Drain(batch.get());
-    std::unique_lock<std::mutex> lock(batch->mu);
-    batch->cv.wait(lock, [&] { return batch->done == batch->n; });
-  }
-
- private:
-  struct Batch {
-    Batch(size_t n, const std::function<void(size_t)>& fn) : n(n), fn(fn) {}
-    const size_t n;
-    const std::function<void(size_t)>& fn;  // outlives the batch: Run waits for every index
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t done = 0;  // GUARDED_BY(mu)
-  };
-
-  CryptoPool() {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned i = 0; i + 1 < std::min(cores, 8u); ++i) threads_.emplace_back([this] { Loop(); });
-  }
-
-  static void Drain(Batch* b) {
-    size_t finished = 0;
-    for (size_t i; (i = b->next.fetch_add(1)) < b->n; ++finished) b->fn(i);
-    if (finished == 0) return;
-    std::lock_guard<std::mutex> lock(b->mu);
-    b->done += finished;
-    if (b->done == b->n) b->cv.notify_all();
-  }
-
-  void Loop() {
-    while (true) {
-      std::shared_ptr<Batch> batch;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !queue_.empty(); });
-        batch = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      Drain(batch.get());
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Batch>> queue_;  // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;
-};
-
-}  // namespace
-
-namespace {
 
 // RFC 5869's extract step, by OpenSSL's HKDF: PRK = HMAC-SHA256(salt, secret).
 void Extract(const std::string& job_secret, uint8_t prk[kHmacBytes]) {
@@ -290,10 +217,5 @@ void RandomBytes(void* out, size_t n) {
   }
 }
 
-void ParallelRecords(size_t n, const std::function<void(size_t)>& fn) {
-  if (n == 0) return;
-  if (n == 1) return fn(0);
-  CryptoPool::Get().Run(n, fn);
-}
 
 }  // namespace tally

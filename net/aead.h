@@ -83,9 +83,4 @@ class HmacSha256 {
 // Fills n bytes from the operating system's generator.
 void RandomBytes(void* out, size_t n);
 
-// Runs fn(0) ... fn(n - 1), spread over a pool of crypto threads (one fewer than the cores,
-// at most 7) and the caller; returns when all are done. The records of one message are
-// independent, so sealing and opening a large message uses every core.
-void ParallelRecords(size_t n, const std::function<void(size_t)>& fn);
-
 }  // namespace tally

@@ -5,6 +5,8 @@
 
 #include <glog/logging.h>
 
+#include "base/parallel.h"
+
 namespace tally {
 namespace {
 
@@ -258,7 +260,7 @@ bool ForEachRecord(const std::vector<PartJob>& parts, uint64_t counter, Fn fn) {
   if (total < kParallelBytes) {
     for (size_t i = 0; i < jobs.size(); ++i) one(i);
   } else {
-    ParallelRecords(jobs.size(), one);
+    ParallelFor(jobs.size(), one);  // the records of one message are independent
   }
   return true;
 }

@@ -15,7 +15,7 @@
 //
 // Secure (docs/security.md), every DEALER runs a ClientSession: its first Send to the peer
 // sends a HELLO, waits for the WELCOME and sends the CONFIRM, then every message is sealed
-// into new buffers (AES-256-GCM, the records spread over the crypto threads) on the sending
+// into host blocks reused from message to message (AES-256-GCM, the records spread over the crypto threads) on the sending
 // thread. The receiver answers handshakes on its own thread and keeps nothing for them
 // until a CONFIRM verifies; Recv opens sealed messages in place before anything parses
 // them.
@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 
+#include "base/host_blocks.h"
 #include "net/secure_session.h"
 #include "net/transport.h"
 #include "net/zmtp_receiver.h"
@@ -47,6 +48,7 @@ std::string ZmqError(const std::string& what) {
 }
 
 void ReleaseStorage(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<Storage>*>(hint); }
+void ReleaseBlock(void* data, void* hint) { ReleaseHostBlock(data, reinterpret_cast<size_t>(hint)); }
 
 // A DEALER's routing id (ZMTP's Identity), random. The receiver tells connections apart
 // by their TCP connection, not by this; ZeroMQ reserves ids that start with a zero byte.
@@ -303,7 +305,13 @@ class ZmqTransport : public Transport {
     std::vector<zmq_msg_t> frames(sizes.size());
     std::vector<uint8_t*> outs;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      zmq_msg_init_size(&frames[i], sizes[i]);
+      if (sizes[i] < kMinHostBlockBytes) {
+        zmq_msg_init_size(&frames[i], sizes[i]);
+      } else {
+        // The size is the hint ZeroMQ hands back to the free callback.
+        void* block = AllocateHostBlock(sizes[i]);
+        zmq_msg_init_data(&frames[i], block, sizes[i], ReleaseBlock, reinterpret_cast<void*>(sizes[i]));
+      }
       outs.push_back(static_cast<uint8_t*>(zmq_msg_data(&frames[i])));
     }
     peer->session->Seal(meta, data, outs);

@@ -10,6 +10,8 @@
 
 #include <glog/logging.h>
 
+#include "base/host_blocks.h"
+
 namespace tally {
 namespace {
 
@@ -133,12 +135,14 @@ bool Connection::OnFrame(uint64_t size, bool more, uint8_t** dest, uint64_t* kee
            " allowed";
     return false;
   }
-  void* p = size > 0 ? std::malloc(size) : nullptr;
+  // Received frames come from the host block cache: a step receives the same sizes every
+  // time, and a fresh multi-MB buffer would be faulted in page by page.
+  void* p = size > 0 ? TryAllocateHostBlock(size) : nullptr;
   if (size > 0 && p == nullptr) {
     *why = "no memory for a frame of " + std::to_string(size) + " bytes";
     return false;
   }
-  frames_.push_back({p, size, [p] { std::free(p); }});
+  frames_.push_back({p, size, [p, size] { ReleaseHostBlock(p, size); }});
   *dest = static_cast<uint8_t*>(p);
   *keep = size;
   return true;

@@ -2,18 +2,30 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
+
+#include "base/parallel.h"
 
 namespace tally {
 namespace {
 
 // Elements per block: 32 KiB of fp32 scratch, which stays in L1/L2 while it is added.
 constexpr int64_t kBlock = 8192;
-// A sum gets one thread per this many elements read (starting a thread costs tens of
-// microseconds; summing 4M elements, about a millisecond), up to kMaxSumThreads.
-constexpr int64_t kElementsPerThread = int64_t{4} << 20;
-constexpr int64_t kMaxSumThreads = 8;
+// A large array is cut into pieces of about this many elements, spread over the worker
+// pool (base/parallel.h): waking a pool thread costs a few microseconds, converting or
+// summing 256K elements a few tens.
+constexpr int64_t kElementsPerPiece = int64_t{256} << 10;
+
+// Calls fn(first, last) on ranges of blocks covering [0, blocks), in parallel when `work`
+// elements are read in all and that is more than a piece.
+template <typename Fn>
+void ForBlockRanges(int64_t blocks, int64_t work, Fn fn) {
+  const int64_t pieces = std::min<int64_t>(blocks, std::max<int64_t>(1, work / kElementsPerPiece));
+  if (pieces <= 1) return fn(0, blocks);
+  ParallelFor(static_cast<size_t>(pieces), [&](size_t p) {
+    fn(blocks * static_cast<int64_t>(p) / pieces, blocks * (static_cast<int64_t>(p) + 1) / pieces);
+  });
+}
 
 // Writes n values of src starting at element `begin` into dst as fp32.
 void ToF32(const Tensor& src, int64_t begin, int64_t n, float* dst) {
@@ -90,23 +102,39 @@ void SumInF32(const std::vector<Tensor>& parts, Tensor* out) {
       }
     }
   };
-  // Big sums are split over short-lived threads that end with the sum. Not an OpenMP team:
-  // its threads keep spinning for milliseconds after each sum, on the cores the transport's
-  // threads need for the next message (1 MB pushes ran 20x slower that way).
-  const int64_t work = n * static_cast<int64_t>(parts.size());
-  const int threads = static_cast<int>(std::min<int64_t>(
-      {static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())), kMaxSumThreads,
-       work / kElementsPerThread, blocks}));
-  if (threads <= 1) {
-    sum_blocks(0, blocks);
-    return;
-  }
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    helpers.emplace_back(sum_blocks, blocks * t / threads, blocks * (t + 1) / threads);
-  }
-  sum_blocks(0, blocks / threads);
-  for (std::thread& h : helpers) h.join();
+  ForBlockRanges(blocks, n * static_cast<int64_t>(parts.size()), sum_blocks);
+}
+
+Tensor ConvertForWire(const Tensor& src, DType dtype) {
+  if (src.dtype() == dtype) return src;
+  CHECK(IsWireDType(src.dtype()) && IsWireDType(dtype) && src.device().is_cpu())
+      << "ConvertForWire of " << src.ToString() << " to " << DTypeName(dtype);
+  Tensor out = Tensor::Empty(src.shape(), dtype);
+  const int64_t n = src.numel(), blocks = (n + kBlock - 1) / kBlock;
+  ForBlockRanges(blocks, n, [&](int64_t first, int64_t last) {
+    float scratch[kBlock];
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t begin = b * kBlock, len = std::min(kBlock, n - begin);
+      const float* f = scratch;
+      if (src.dtype() == DType::kF32) {
+        f = src.data<float>() + begin;
+      } else {
+        ToF32(src, begin, len, scratch);
+      }
+      switch (dtype) {
+        case DType::kF32:
+          std::memcpy(out.data<float>() + begin, f, static_cast<size_t>(len) * sizeof(float));
+          break;
+        case DType::kF16:
+          FloatToHalf(f, out.data<uint16_t>() + begin, static_cast<size_t>(len));
+          break;
+        default:
+          FloatToBFloat16(f, out.data<uint16_t>() + begin, static_cast<size_t>(len));
+          break;
+      }
+    }
+  });
+  return out;
 }
 
 }  // namespace tally

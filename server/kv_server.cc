@@ -520,9 +520,9 @@ void KVServer::AnswerPull(const PendingPull& p) {
       const int slot = p.request.state_slot();
       Tensor mom = updater_ && slot >= 0 && slot < updater_->state_slots() ? updater_->StateSlot(s->id, s->value, slot)
                                                                           : Tensor::Zeros({s->length}, DType::kF32);
-      r.data.push_back(dtype == DType::kF32 ? mom : mom.To(dtype));
+      r.data.push_back(ConvertForWire(mom, dtype));
     } else {
-      r.data.push_back(dtype == DType::kF32 ? s->value : s->value.To(dtype));
+      r.data.push_back(ConvertForWire(s->value, dtype));
     }
   }
   r.meta.set_stop(stop);

@@ -1,5 +1,7 @@
 #include "optim/reduce.h"
 
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 namespace tally {
@@ -24,6 +26,29 @@ TEST(SumInF32, SplitOverThreadsEqualsTheSerialSumInRankOrder) {
   }
   ASSERT_EQ(out.data<float>()[n - 1],
             a.data<float>()[n - 1] + HalfToFloat(b16.data<uint16_t>()[n - 1]) + b32.data<float>()[n - 1]);
+}
+
+
+// A pull's conversion, split over the worker pool for a large array, rounds every element as
+// Tensor::To does, in each direction between the wire's dtypes; the same dtype is no copy.
+TEST(ConvertForWire, MatchesTensorToInEveryDirection) {
+  const int64_t n = (int64_t{3} << 20) + 4321;  // several pieces, a ragged end
+  Tensor f32 = Tensor::Empty({n}, DType::kF32);
+  for (int64_t i = 0; i < n; ++i) f32.data<float>()[i] = static_cast<float>(i % 4099) * 0.731f - 1500.0f;
+  for (DType from : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const Tensor src = f32.To(from);
+    for (DType to : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const Tensor got = ConvertForWire(src, to), want = src.To(to);
+      ASSERT_EQ(got.dtype(), to);
+      ASSERT_EQ(got.numel(), n);
+      if (from == to) {
+        EXPECT_EQ(got.raw_data(), src.raw_data()) << DTypeName(from) << ": converted to itself, copied";
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0)
+          << DTypeName(from) << " to " << DTypeName(to) << " differs from Tensor::To";
+    }
+  }
 }
 
 }  // namespace

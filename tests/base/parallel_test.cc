@@ -1,0 +1,45 @@
+#include "base/parallel.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace tally {
+namespace {
+
+// Every index runs exactly once, and the call returns only after all of them, with batches
+// from several threads sharing the pool at once.
+TEST(ParallelFor, EveryIndexOnceAcrossConcurrentBatches) {
+  constexpr int kCallers = 4;
+  constexpr size_t kN = 10000;
+  std::vector<std::vector<std::atomic<int>>> runs(kCallers);
+  for (auto& r : runs) r = std::vector<std::atomic<int>>(kN);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 3; ++rep) ParallelFor(kN, [&](size_t i) { runs[c][i].fetch_add(1); });
+      for (size_t i = 0; i < kN; ++i) ASSERT_EQ(runs[c][i].load(), 3) << "caller " << c << " index " << i;
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_GE(ParallelForThreads(), 1u);
+  EXPECT_LE(ParallelForThreads(), 8u);
+}
+
+TEST(ParallelFor, NoneAndOneRunOnTheCaller) {
+  int calls = 0;
+  ParallelFor(0, [&](size_t) { ++calls; });
+  EXPECT_EQ(calls, 0);
+  const std::thread::id me = std::this_thread::get_id();
+  ParallelFor(1, [&](size_t i) {
+    ++calls;
+    EXPECT_EQ(i, 0u);
+    EXPECT_EQ(std::this_thread::get_id(), me);
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace
+}  // namespace tally
