@@ -37,6 +37,7 @@ std::string SelfExecutable();
 
 int BenchCompute(int argc, char** argv);
 int BenchPs(int argc, char** argv);
+int BenchOptim(int argc, char** argv);
 int BenchIo(int argc, char** argv);
 int BenchProfile(int argc, char** argv);
 int BenchReplay(int argc, char** argv);

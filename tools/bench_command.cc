@@ -89,6 +89,11 @@ int BenchCommand(int argc, char** argv) {
     argv[1] = name.data();
     return BenchPs(argc - 1, argv + 1);
   }
+  if (argc >= 2 && std::strcmp(argv[1], "optim") == 0) {
+    std::string name = "tally bench optim";
+    argv[1] = name.data();
+    return BenchOptim(argc - 1, argv + 1);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "io") == 0) {
     std::string name = "tally bench io";
     argv[1] = name.data();
@@ -112,6 +117,7 @@ int BenchCommand(int argc, char** argv) {
   std::fprintf(stderr,
                "usage: tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20]\n"
                "       tally bench ps [--json] [--workers=1] [--servers=1] [--iters=20]\n"
+               "       tally bench optim [--json] [--mb=64] [--iters=5]\n"
                "       tally bench io [--json] [--images=512] [--threads=1,2] [--data=DIR|FILE.rec]\n"
                "       tally bench profile [--json] [--workers=2] [--servers=1] [--runs=3]\n"
                "       tally bench scaling [--json] [--workers 1,2,4,8] [--wires fp16,fp32] [--scale 40] ...\n");
