@@ -30,6 +30,7 @@ LAYERS = {
     "base": [],  # Status, dtypes, host tensors: no CUDA
     "ops": ["base"],
     "profile": ["base"],
+    "tensorboard": ["base"],  # event files: Protobuf, no CUDA
     "net": ["base", "profile"],
     "compress": ["ops"],  # gradient compression ops, CPU and CUDA
     "optim": ["ops"],
@@ -39,7 +40,7 @@ LAYERS = {
     "server": ["optim", "net", "compress"],
     "scheduler": ["net"],  # and so never ops: it links no CUDA library
     "plan": ["models", "kvstore"],
-    "worker": ["models", "kvstore", "profile"],
+    "worker": ["models", "kvstore", "profile", "tensorboard"],
     "tools": ["worker", "data", "profile", "scheduler", "server", "plan"],
     "python": ["kvstore", "server", "scheduler", "models"],
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what Tally needs to build and test, from Debian's packages only.
+# Installs what Tally needs to build and test: Debian's packages, and from PyPI the tensorboard
+# package (and nvJPEG where a CUDA toolkit is).
 # Idempotent: packages already present are left as they are.
 #
 #   tools/install_deps.sh          build and test dependencies
@@ -60,6 +61,25 @@ else
   echo "install_deps: installing ${missing[*]}"
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# TensorBoard (PyPI's tensorboard): tests/tools/tensorboard_test.py reads the event files of
+# `tally train --tensorboard` back with it. Debian does not package it, so pip installs it for
+# Debian's python3, which runs the tests (--break-system-packages where Debian's pip asks
+# for it). Left as it is when importable; a failure (no network) only makes that test
+# report itself skipped.
+if ! /usr/bin/python3 -c "import tensorboard" >/dev/null 2>&1; then
+  /usr/bin/python3 -m pip --version >/dev/null 2>&1 ||
+    $sudo apt-get install -y -qq --no-install-recommends python3-pip
+  pip_flags=(--quiet --disable-pip-version-check)
+  if /usr/bin/python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    pip_flags+=(--break-system-packages)
+  fi
+  if $sudo env PIP_ROOT_USER_ACTION=ignore /usr/bin/python3 -m pip install "${pip_flags[@]}" tensorboard; then
+    echo "install_deps: tensorboard installed for /usr/bin/python3"
+  else
+    echo "install_deps: tensorboard could not be installed; the tensorboard.* tests will say they are skipped"
+  fi
 fi
 
 # nvJPEG for the GPU input path (data/gpu_loader.h). CUDA 13's toolkit no longer ships it;

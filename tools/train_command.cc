@@ -23,6 +23,7 @@
 #include "tools/command.h"
 #include "tools/optimizer_flags.h"
 #include "tools/progress.h"
+#include "tools/train_board.h"
 #include "tools/train_checkpoints.h"
 #include "tools/train_data.h"
 #include "worker/checkpoint.h"
@@ -379,7 +380,11 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   ProgressBar bar(FLAGS_progress);
   const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
   const FitOptions options = MakeFitOptions(cfg, lr, resume, rank);
-  const FitCallbacks callbacks = WireCallbacks(prof, &bar, trainer, num_workers, saves);
+  FitCallbacks callbacks = WireCallbacks(prof, &bar, trainer, num_workers, saves);
+  std::unique_ptr<FitBoard> board;
+  s = OpenWorkerBoard(trainer, rank, FLAGS_top_k, &board);
+  if (!s.ok()) return Fail("", s);
+  if (board) board->Attach(&callbacks);
   FitResult result;
   s = Fit(trainer, train_data.get(), val_data.get(), options, callbacks, &result);
   if (!s.ok()) return Fail(result.failed_at, s);
@@ -438,6 +443,8 @@ int RunRole(const ClusterConfig& c) {
         if (prof) prof->Finish().ok();
       };
     }
+    ServerBoard board;
+    board.Attach(&observer);
     s = RunServer(c, std::move(transport), observer);
   }
   if (prof) {
@@ -452,7 +459,7 @@ int RunRole(const ClusterConfig& c) {
 }
 
 int TrainCommand(int argc, char** argv) {
-  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "profile/node_profiler.cc"});
+  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "tools/train_board.cc", "profile/node_profiler.cc"});
   const char* role = std::getenv("DMLC_ROLE");
   if (role != nullptr && std::string(role) != "worker") {
     ClusterConfig c;

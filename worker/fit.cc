@@ -91,7 +91,9 @@ class FitLoop {
       Status s = cb_.checkpoint(epoch + 1, 0, step_);
       if (!s.ok()) return Fail("checkpoint after epoch " + std::to_string(epoch) + ": ", s);
     }
-    if (val_ != nullptr) TALLY_RETURN_IF_ERROR(Validate(epoch));
+    StepStats val;
+    if (val_ != nullptr) TALLY_RETURN_IF_ERROR(Validate(epoch, &val));
+    if (cb_.epoch_ends) cb_.epoch_ends(epoch, step_, epoch_stats_, val_ != nullptr ? &val : nullptr);
     std::fflush(o_.log);
     return Status::Ok();
   }
@@ -186,6 +188,8 @@ class FitLoop {
         w.last_batch = b + 1;
         w.seconds = now - tic_;
         w.stats = window_;
+        w.step = step_;
+        w.lr = applied_lr_;
         cb_.speedometer(w);
       }
       window_ = StepStats();
@@ -215,15 +219,14 @@ class FitLoop {
     return s.ok() ? s : Fail("checkpoint on SIGTERM: ", s);
   }
 
-  Status Validate(int epoch) {
-    StepStats val;
+  Status Validate(int epoch, StepStats* val) {
     Status s;
     for (int64_t b = 0; b < val_->batches_per_epoch() && s.ok(); ++b) {
       s = val_->Next(&images_, &labels_);
-      if (s.ok()) s = trainer_->Evaluate(images_, labels_, &val);
+      if (s.ok()) s = trainer_->Evaluate(images_, labels_, val);
     }
     if (!s.ok()) return Fail("validation after epoch " + std::to_string(epoch) + ": ", s);
-    std::fputs(EpochMetricLines(epoch, "Validation-", val, o_.top_k).c_str(), o_.log);
+    std::fputs(EpochMetricLines(epoch, "Validation-", *val, o_.top_k).c_str(), o_.log);
     return Status::Ok();
   }
 

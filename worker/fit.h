@@ -63,6 +63,8 @@ struct SpeedometerWindow {
   int64_t first_batch = 0, last_batch = 0;
   double seconds = 0;
   StepStats stats;  // the window's, figures kept on the GPUs included
+  int64_t step = 0;  // the job's step count at the window's end
+  double lr = 0;     // the learning rate of its last step
 };
 
 struct FitCallbacks {
@@ -76,6 +78,9 @@ struct FitCallbacks {
   // every save_period-th and the last epoch, and where the job agreed to stop (inside an
   // epoch: batch > 0). Unset: nothing is saved.
   std::function<Status(int64_t epoch, int64_t batch, int64_t step)> checkpoint;
+  // After each epoch and its validation: the epoch's training figures, the validation's
+  // (nullptr without a validation set) and the job's step count then (the TensorBoard curves).
+  std::function<void(int epoch, int64_t step, const StepStats& train, const StepStats* val)> epoch_ends;
   // After every batch: `done` of `total` batches of `epoch`, the epoch's speed and the run's
   // expected rest; and before Fit prints a line, so a live display can get out of the way.
   std::function<void(int epoch, int64_t done, int64_t total, double samples_per_sec, double eta_seconds)> progress;

@@ -173,6 +173,29 @@ TEST(Fit, CallsTheSpeedometerCheckpointsAndProfilerAtTheirCadence) {
   EXPECT_LT(log.find("Epoch[0] Validation-"), log.find("Epoch[1] lr="));
 }
 
+// What the TensorBoard curves are drawn from: each window's step and lr, each epoch's end.
+TEST(Fit, TellsEachWindowsStepAndLrAndEachEpochsEnd) {
+  auto trainer = MakeTrainer();
+  TestSource train(5, 1), val(2, 2);
+  Recorded rec;
+  FitOptions options = Options(2, 5);
+  options.log = rec.log;
+  FitCallbacks cb = rec.Callbacks();
+  std::vector<std::tuple<int, int64_t, int64_t, int64_t>> ends;  // epoch, step, train and val samples
+  cb.epoch_ends = [&](int epoch, int64_t step, const StepStats& t, const StepStats* v) {
+    ends.emplace_back(epoch, step, t.samples, v != nullptr ? v->samples : -1);
+  };
+  FitResult result;
+  ASSERT_TRUE(Fit(trainer.get(), &train, &val, options, cb, &result).ok());
+  using E = std::tuple<int, int64_t, int64_t, int64_t>;
+  EXPECT_EQ(ends, (std::vector<E>{E{0, 5, 5 * kBatch, 2 * kBatch}, E{1, 10, 5 * kBatch, 2 * kBatch}}));
+  ASSERT_EQ(rec.windows.size(), 4u);
+  for (const SpeedometerWindow& w : rec.windows) {
+    EXPECT_EQ(w.step, w.epoch * 5 + w.last_batch);
+    EXPECT_FLOAT_EQ(w.lr, w.epoch == 0 ? 0.05 : 0.025);  // the step schedule's factor at epoch 1
+  }
+}
+
 std::vector<std::vector<float>> Weights(Trainer* t) {
   std::vector<std::vector<float>> out;
   for (const auto* p : t->replica(0).Parameters()) {
