@@ -2,7 +2,8 @@
 EventAccumulator loads every process's run folder and finds every scalar curve, at the steps
 the Speedometer and the epochs end at, with values a run like this one must have. A
 dist_sync job through tools/launch.py (2 workers, 1 server; worker 1's gradient is made NaN
-at step 13, so the skipped-steps curve has something to show), and a single process.
+at step 13, so the skipped-steps curve has something to show), and a single process, whose
+curves stop and training goes on when its event file can grow no more.
 
 Without the `tensorboard` package (tools/install_deps.sh installs it from PyPI) the test
 prints a "SKIPPED tensorboard:" line saying so and exits 0.
@@ -11,6 +12,8 @@ Usage: python3 tensorboard_test.py TALLY_BINARY [unittest args, such as a test c
 """
 import math
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,6 +132,24 @@ class SingleProcessTest(Case):
         self.run_command([TALLY] + TRAIN + ["--kv-store", "local", "--tensorboard", self.board])
         self.assertEqual(os.listdir(self.board), ["worker-0"])
         self.check_worker(os.path.join(self.board, "worker-0"))
+
+    def test_a_write_that_fails_stops_the_curves_not_the_training(self):
+        # Files of this process may not grow past 1000 bytes (RLIMIT_FSIZE, SIGXFSZ ignored so
+        # that a write fails with EFBIG instead): the event file takes a few windows.
+        def limit():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+        p = subprocess.run([TALLY] + TRAIN + ["--kv-store", "local", "--tensorboard", self.board], env=env(),
+                           capture_output=True, text=True, timeout=240, preexec_fn=limit)
+        self.assertEqual(p.returncode, 0, (p.stdout + p.stderr)[-4000:])
+        self.assertIn("Epoch[%d] Time cost=" % (EPOCHS - 1), p.stdout)
+        self.assertEqual(p.stderr.count("--tensorboard: "), 1, p.stderr)
+        self.assertIn("no more curves are written, training goes on", p.stderr)
+        # The whole records before the failure are TensorBoard's to read.
+        steps = [s for s, _ in load(os.path.join(self.board, "worker-0")).get("train/loss", [])]
+        self.assertTrue(steps, p.stderr)
+        self.assertEqual(steps, WINDOW_STEPS[:len(steps)])
+        self.assertLess(len(steps), len(WINDOW_STEPS))
 
     def test_a_folder_that_cannot_be_made_is_named(self):
         blocker = os.path.join(self.tmp.name, "file")
