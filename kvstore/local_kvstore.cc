@@ -116,6 +116,7 @@ Status LocalKVStore::Push(int key, const std::vector<Tensor>& vals, int /*priori
       const int64_t t0 = profile::NowUs();
       updaters_[c]->SaveState(key, e->copies[c]);
       updaters_[c]->set_wd(KeyWd(optimizer_, key));
+      updaters_[c]->set_key_excluded(optimizer_.no_wd_keys.count(key) != 0);
       updaters_[c]->Update(key, merged, &e->copies[c]);
       times_.update_us += profile::NowUs() - t0;
     }

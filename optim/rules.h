@@ -38,6 +38,7 @@ struct RuleStep {
   int64_t t = 1;           // 1 + the updates applied before this one
   float last_lr = 0;       // lars: the lr of the previous update (0: none)
   double weight_norm = 0;  // lars: the L2 norm of the weight as stored (fp16 under multi-precision)
+  bool trust_ratio = true;  // lars: scale the lr by the norms (false: a gamma, beta or bias key)
 };
 
 // The arrays of one update: w the fp32 weight (or fp32 master), g the raw fp32 gradient,

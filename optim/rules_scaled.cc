@@ -103,12 +103,13 @@ void SignumRule(const OptimizerConfig& c, const RuleStep& step, const RuleArrays
 
 // LARS: the layer's lr is lr * eta * |w| / (|g| * rescale_grad + wd * |w| + eps) when both
 // norms are positive (multi_lars; |g| before the clip), then SGD with momentum, the momentum
-// scaled by lr / the previous lr when momentum_correction is on and that lr is not 0.
+// scaled by lr / the previous lr when momentum_correction is on and that lr is not 0. A key
+// without the trust ratio (MXNet's gamma, beta and bias names) takes the plain lr.
 void LarsRule(const OptimizerConfig& c, const RuleStep& step, const RuleArrays& a) {
   const float w_norm = static_cast<float>(step.weight_norm);
-  const float g_sum_sq = static_cast<float>(SumSquares(a.g, a.n));
+  const float g_sum_sq = step.trust_ratio ? static_cast<float>(SumSquares(a.g, a.n)) : 0.0f;
   float lr = step.lr;
-  if (w_norm > 0 && g_sum_sq > 0) {
+  if (step.trust_ratio && w_norm > 0 && g_sum_sq > 0) {
     lr = step.lr * c.eta * w_norm / (std::sqrt(g_sum_sq) * step.rescale_grad + c.wd * w_norm + c.epsilon);
   }
   SgdParams p;

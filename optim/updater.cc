@@ -194,7 +194,8 @@ void Updater::UpdateRule(KeyState* s, const Tensor& grad, Tensor* weight) {
     const double coef2 = 1. - std::pow(static_cast<double>(config_.beta2), static_cast<double>(step.t));
     step.lr = static_cast<float>(config_.lr * std::sqrt(coef2) / coef1);
   }
-  if (rule == Rule::kLars) {  // the norm of the weight as stored: fp16 under multi-precision
+  step.trust_ratio = !key_excluded_;
+  if (rule == Rule::kLars && step.trust_ratio) {  // the norm of the weight as stored: fp16 under multi-precision
     const Tensor stored = f32 ? *weight : weight->To(DType::kF32);
     step.weight_norm = std::sqrt(SumSquares(stored.data<float>(), n));
   }

@@ -31,6 +31,10 @@ class Updater {
   void set_learning_rate(float lr) { config_.lr = lr; }
   // The weight decay of the Updates from now on; the caller sets each key's (KeyWd).
   void set_wd(float wd) { config_.wd = wd; }
+  // Whether the keys of the Updates from now on are ones MXNet's LARS leaves unscaled (its
+  // names ending in gamma, beta or bias: --wd-exclude bn,bias's keys, OptimizerConfig::
+  // no_wd_keys): lars gives them the plain lr. Other rules ignore it.
+  void set_key_excluded(bool excluded) { key_excluded_ = excluded; }
   // Gradients given to Update from now on are `scale` times the true ones (dynamic loss
   // scaling); the update divides them back. 1 by default.
   void set_gradient_scale(float scale) { gradient_scale_ = scale; }
@@ -93,6 +97,7 @@ class Updater {
   int last_lr_slot_ = -1;  // the slot of the previous lr, -1: none
   std::map<int, KeyState> states_;
   float gradient_scale_ = 1.0f;
+  bool key_excluded_ = false;   // set_key_excluded
   std::vector<float> scratch_;  // lamb's direction
 };
 

@@ -74,6 +74,7 @@ Tensor KVServer::Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step,
   updater_->set_learning_rate(lr >= 0 ? lr : lr_.For(step));
   updater_->set_gradient_scale(scale);
   updater_->set_wd(s->key <= INT32_MAX ? KeyWd(optimizer_, static_cast<int>(s->key)) : optimizer_.wd);
+  updater_->set_key_excluded(s->key <= INT32_MAX && optimizer_.no_wd_keys.count(static_cast<int>(s->key)) != 0);
   updater_->Update(s->id, g, &s->value);
   RecordApply(step, s->key, t0, t1, profile::NowUs());
   return g;

@@ -144,6 +144,32 @@ TEST(OptimizerFixtures, ABadParameterIsRefusedNamingItsFlag) {
   }
 }
 
+// MXNet's LARS leaves its gamma, beta and bias parameters unscaled: a key set excluded
+// (--wd-exclude bn,bias's keys) takes SGD's step with the plain lr; the others do not.
+TEST(OptimizerFixtures, LarsGivesAnExcludedKeyThePlainLr) {
+  OptimizerConfig c;
+  c.type = "lars";
+  c.lr = 0.5f;
+  c.wd = 0.0f;
+  c.eta = 0.01f;
+  OptimizerConfig plain = c;
+  plain.type = "sgd";
+  Updater lars(c), sgd(plain);
+  lars.set_key_excluded(true);
+  Tensor wl = FromDoubles({0.5, -1, 2}, DType::kF32), ws = wl.Clone(), wt = wl.Clone();
+  Updater trusted(c);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = FromDoubles({0.25 * step + 0.1, 1, -0.5}, DType::kF32);
+    lars.Update(0, g, &wl);
+    sgd.Update(0, g, &ws);
+    trusted.Update(0, g, &wt);
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(wl.data<float>()[i], ws.data<float>()[i], 1e-6) << i;
+    EXPECT_GT(std::fabs(wt.data<float>()[i] - ws.data<float>()[i]), 1e-3) << i;
+  }
+}
+
 // The norms of LARS and LAMB are summed in fixed blocks: the same bits whatever the thread
 // count, so a server and its replica agree.
 TEST(OptimizerFixtures, SumSquaresIsExactForBlocksAndOrderFixed) {
