@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -175,6 +176,32 @@ TEST(EventWriterTest, TwoWritersInOneFolderNeverShareAFile) {
   a.reset();
   b.reset();
   EXPECT_EQ(FilesIn(tmp.Path("run")).size(), 2u);
+}
+
+// Someone who can write to a shared DIR plants links at the names the writer will choose:
+// it neither follows one nor writes through it, and says so.
+TEST(EventWriterTest, NeverFollowsALinkAtItsFilesName) {
+  ScopedTempDir tmp("event_writer_test");
+  const std::string target = tmp.Path("target");
+  std::ofstream(target) << "kept";
+  std::filesystem::create_directories(tmp.Path("run"));
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const int64_t now = static_cast<int64_t>(WallTimeSeconds());
+  for (int64_t t = now - 1; t <= now + 30; ++t) {
+    const std::string name = tmp.Path("run/") + kFilePrefix + std::to_string(t) + "." + host;
+    std::filesystem::create_symlink(target, name);
+    std::filesystem::create_symlink(target, name + "." + std::to_string(getpid()));
+  }
+  std::unique_ptr<EventWriter> writer;
+  const Status s = EventWriter::Open(tmp.Path("run"), &writer);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(tmp.Path("run/") + kFilePrefix), std::string::npos) << s;
+  EXPECT_EQ(writer, nullptr);
+  std::ifstream in(target);
+  std::string kept;
+  in >> kept;
+  EXPECT_EQ(kept, "kept");
 }
 
 TEST(EventWriterTest, AFolderThatCannotBeMadeIsNamed) {
