@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "compress/compress.h"
 #include "kvstore/placement.h"
 #include "plan/simulate.h"
 
@@ -43,8 +44,8 @@ Status Validate(const PlanInputs& in) {
   TALLY_RETURN_IF_ERROR(NeedPositive("--gbps", in.gbps, "Gb/s"));
   TALLY_RETURN_IF_ERROR(NeedPositive("--img-per-s", in.img_per_s, "images per second"));
   TALLY_RETURN_IF_ERROR(NeedPositive("--server-gbs", in.server_gbs, "GB/s"));
-  if (in.wire != "fp16" && in.wire != "fp32") {
-    return Status::InvalidArgument("--wire must be fp16 or fp32 (got '" + in.wire + "')");
+  if (in.wire != "fp16" && in.wire != "fp32" && in.wire != "2bit") {
+    return Status::InvalidArgument("--wire must be fp16, fp32 or 2bit (got '" + in.wire + "')");
   }
   if (in.batch < 1) return Status::InvalidArgument("--batch must be at least 1 (got " + std::to_string(in.batch) + ")");
   if (!std::isfinite(in.latency_us) || in.latency_us < 0) {
@@ -69,6 +70,10 @@ Status Validate(const PlanInputs& in) {
 struct Requests {
   std::vector<Transfer> transfers;  // ready times filled in per step
   std::vector<int> group;           // the group whose backward releases each one
+  // The answers' bytes, request by request: the pushes' but for 2bit, whose pushes carry
+  // 2 bits a value and whose answers fp16 values. They also measure the servers' work,
+  // which is per value whatever the push's encoding.
+  std::vector<double> answer_bytes;
 };
 
 Requests BuildRequests(const PlanInputs& in) {
@@ -80,12 +85,16 @@ Requests BuildRequests(const PlanInputs& in) {
       group_of_key.push_back(static_cast<int>(g));
     }
   }
-  const double wire_bytes = in.wire == "fp32" ? 4 : 2;
+  const double value_bytes = in.wire == "fp32" ? 4 : 2;
   const Placement placement = Placement::Compute(sizes, in.servers);
   Requests r;
   for (int k = 0; k < placement.num_keys(); ++k) {
     for (const Placement::Slice& s : placement.slices(k)) {
-      r.transfers.push_back({0, s.server, static_cast<double>(s.length) * wire_bytes});
+      const double values = static_cast<double>(s.length) * value_bytes;
+      const double pushed =
+          in.wire == "2bit" ? static_cast<double>(PackedBytes(CompressionType::kTwoBit, s.length)) : values;
+      r.transfers.push_back({0, s.server, pushed});
+      r.answer_bytes.push_back(values);
       r.group.push_back(group_of_key[k]);
     }
   }
@@ -111,18 +120,23 @@ double RunCompute(const std::vector<double>& forward_s, const std::vector<double
 }
 
 void FillBusy(const PlanInputs& in, const Requests& r, double bytes_per_s, PlanResult* out) {
-  std::vector<double> load(in.servers, 0);
-  double total = 0;
-  for (const Transfer& t : r.transfers) {
-    load[t.server] += t.bytes;
-    total += t.bytes;
+  // Per direction (links are full duplex): pushes up, answers down; and the servers' work.
+  std::vector<double> up(in.servers, 0), down(in.servers, 0);
+  double up_total = 0, down_total = 0;
+  for (size_t i = 0; i < r.transfers.size(); ++i) {
+    up[r.transfers[i].server] += r.transfers[i].bytes;
+    down[r.transfers[i].server] += r.answer_bytes[i];
+    up_total += r.transfers[i].bytes;
+    down_total += r.answer_bytes[i];
   }
-  const double most = *std::max_element(load.begin(), load.end());
-  out->bytes_per_worker = total;
+  const double most_up = *std::max_element(up.begin(), up.end());
+  const double most_down = *std::max_element(down.begin(), down.end());
+  out->bytes_per_worker = up_total;
+  out->bytes_per_worker_pulled = down_total;
   out->requests_per_worker = static_cast<int>(r.transfers.size());
-  out->busy.worker_link = total / bytes_per_s;
-  out->busy.server_link = in.workers * most / bytes_per_s;
-  out->busy.server_cpu = in.workers * most / (in.server_gbs * 1e9);
+  out->busy.worker_link = std::max(up_total, down_total) / bytes_per_s;
+  out->busy.server_link = in.workers * std::max(most_up, most_down) / bytes_per_s;
+  out->busy.server_cpu = in.workers * most_down / (in.server_gbs * 1e9);
   const PlanBusy& b = out->busy;
   out->busiest = b.worker_link >= b.server_link && b.worker_link >= b.server_cpu ? "worker link"
                  : b.server_link >= b.server_cpu                                 ? "server link"
@@ -154,6 +168,7 @@ Status Predict(const PlanInputs& inputs, PlanResult* out) {
   std::vector<double> cpu_free(in.servers, 0), answered(n, 0), arrived, answer_ready;
   std::vector<double> group_ready(in.groups.size()), backward_done(in.groups.size());
   std::vector<Transfer> answers = req.transfers;
+  for (size_t i = 0; i < n; ++i) answers[i].bytes = req.answer_bytes[i];
   double now = 0;
   std::vector<double> starts;
   for (int step = 0; step <= in.steps; ++step) {
@@ -167,7 +182,7 @@ Status Predict(const PlanInputs& inputs, PlanResult* out) {
     if (step == in.steps) break;  // only this forward's start was wanted: it ends the last step
     for (size_t i = 0; i < n; ++i) req.transfers[i].ready = backward_done[req.group[i]];
     plan_internal::SendAll(req.transfers, in.workers, bytes_per_s, latency_s, &up, &arrived);
-    plan_internal::UpdateAll(req.transfers, arrived, in.workers, in.server_gbs * 1e9, &cpu_free, &answer_ready);
+    plan_internal::UpdateAll(answers, arrived, in.workers, in.server_gbs * 1e9, &cpu_free, &answer_ready);
     for (size_t i = 0; i < n; ++i) answers[i].ready = answer_ready[i];
     plan_internal::SendAll(answers, in.workers, bytes_per_s, latency_s, &down, &answered);
   }

@@ -31,7 +31,9 @@ struct PlanInputs {
   int servers = 1;          // --servers: S (Predict needs >= 1)
   double gbps = 0;          // --gbps: each node's link, each way, in Gb/s
   double img_per_s = 0;     // --img-per-s: R, one worker's training speed with no communication
-  std::string wire = "fp16";  // --wire: fp16 or fp32, what pushes and answers carry
+  // --wire: fp16 or fp32, what pushes and answers carry; 2bit: pushes 2-bit compressed
+  // (--gradient-compression 2bit), answers fp16.
+  std::string wire = "fp16";
   int batch = 256;          // --batch: images per worker per step
   bool overlap = true;      // --overlap: the next forward waits per group, not for every answer
   double latency_us = 50;   // --latency-us: one way, per message
@@ -65,7 +67,8 @@ struct PlanResult {
   double exposed_s = 0;      // step_s - compute_s
   double img_per_s = 0;      // the whole job: workers * batch / step_s
   double efficiency = 0;     // img_per_s / (workers * inputs.img_per_s)
-  double bytes_per_worker = 0;  // pushed per step (and pulled back)
+  double bytes_per_worker = 0;         // pushed per step
+  double bytes_per_worker_pulled = 0;  // pulled per step: as much, but for 2bit (fp16 answers)
   int requests_per_worker = 0;  // slices pushed per step
   PlanBusy busy;
   std::string busiest;       // "worker link", "server link" or "server CPU"

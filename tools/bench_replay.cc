@@ -29,6 +29,7 @@
 
 #include <gflags/gflags.h>
 
+#include "compress/compress.h"
 #include "kvstore/dist_kvstore.h"
 #include "models/layer_costs.h"
 #include "net/cluster.h"
@@ -39,7 +40,9 @@ DECLARE_int32(batch_size);
 DECLARE_int32(steps);
 DECLARE_bool(overlap);
 DEFINE_double(img_per_s, 2800, "emulated compute speed of one worker (images per second)");
-DEFINE_string(wire, "fp16", "the dtype gradients and weights travel in: fp16 or fp32");
+DEFINE_string(wire, "fp16",
+              "the dtype gradients and weights travel in: fp16 or fp32; 2bit: fp16 values, the pushes "
+              "compressed as --gradient-compression 2bit --gc-threshold 0.5 does");
 DEFINE_bool(no_comm, false, "bench replay: the emulated compute alone, without a job (the reference)");
 
 namespace tally {
@@ -63,8 +66,8 @@ struct StepTimes {
 
 class Replay {
  public:
-  Replay(std::vector<LayerGroup> groups, double step_s, DType wire)
-      : groups_(std::move(groups)), wire_(wire) {
+  Replay(std::vector<LayerGroup> groups, double step_s, DType wire, bool two_bit)
+      : groups_(std::move(groups)), wire_(wire), two_bit_(two_bit) {
     double total = 0;
     for (const LayerGroup& g : groups_) total += g.flops;
     for (const LayerGroup& g : groups_) {
@@ -80,6 +83,11 @@ class Replay {
     OptimizerConfig opt;
     opt.lr = 0.01f;
     TALLY_RETURN_IF_ERROR(kv_->SetOptimizer(opt));
+    if (two_bit_) {
+      CompressionConfig gc;
+      TALLY_RETURN_IF_ERROR(ParseCompression("2bit", 0.5f, &gc));
+      TALLY_RETURN_IF_ERROR(kv_->SetGradientCompression(gc));
+    }
     std::vector<int> keys;
     std::vector<Tensor> values;
     for (const LayerGroup& g : groups_) {
@@ -135,6 +143,7 @@ class Replay {
  private:
   const std::vector<LayerGroup> groups_;
   const DType wire_;
+  const bool two_bit_;
   std::vector<Clock::duration> fwd_, bwd_;
   KVStore* kv_ = nullptr;
   std::map<int, Tensor> grads_, weights_;
@@ -193,7 +202,9 @@ int BenchReplay(int argc, char** argv) {
     return 2;
   };
   if (!FLAGS_no_comm && role == nullptr) return fail("needs the DMLC_* environment of a job (tools/launch.py), or --no-comm");
-  if (FLAGS_wire != "fp16" && FLAGS_wire != "fp32") return fail("--wire: fp16 or fp32, not '" + FLAGS_wire + "'");
+  if (FLAGS_wire != "fp16" && FLAGS_wire != "fp32" && FLAGS_wire != "2bit") {
+    return fail("--wire: fp16, fp32 or 2bit, not '" + FLAGS_wire + "'");
+  }
   if (!(FLAGS_img_per_s > 0)) return fail("--img-per-s must be positive");
   if (FLAGS_batch_size < 1) return fail("--batch-size must be positive");
   if (FLAGS_steps < 1) return fail("--steps must be positive");
@@ -201,7 +212,7 @@ int BenchReplay(int argc, char** argv) {
   Status s = LayerGroups(ModelConfig(), &groups);
   if (!s.ok()) return fail(s.ToString());
   Replay replay(std::move(groups), FLAGS_batch_size / FLAGS_img_per_s,
-                FLAGS_wire == "fp16" ? DType::kF16 : DType::kF32);
+                FLAGS_wire == "fp32" ? DType::kF32 : DType::kF16, FLAGS_wire == "2bit");
   int rank = 0;
   std::vector<StepTimes> times;
   s = RunWorker(&replay, &rank, &times);

@@ -32,7 +32,7 @@ namespace {
 
 const char kCmd[] = "tally plan";
 const char kUsage[] =
-    "tally plan --workers N [--servers S] --gbps B --img-per-s R [--wire fp16|fp32] [--batch 256]\n"
+    "tally plan --workers N [--servers S] --gbps B --img-per-s R [--wire fp16|fp32|2bit] [--batch 256]\n"
     "           [--overlap 1|0] [--latency-us 50] [--server-gbs 2] [--mtu 1500] [--frame-bytes 38] [--json]\n"
     "tally plan --table [--json]\n"
     "\n"
@@ -51,7 +51,7 @@ Json ResultJson(const PlanResult& r) {
               {"efficiency", r.efficiency},
               {"compute_ms", r.compute_s * 1e3},
               {"exposed_ms", r.exposed_s * 1e3},
-              {"bytes_per_worker", r.bytes_per_worker},
+              {"bytes_per_worker", r.bytes_per_worker}, {"bytes_per_worker_pulled", r.bytes_per_worker_pulled},
               {"requests_per_worker", r.requests_per_worker},
               {"busy_ms",
                {{"worker_link", r.busy.worker_link * 1e3},
@@ -82,8 +82,13 @@ void PrintOne(const PlanResult& r) {
               r.compute_s * 1e3, r.exposed_s * 1e3);
   std::printf("  throughput     %8.0f img/s for the job\n", r.img_per_s);
   std::printf("  efficiency     %8.1f %%  of %d x %g img/s\n", 100 * r.efficiency, in.workers, in.img_per_s);
-  std::printf("  per worker     %8.1f MB pushed, and as much pulled, in %d requests per step\n",
-              r.bytes_per_worker / 1e6, r.requests_per_worker);
+  if (r.bytes_per_worker_pulled == r.bytes_per_worker) {
+    std::printf("  per worker     %8.1f MB pushed, and as much pulled, in %d requests per step\n",
+                r.bytes_per_worker / 1e6, r.requests_per_worker);
+  } else {
+    std::printf("  per worker     %8.1f MB pushed, %.1f MB pulled, in %d requests per step\n",
+                r.bytes_per_worker / 1e6, r.bytes_per_worker_pulled / 1e6, r.requests_per_worker);
+  }
   std::printf("  busy per step  worker link %.1f ms (%.0f%%), server link %.1f ms (%.0f%%), server CPU %.1f ms "
               "(%.0f%%): busiest %s\n",
               r.busy.worker_link * 1e3, 100 * r.busy.worker_link / step, r.busy.server_link * 1e3,

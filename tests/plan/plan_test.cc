@@ -148,6 +148,24 @@ TEST(Plan, Fp16MovesHalfTheBytesOfFp32) {
   EXPECT_LE(half.step_s, full.step_s);
 }
 
+// 2bit pushes 2 bits a value (a 4-byte word per 16 values of each slice) and pulls fp16:
+// never slower than fp16, and no busier on any link, with the servers' work unchanged.
+TEST(Plan, TwoBitPushesAnEighthOfFp16AndPullsFp16) {
+  PlanInputs in = Job(8, 4, 2.5);
+  const PlanResult fp16 = MustPredict(in);
+  in.wire = "2bit";
+  const PlanResult two = MustPredict(in);
+  EXPECT_DOUBLE_EQ(two.bytes_per_worker_pulled, fp16.bytes_per_worker);
+  EXPECT_GE(two.bytes_per_worker, fp16.bytes_per_worker / 8);
+  EXPECT_LE(two.bytes_per_worker, fp16.bytes_per_worker / 8 + 4.0 * two.requests_per_worker);
+  EXPECT_LE(two.step_s, fp16.step_s);
+  EXPECT_LE(two.busy.server_link, fp16.busy.server_link);
+  EXPECT_DOUBLE_EQ(two.busy.server_cpu, fp16.busy.server_cpu);
+  in.wire = "3bit";
+  PlanResult r;
+  EXPECT_NE(Predict(in, &r).message().find("--wire must be fp16, fp32 or 2bit"), std::string::npos);
+}
+
 TEST(Plan, RecommendsTheFewestServersWithinHalfAPointOfTheBest) {
   std::vector<PlanResult> sweep(5);
   const double efficiency[] = {0.50, 0.960, 0.970, 0.9749, 0.972};

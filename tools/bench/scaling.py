@@ -39,7 +39,8 @@ def parse_args(argv):
     p.add_argument("--workers", default="1,2,4,8", help="worker counts N (default: 1,2,4,8)")
     p.add_argument("--server-ratios", default="0.5,1",
                    help="server counts as fractions of N, at least 1 (default: 0.5,1)")
-    p.add_argument("--wires", default="fp16,fp32", help="wire dtypes (default: fp16,fp32)")
+    p.add_argument("--wires", default="fp16,fp32", help="wire dtypes: fp16, fp32, 2bit (pushes compressed as --gradient-compression 2bit, "
+                   "answers fp16) (default: fp16,fp32)")
     p.add_argument("--overlap", default="on,off", help="overlap settings (default: on,off)")
     p.add_argument("--gbps", type=float, default=25.0, help="the real cluster's link rate (default: 25)")
     p.add_argument("--img-per-s", type=float, default=2800.0,
@@ -66,8 +67,8 @@ def parse_args(argv):
         p.error(f"--workers / --server-ratios: {e}")
     args.wires = args.wires.split(",")
     args.overlap = [{"on": True, "off": False}.get(x) for x in args.overlap.split(",")]
-    if any(w not in ("fp16", "fp32") for w in args.wires):
-        p.error("--wires: fp16 and/or fp32")
+    if any(w not in ("fp16", "fp32", "2bit") for w in args.wires):
+        p.error("--wires: fp16, fp32 and/or 2bit (pushes 2-bit compressed, answers fp16)")
     if None in args.overlap:
         p.error("--overlap: on and/or off")
     if min(args.workers) < 1 or min(args.server_ratios) <= 0 or args.scale <= 0 or args.steps < 1:
