@@ -60,39 +60,44 @@ Tensor Updater::StateSlot(int key, const Tensor& weight, int slot) {
   return SlotOf(s.arrays, s.scalars, slot, weight.numel());
 }
 
-Status Updater::SetStateSlot(int key, const Tensor& weight, int slot, const Tensor& value) {
-  KeyState& s = StateFor(key, weight);
+Status Updater::CheckStateSlot(int key, int64_t n, int slot, const Tensor& value) const {
   if (slot < 0 || slot >= slots_) {
     return Status::InvalidArgument(SlotName(key, slot) + ": --optimizer " + config_.type + " keeps " +
                                    std::to_string(slots_) + " slots");
   }
-  if (!value.defined() || value.numel() != weight.numel()) {
+  if (!value.defined() || value.numel() != n) {
     return Status::InvalidArgument(SlotName(key, slot) + ": " + (value.defined() ? value.ToString() : std::string("none")) +
-                                   " for a weight of " + std::to_string(weight.numel()) + " values");
+                                   " for a weight of " + std::to_string(n) + " values");
   }
-  const Tensor v = value.dtype() == DType::kF32 ? value : value.To(DType::kF32);
-  if (slot < arrays_) {
-    s.arrays[static_cast<size_t>(slot)].CopyFrom(v.Reshape({weight.numel()}));
-    return Status::Ok();
-  }
+  if (slot < arrays_) return Status::Ok();
   // A scalar slot: every element the same, a count an exact non-negative integer.
+  const Tensor v = value.dtype() == DType::kF32 ? value : value.To(DType::kF32);
   const float* p = v.data<float>();
   const float x = p[0];
-  for (int64_t i = 1; i < v.numel(); ++i) {
+  for (int64_t i = 1; i < n; ++i) {
     if (std::memcmp(&p[i], &x, sizeof(float)) != 0) {
       return Status::InvalidArgument(SlotName(key, slot) + ": element " + std::to_string(i) + " differs from element 0");
     }
   }
-  if (slot == count_slot_) {
-    if (!(x >= 0 && x <= kMaxCount && x == std::floor(x))) {
-      return Status::InvalidArgument(SlotName(key, slot) + ": the step count " + std::to_string(x) + " is not a count");
-    }
-    s.scalars.count = static_cast<int64_t>(x);
+  if (slot == count_slot_ && !(x >= 0 && x <= kMaxCount && x == std::floor(x))) {
+    return Status::InvalidArgument(SlotName(key, slot) + ": the step count " + std::to_string(x) + " is not a count");
+  }
+  if (slot == last_lr_slot_ && (!(x >= 0) || std::isinf(x))) {
+    return Status::InvalidArgument(SlotName(key, slot) + ": the previous lr " + std::to_string(x) + " is not >= 0");
+  }
+  return Status::Ok();
+}
+
+Status Updater::SetStateSlot(int key, const Tensor& weight, int slot, const Tensor& value) {
+  TALLY_RETURN_IF_ERROR(CheckStateSlot(key, weight.numel(), slot, value));
+  KeyState& s = StateFor(key, weight);
+  const Tensor v = value.dtype() == DType::kF32 ? value : value.To(DType::kF32);
+  if (slot < arrays_) {
+    s.arrays[static_cast<size_t>(slot)].CopyFrom(v.Reshape({weight.numel()}));
+  } else if (slot == count_slot_) {
+    s.scalars.count = static_cast<int64_t>(v.data<float>()[0]);
   } else {
-    if (!(x >= 0) || std::isinf(x)) {
-      return Status::InvalidArgument(SlotName(key, slot) + ": the previous lr " + std::to_string(x) + " is not >= 0");
-    }
-    s.scalars.last_lr = x;
+    s.scalars.last_lr = v.data<float>()[0];
   }
   return Status::Ok();
 }

@@ -52,6 +52,9 @@ class Updater {
   // refusing a wrong size or a scalar slot whose elements differ or are out of range.
   Tensor StateSlot(int key, const Tensor& weight, int slot);
   Status SetStateSlot(int key, const Tensor& weight, int slot, const Tensor& value);
+  // What SetStateSlot would refuse, for a weight of n values, without changing anything: a
+  // peer's whole message is checked before any of it is applied.
+  Status CheckStateSlot(int key, int64_t n, int slot, const Tensor& value) const;
   // Every slot of key, one after the other: fp32, {state_slots() * weight.numel()};
   // undefined when the rule keeps no state. SetState takes the same (or undefined when the
   // rule keeps none).

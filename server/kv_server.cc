@@ -326,6 +326,10 @@ Status KVServer::HandleInitState(const Message& msg) {
     return Status::InvalidArgument("state_slot " + std::to_string(slot) + ", but the optimizer keeps slots 0.." +
                                    std::to_string(slots - 1));
   }
+  // Every slice is checked before any is set: a refused INIT changes nothing.
+  for (size_t i = 0; i < slices.size(); ++i) {
+    TALLY_RETURN_IF_ERROR(updater_->CheckStateSlot(slices[i]->id, slices[i]->length, slot, msg.data[i]));
+  }
   for (size_t i = 0; i < slices.size(); ++i) {
     TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(slices[i]->id, slices[i]->value, slot, msg.data[i]));
   }

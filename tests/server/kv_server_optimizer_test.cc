@@ -45,12 +45,17 @@ TEST_F(KVServerOptimizerTest, AdamsSlotsGoInAndOutOneAtATimeAndCraftedOnesAreRef
   Refused(std::move(bad), "--beta1");
   Ok(Adam());  // beta1, beta2 and epsilon absent: MXNet's 0.9, 0.999 and 1e-8
   Init(0, {1.f, -1.f});
+  Init(1, {2.f});
   Ok(StateInit(0, {0.5f, 0.25f}));   // mean
   Ok(StateInit(2, {3.f, 3.f}));      // the update count
   Refused(StateInit(3, {1.f, 1.f}), "state_slot 3");
   Refused(StateInit(-1, {1.f, 1.f}), "state_slot -1");
   Refused(StateInit(2, {1.5f, 1.5f}), "step count");
   Refused(StateInit(2, {4.f, 5.f}), "differs");
+  // Two keys, the second's count bad: the first's is not set either.
+  Message two = StateInit(2, {5.f, 5.f});
+  AddSlice(&two, 1, 0, Values({1.5f}));
+  Refused(std::move(two), "step count");
   EXPECT_EQ(PullSlot(0, -1), (std::vector<float>{0.5f, 0.25f}));
   EXPECT_EQ(PullSlot(2, -1), (std::vector<float>{3.f, 3.f}));  // the refusals changed nothing
   EXPECT_EQ(PullSlot(9, -1), (std::vector<float>{0.f, 0.f}));  // a slot adam lacks: zeros
