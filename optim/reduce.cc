@@ -1,6 +1,7 @@
 #include "optim/reduce.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -60,15 +61,27 @@ bool AnyAllOnesExponent(const void* data, int64_t n, Bits exponent_mask) {
 
 bool AllFinite(const Tensor& t) {
   CHECK(IsWireDType(t.dtype()) && t.device().is_cpu()) << "AllFinite of " << t.ToString();
-  const int64_t n = t.numel();
-  switch (t.dtype()) {
-    case DType::kF32:
-      return !AnyAllOnesExponent(t.raw_data(), n, uint32_t{0x7f800000});
-    case DType::kF16:
-      return !AnyAllOnesExponent(t.raw_data(), n, uint16_t{0x7c00});
-    default:  // bf16: the high half of an fp32
-      return !AnyAllOnesExponent(t.raw_data(), n, uint16_t{0x7f80});
-  }
+  const int64_t n = t.numel(), blocks = (n + kBlock - 1) / kBlock;
+  const size_t size = DTypeSize(t.dtype());
+  std::atomic<bool> finite{true};
+  ForBlockRanges(blocks, n, [&](int64_t first, int64_t last) {
+    const int64_t begin = first * kBlock, len = std::min(last * kBlock, n) - begin;
+    const void* v = static_cast<const char*>(t.raw_data()) + begin * static_cast<int64_t>(size);
+    bool bad;
+    switch (t.dtype()) {
+      case DType::kF32:
+        bad = AnyAllOnesExponent(v, len, uint32_t{0x7f800000});
+        break;
+      case DType::kF16:
+        bad = AnyAllOnesExponent(v, len, uint16_t{0x7c00});
+        break;
+      default:  // bf16: the high half of an fp32
+        bad = AnyAllOnesExponent(v, len, uint16_t{0x7f80});
+        break;
+    }
+    if (bad) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load();
 }
 
 bool IsWireDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }

@@ -1,6 +1,7 @@
 #include "optim/reduce.h"
 
 #include <cstring>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -47,6 +48,23 @@ TEST(ConvertForWire, MatchesTensorToInEveryDirection) {
       }
       ASSERT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0)
           << DTypeName(from) << " to " << DTypeName(to) << " differs from Tensor::To";
+    }
+  }
+}
+
+// A large array is checked in pieces over the worker pool: one NaN or Inf anywhere, in the
+// first piece, the last element or between, is found in every wire dtype.
+TEST(AllFinite, FindsOneBadValueAnywhereInALargeArray) {
+  const int64_t n = (int64_t{2} << 20) + 777;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const Tensor ok = Tensor::Zeros({n}, DType::kF32).To(dtype);
+    EXPECT_TRUE(AllFinite(ok)) << DTypeName(dtype);
+    for (int64_t where : {int64_t{0}, n / 3, n - 1}) {
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        Tensor f32 = Tensor::Zeros({n}, DType::kF32);
+        f32.data<float>()[where] = bad;
+        EXPECT_FALSE(AllFinite(f32.To(dtype))) << DTypeName(dtype) << " " << bad << " at " << where;
+      }
     }
   }
 }
