@@ -266,12 +266,6 @@ TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
   bad_optimizer.meta.mutable_optimizer()->set_type("adamax");
   Refused(std::move(bad_optimizer), "adamax");
 
-  Message bad_no_wd = Request(wire::SET_OPTIMIZER, Worker(0));
-  bad_no_wd.meta.mutable_optimizer()->set_type("sgd");
-  bad_no_wd.meta.mutable_optimizer()->set_rescale_grad(1.f);
-  bad_no_wd.meta.mutable_optimizer()->add_no_wd_keys(-3);
-  Refused(std::move(bad_no_wd), "no_wd_keys holds key -3");
-
   Message bad_lr = Request(wire::SET_LR, Worker(0), 0);
   bad_lr.meta.set_lr(-1.f);
   Refused(std::move(bad_lr), "lr");
@@ -296,6 +290,33 @@ TEST_F(KVServerTest, MalformedRequestsAreAnsweredWithErrorsAndChangeNothing) {
   EXPECT_EQ(server_->AppliedStep(0, 0), 0);
   // An answer sent to a server is logged and dropped, not answered.
   EXPECT_TRUE(Send(Request(wire::RESPONSE, Worker(0))).empty());
+}
+
+// --wd-exclude: SET_OPTIMIZER's no_wd_keys go without weight decay, each slice looked up by its
+// key; a negative key is refused.
+TEST_F(KVServerTest, NoWdKeysTrainWithoutWeightDecay) {
+  Make(2);
+  Message bad = Request(wire::SET_OPTIMIZER, Worker(0));
+  bad.meta.mutable_optimizer()->set_type("sgd");
+  bad.meta.mutable_optimizer()->set_rescale_grad(1.f);
+  bad.meta.mutable_optimizer()->add_no_wd_keys(-3);
+  Refused(std::move(bad), "no_wd_keys holds key -3");
+
+  Message m = Request(wire::SET_OPTIMIZER, Worker(0));
+  m.meta.mutable_optimizer()->set_type("sgd");
+  m.meta.mutable_optimizer()->set_lr(1.f);
+  m.meta.mutable_optimizer()->set_wd(0.5f);
+  m.meta.mutable_optimizer()->set_rescale_grad(1.f);
+  m.meta.mutable_optimizer()->add_no_wd_keys(0);
+  Ok(std::move(m));
+  Init(0, {1.f, 2.f});
+  Init(1, {1.f, 2.f});
+  for (uint64_t key : {0, 1}) {
+    Push(0, key, 0, Values({0.f, 0.f}));
+    Push(1, key, 0, Values({0.f, 0.f}));
+  }
+  EXPECT_EQ(Floats(server_->Value(0, 0)), (std::vector<float>{1.f, 2.f}));   // excluded
+  EXPECT_EQ(Floats(server_->Value(1, 0)), (std::vector<float>{0.5f, 1.f}));  // w - lr * wd * w
 }
 
 // Duplicates (docs/wire.md): a copy of a push already counted, from the network (the same
