@@ -67,7 +67,9 @@ DistChannel::DistChannel(Cluster* cluster, bool spares_take_places)
           [cluster](int node) { return cluster->UnacknowledgedBytes(node); }, SendCreditBytes(cluster->num_workers()),
           [this](SendQueue::Item&& out) { return Send(std::move(out)); },
           [this](SendQueue::Item* first, std::vector<SendQueue::Item>* more) { Gather(first, more); },
-          GatherLimits(), "sender") {}
+          GatherLimits(), "sender") {
+  queue_.WakeOnAcknowledgements(cluster);
+}
 
 void DistChannel::Start() { queue_.Start(); }
 

@@ -23,9 +23,15 @@ using Clock = std::chrono::steady_clock;
 class Cluster::Impl {
  public:
   Impl(const ClusterConfig& cfg, std::unique_ptr<Transport> transport)
-      : cfg_(cfg), transport_(std::move(transport)) {}
+      : cfg_(cfg), transport_(std::move(transport)) {
+    transport_->SetAckListener([this](int id) {
+      std::lock_guard<std::mutex> lock(ack_mu_);
+      for (const auto& [key, fn] : ack_listeners_) fn(id);
+    });
+  }
 
   ~Impl() {
+    transport_->SetAckListener(nullptr);
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
@@ -166,6 +172,15 @@ class Cluster::Impl {
   }
 
   int64_t UnacknowledgedBytes(int id) const { return transport_->UnacknowledgedBytes(id); }
+  int AddAckListener(std::function<void(int id)> fn) {
+    std::lock_guard<std::mutex> lock(ack_mu_);
+    ack_listeners_[next_ack_key_] = std::move(fn);
+    return next_ack_key_++;
+  }
+  void RemoveAckListener(int key) {
+    std::lock_guard<std::mutex> lock(ack_mu_);  // also waits for a call in progress
+    ack_listeners_.erase(key);
+  }
   Status failure() const {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_;
@@ -440,6 +455,12 @@ class Cluster::Impl {
     }
   }
 
+  // First, so destroyed last: a queue destroyed with a handler below still removes its
+  // listener from a live map.
+  std::mutex ack_mu_;  // held while the listeners run
+  std::map<int, std::function<void(int id)>> ack_listeners_;  // GUARDED_BY(ack_mu_)
+  int next_ack_key_ = 0;                                      // GUARDED_BY(ack_mu_)
+
   const ClusterConfig cfg_;
   std::unique_ptr<Transport> transport_;
   std::thread receiver_, heartbeat_;  // handle_, below
@@ -500,6 +521,8 @@ Status Cluster::Finish(int timeout_ms) { return impl_->Finish(timeout_ms); }
 Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
 Status Cluster::failure() const { return impl_->failure(); }
 int64_t Cluster::UnacknowledgedBytes(int id) const { return impl_->UnacknowledgedBytes(id); }
+int Cluster::AddAckListener(std::function<void(int id)> fn) { return impl_->AddAckListener(std::move(fn)); }
+void Cluster::RemoveAckListener(int key) { impl_->RemoveAckListener(key); }
 void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailure(std::move(cb)); }
 bool Cluster::ServerAlive(int rank) const { return impl_->ServerAlive(rank); }
 int Cluster::server_replicas() const { return impl_->server_replicas(); }

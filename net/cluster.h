@@ -115,6 +115,11 @@ class Cluster {
   Status Send(int id, Message msg);
   // Data bytes sent to node id that it has not acknowledged yet (Transport::UnacknowledgedBytes).
   int64_t UnacknowledgedBytes(int id) const;
+  // fn(id) is called on the receiving thread whenever acknowledgements from node id lower
+  // UnacknowledgedBytes(id) (Transport::SetAckListener); returns the key that removes it.
+  // RemoveAckListener returns once no call of it is running.
+  int AddAckListener(std::function<void(int id)> fn);
+  void RemoveAckListener(int key);
 
   // Waits until every node of `group` has called Barrier with the same group.
   Status Barrier(uint32_t group, int timeout_ms);

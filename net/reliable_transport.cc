@@ -263,7 +263,19 @@ class ReliableTransport : public Transport {
   // A repeated ACK means the receiver got something after a gap: the oldest message is
   // sent again at once (fast retransmit), not after resend_ms. Acknowledgements carried by
   // other messages repeat all the time and say nothing of gaps.
+  void SetAckListener(std::function<void(int id)> fn) override {
+    std::lock_guard<std::mutex> lock(listener_mu_);
+    ack_listener_ = std::move(fn);
+  }
+
   void Acknowledged(int from, uint64_t seq, bool explicit_ack) {
+    if (!TakeAcknowledgement(from, seq, explicit_ack)) return;
+    std::lock_guard<std::mutex> lock(listener_mu_);
+    if (ack_listener_) ack_listener_(from);
+  }
+
+  // Forgets what node `from` acknowledged up to seq; true if that freed some bytes.
+  bool TakeAcknowledgement(int from, uint64_t seq, bool explicit_ack) {
     Out* out = OutTo(from);
     std::lock_guard<std::mutex> lock(out->mu);
     const auto now = Clock::now();
@@ -288,16 +300,18 @@ class ReliableTransport : public Transport {
       }
     }
     for (auto it = out->unacked.begin(); it != end; ++it) out->unacked_bytes -= static_cast<int64_t>(DataBytes(it->second.msg));
+    const bool freed = out->unacked.begin() != end;
     out->unacked.erase(out->unacked.begin(), end);
     const bool repeat = explicit_ack && seq == out->acked;
     out->acked = std::max(out->acked, seq);
-    if (!repeat || out->unacked.empty()) return;
+    if (!repeat || out->unacked.empty()) return freed;
     auto& [oldest, u] = *out->unacked.begin();
-    if (oldest != seq + 1 || now - u.sent < resend_ / 4) return;
+    if (oldest != seq + 1 || now - u.sent < resend_ / 4) return freed;
     inner_->Send(from, u.msg).ok();
     u.sent = now;
     u.resent = true;
     ++resent_;
+    return freed;
   }
 
   // The first resend of a small message comes after the retransmission timeout measured on
@@ -359,6 +373,9 @@ class ReliableTransport : public Transport {
   bool closed_ = false;                      // GUARDED_BY(mu_)
   std::thread resender_;
   std::atomic<int64_t> resent_{0};
+
+  std::mutex listener_mu_;                     // held while the listener runs
+  std::function<void(int id)> ack_listener_;   // GUARDED_BY(listener_mu_)
 
   std::mutex owed_mu_;
   std::map<int, Owed> owed_;  // GUARDED_BY(owed_mu_), by sender

@@ -35,7 +35,9 @@ int64_t SendCreditBytes(int sharers) {
 SendQueue::SendQueue(Cluster* cluster, int64_t credit)
     : SendQueue([cluster](int node) { return cluster->UnacknowledgedBytes(node); }, credit,
                 [cluster](Item&& item) { return cluster->Send(item.node, std::move(item.msg)); }, nullptr,
-                GatherLimits(), nullptr) {}
+                GatherLimits(), nullptr) {
+  WakeOnAcknowledgements(cluster);
+}
 
 SendQueue::SendQueue(UnackedFn unacked, int64_t credit, TransmitFn transmit, GatherFn gather, GatherLimits limits,
                      const char* thread_name)
@@ -53,7 +55,24 @@ void SendQueue::Start() {
   });
 }
 
-SendQueue::~SendQueue() { Stop(); }
+SendQueue::~SendQueue() {
+  if (ack_source_ != nullptr) ack_source_->RemoveAckListener(ack_key_);
+  Stop();
+}
+
+void SendQueue::WakeOnAcknowledgements(Cluster* cluster) {
+  CHECK(ack_source_ == nullptr) << "WakeOnAcknowledgements twice";
+  ack_source_ = cluster;
+  ack_key_ = cluster->AddAckListener([this](int) { Wake(); });
+}
+
+void SendQueue::Wake() {
+  // Through the lock: the sending thread is then either before its look at the credit, which
+  // sees the change, or waiting, which this wakes; never in between, where a bare notify
+  // would be lost.
+  { std::lock_guard<std::mutex> l(mu_); }
+  cv_.notify_all();
+}
 
 void SendQueue::Stop() {
   {
@@ -143,11 +162,13 @@ void SendQueue::Loop() {
   for (;;) {
     std::unique_lock<std::mutex> l(mu_);
     Queue::iterator next = queue_.end();
-    // Acknowledgements free credit without a word to this thread: while credit holds the
-    // queue back, look again every millisecond.
+    // While credit holds the queue back, acknowledgements wake this thread (or, without
+    // them, it looks again every millisecond). The 50 ms look is a safety net: credit that
+    // something else freed (a node's loss) is found anyway.
+    const auto again = std::chrono::milliseconds(ack_source_ != nullptr ? 50 : 1);
     while (!(stop_ && queue_.empty())) {
       if (!sending_ && (next = Next()) != queue_.end()) break;
-      if (!sending_ && !queue_.empty()) cv_.wait_for(l, std::chrono::milliseconds(1));
+      if (!sending_ && !queue_.empty()) cv_.wait_for(l, again);
       else cv_.wait(l);
     }
     if (queue_.empty()) return;  // stopping, and everything is sent

@@ -13,9 +13,10 @@
 // A message goes at once, from the caller's thread, when nothing waits, nothing is on its
 // way and its receiver has credit; else the queue's sending thread sends it when its turn
 // and the credit come. Acknowledgements free credit (Cluster::UnacknowledgedBytes) without
-// a word to this class: the Cluster offers no hook on them, so while credit holds the queue
-// back the sending thread looks again every millisecond. Messages to one receiver may leave
-// out of call order (higher priority first); the transport numbers them as they leave.
+// a word to this class; the Cluster's acknowledgement listener wakes the sending thread
+// (WakeOnAcknowledgements, which a queue built on a Cluster sets itself). Messages to one
+// receiver may leave out of call order (higher priority first); the transport numbers them
+// as they leave.
 //
 // Gathering: queued items to one node with the same non-empty `group` may leave as one
 // message; the owner's Gather hook folds them in (the worker's small requests: one round
@@ -98,7 +99,12 @@ class SendQueue {
   // leave the queue unsent. It may change an item's node and message. REQUIRES: mu() held.
   void Filter(const std::function<bool(Item*)>& keep);
   // Tells the sending thread that the queue or the credit changed. REQUIRES: mu() not held.
-  void Wake() { cv_.notify_all(); }
+  void Wake();
+  // Wakes the sending thread whenever `cluster` hears acknowledgements (Cluster::
+  // AddAckListener), so that credit freed lets the queue go on at once; without it the
+  // thread looks again every millisecond while credit holds the queue back. Once, before
+  // Start; the queue stops listening when it is destroyed (cluster must outlive it).
+  void WakeOnAcknowledgements(Cluster* cluster);
 
   // Sends what is still queued, whatever the credit, then ends the sending thread (from the
   // caller's thread if it was never started). REQUIRES: mu() not held.
@@ -131,6 +137,8 @@ class SendQueue {
   bool sending_ = false;  // GUARDED_BY(mu_)
   bool stop_ = false;     // GUARDED_BY(mu_)
   std::thread thread_;
+  Cluster* ack_source_ = nullptr;  // WakeOnAcknowledgements'
+  int ack_key_ = -1;
 };
 
 }  // namespace tally

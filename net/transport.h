@@ -106,6 +106,11 @@ class Transport {
   // Data bytes sent to node `id` and not yet acknowledged: what is still on its way in that
   // connection (the kvstore's send credit); 0 for transports that do not track them.
   virtual int64_t UnacknowledgedBytes(int id) { return 0; }
+  // fn(id) is called, on the receiving thread, whenever acknowledgements from node `id` have
+  // lowered UnacknowledgedBytes(id): what lets a sender held back by its credit go on at
+  // once instead of looking again later. Replaces the previous one; null: none. Transports
+  // that track no acknowledgements never call it.
+  virtual void SetAckListener(std::function<void(int id)> fn) {}
   // Resends, duplicates and rejected messages so far, this transport's and those it wraps.
   virtual TransportCounters Counters() { return {}; }
   // Closes every socket; pending sends are dropped after the linger time.

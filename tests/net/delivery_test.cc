@@ -77,6 +77,45 @@ TEST(Delivery, WithoutTheReliableLayerTheSameFaultsLoseAndRepeat) {
   EXPECT_GT(got.size(), distinct.size()) << "some came twice";
 }
 
+// The acknowledgement listener hears of every drop of a node's unacknowledged bytes, on
+// the thread that takes the acknowledgement in, naming the node: what wakes a send queue
+// held back by its credit.
+TEST(Delivery, AcknowledgementsThatFreeBytesCallTheListener) {
+  auto a = NewReliableTransport(NewInProcTransport(), 1000);
+  auto b = NewReliableTransport(NewInProcTransport(), 1000);
+  int port_a = 0, port_b = 0;
+  ASSERT_TRUE(a->Bind("ack-a", 0, &port_a).ok());
+  ASSERT_TRUE(b->Bind("ack-b", 0, &port_b).ok());
+  ASSERT_TRUE(a->Connect(0, "ack-b", port_b).ok());
+  ASSERT_TRUE(b->Connect(1, "ack-a", port_a).ok());
+  std::vector<std::pair<int, int64_t>> heard;  // (node, its unacknowledged bytes then)
+  a->SetAckListener([&](int id) { heard.emplace_back(id, a->UnacknowledgedBytes(id)); });
+  Message data = Numbered(1, 0);
+  data.meta.set_command(wire::PUSH);
+  data.meta.set_dtype(wire::F32);
+  data.meta.add_slices()->set_length(1000);
+  data.data.push_back(Tensor::Zeros({1000}, DType::kF32));
+  ASSERT_TRUE(a->Send(0, data).ok());
+  EXPECT_EQ(a->UnacknowledgedBytes(0), 4000);
+  Message m;
+  ASSERT_TRUE(b->Recv(&m, 5000).ok());
+  for (int spin = 0; spin < 500 && heard.empty(); ++spin) {
+    b->Recv(&m, 0).ok();  // lets b's acknowledgement go
+    a->Recv(&m, 10).ok();
+  }
+  ASSERT_EQ(heard.size(), 1u) << "the acknowledgement was not heard";
+  EXPECT_EQ(heard[0], std::make_pair(0, int64_t{0}));
+  a->SetAckListener(nullptr);
+  ASSERT_TRUE(a->Send(0, data).ok());
+  ASSERT_TRUE(b->Recv(&m, 5000).ok());
+  for (int spin = 0; spin < 100 && a->UnacknowledgedBytes(0) > 0; ++spin) {
+    b->Recv(&m, 0).ok();
+    a->Recv(&m, 10).ok();
+  }
+  EXPECT_EQ(a->UnacknowledgedBytes(0), 0);
+  EXPECT_EQ(heard.size(), 1u) << "a listener replaced by null is still called";
+}
+
 TEST(Delivery, FaultSpecErrorsNameTheVariableAndTheItem) {
   FaultSpec f;
   EXPECT_TRUE(ParseFaultSpec("", &f).ok());
