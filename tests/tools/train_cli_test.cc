@@ -84,7 +84,7 @@ TEST(TrainCli, RefusesBadInputNamingTheFlag) {
       {"--image-shape 3,32", "--image-shape"},
       {"--batch-size 3 --cpu-devices 2", "--batch-size"},
       {"--kv-store banana", "--kv-store"},
-      {"--optimizer adam", "--optimizer"},
+      {"--optimizer adamax", "--optimizer"},
       {missing_gpu, "--gpus"},
       {"--no-such-flag 1", "no-such-flag"},
       {"--load-epoch 1", "--model-prefix"},
