@@ -449,17 +449,8 @@ std::vector<BenchRow> CpuLimitRows(const std::map<std::string, WorkerRun>& resul
   std::vector<BenchRow> rows;
   auto row = [&](const std::string& name, double value, double limit, const std::string& limit_name,
                  const std::string& note) {
-    BenchRow r;
-    r.bench = "ps";
-    r.name = name;
-    r.value = value;
-    r.unit = "core-s/GB";
-    r.peer = limit;
-    r.peer_name = limit_name;
-    r.lower_is_better = true;
-    r.peer_is_limit = true;
-    r.note = note;
-    rows.push_back(r);
+    rows.push_back(BenchRow{"ps", name, value, "core-s/GB", limit, limit_name, note, /*lower_is_better=*/true,
+                            /*peer_is_limit=*/true});
   };
   const double memcpy_core_s = 1 / MemcpyGBps();
   auto plain = result.find("plain"), secure = result.find("secure");
