@@ -2,13 +2,17 @@
 """Writes OUTDIR/summary.json from what run-gpu-checks.sh left in OUTDIR, and prints a
 short table. Usage: gpu_checks_summary.py OUTDIR BUNDLE_INFO TIME_LIMIT_S
 Or: gpu_checks_summary.py --markdown summary.json   (the tables of docs/gpu-results.md)
+Or: gpu_checks_summary.py --median-speed LOG         (a job's median Speedometer samples/s)
 
 summary.json: {"commit", "bundle", "env", "time_limit_s", "steps": [{name, rc, seconds}],
 "tests": {"passed", "failed", "skipped", "crashed", "cases": [{executable, name, result,
 seconds, message}]}, "bench": [the JSON lines of tally bench], "jobs": [{name, rc,
 first_loss, last_loss, loss_fell, speed}], "input_path_share" (the JPEG job's speed over
 the --benchmark 1 job's), "input_path_jobs" (every JPEG job: name, its decoder and tuning,
-that share, and the profiler's rules that fired in it), "passed"}.
+that share, and the profiler's rules that fired in it), "two_to_one" (one GPU worker and two
+CPU servers against --kv-store device: each job's median samples/s, the ratios secure and
+plain, and the CPU emulation's ratio of its step with communication to its compute alone),
+"passed"}.
 A test result is passed, failed, skipped (with gtest's reason) or crashed (the process died
 inside it). "passed" is true only if every step ran and exited 0, no test failed or crashed,
 and every job's loss fell.
@@ -84,6 +88,44 @@ def job(name, rc, log):
             "log_tail": text[-600:] if rc != 0 or not fell else ""}
 
 
+def median_speed(log):
+    """The median samples/s of a job's Speedometer lines, the first two (warm-up) left out."""
+    speeds = [float(m.group(1)) for l in read(log).splitlines() if "Batch [" in l for m in [SPEED.search(l)] if m]
+    speeds = sorted(speeds[2:] if len(speeds) > 2 else speeds)
+    return speeds[len(speeds) // 2] if speeds else None
+
+
+REPLAY = re.compile(r"REPLAY (\{.*\})")
+
+
+def replay_median_step(log):
+    """The median step (s) of a bench replay's REPLAY record, its first five left out."""
+    found = REPLAY.search(read(log))
+    if not found:
+        return None
+    starts = [s[0] for s in json.loads(found.group(1))["steps"]]
+    steps = sorted((b - a) / 1e3 for a, b in zip(starts, starts[1:]))[5:] if len(starts) > 7 else []
+    return steps[len(steps) // 2] if steps else None
+
+
+def two_to_one(out):
+    """The mission's shape against the same GPU alone, and its emulation (run-gpu-checks
+    twotoone); None when it did not run."""
+    logs = {name: os.path.join(out, "jobs", name + ".log") for name in
+            ("2to1-device", "2to1-dist-secure", "2to1-dist-plain", "2to1-emulation", "2to1-emulation-alone")}
+    if not os.path.exists(logs["2to1-device"]):
+        return None
+    speed = {name: median_speed(logs[name]) for name in ("2to1-device", "2to1-dist-secure", "2to1-dist-plain")}
+    ratio = lambda a, b: round(a / b, 3) if a and b else None
+    emulated, alone = replay_median_step(logs["2to1-emulation"]), replay_median_step(logs["2to1-emulation-alone"])
+    return {"samples_per_s": speed,
+            "secure_over_device": ratio(speed["2to1-dist-secure"], speed["2to1-device"]),
+            "plain_over_device": ratio(speed["2to1-dist-plain"], speed["2to1-device"]),
+            "emulation_step_s": emulated, "emulation_compute_alone_step_s": alone,
+            "emulation_ratio": ratio(alone, emulated),
+            "goal": "secure >= 0.90, plain >= 0.95 of the device job; the emulation's ratio near the secure one"}
+
+
 def main():
     out, info, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
     steps = []
@@ -121,7 +163,7 @@ def main():
     summary = {"commit": commit, "bundle": bundle, "env": read(os.path.join(out, "env.txt")),
                "time_limit_s": limit, "steps": steps, "tests": dict(counts, cases=cases),
                "bench": bench, "jobs": jobs, "input_path_share": input_share,
-               "input_path_jobs": input_jobs, "passed": passed}
+               "input_path_jobs": input_jobs, "two_to_one": two_to_one(out), "passed": passed}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"tests: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
@@ -138,6 +180,10 @@ def main():
         if j["share"] is not None:
             print(f"training from JPEGs decoded on the GPU ({j['decode']}): {j['share']:.0%} of the "
                   f"--benchmark 1 speed; the profiler's findings: {', '.join(j['rules']) or 'none'}")
+    if summary["two_to_one"]:
+        t = summary["two_to_one"]
+        print(f"one GPU worker, two CPU servers: {t['secure_over_device']} of the device job secure, "
+              f"{t['plain_over_device']} plain; the emulation: {t['emulation_ratio']}")
     for s in bad_steps:
         print(f"step {s['name']}: rc {s['rc']} after {s['seconds']} s")
     print("passed" if passed else "NOT passed", "->", os.path.join(out, "summary.json"))
@@ -170,6 +216,12 @@ def markdown(path):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--median-speed":
+        v = median_speed(sys.argv[2])
+        if v is None:
+            sys.exit(1)
+        print(v)
+        sys.exit(0)
     if len(sys.argv) == 3 and sys.argv[1] == "--markdown":
         markdown(sys.argv[2])
         sys.exit(0)

@@ -21,6 +21,10 @@
 #           that is not the default, and with the cuda decoder and yuv-output); one GPU
 #           worker with two CPU servers (dist_device_sync) through tools/launch.py; each
 #           must exit 0 with its loss falling                           -> OUTDIR/jobs/
+#   twotoone  the mission's shape: one GPU worker and two CPU servers (dist_device_sync,
+#           fp16, batch 256, 200 steps, secure and --plain) against --kv-store device in the
+#           same run, and the CPU emulation of that job (bench replay at the device job's
+#           speed, 1 worker, 2 servers, full speed) and its compute alone  -> OUTDIR/jobs/
 # --only input runs what concerns the GPU input path alone: the pack, bench-io,
 # bench-io-overlap and the batch-256 jobs (about 2 minutes on an H100).
 # Then OUTDIR/summary.json (tools/gpu_checks_summary.py): commit, device, every test's
@@ -29,12 +33,12 @@
 # only when everything passed.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
-usage() { echo "usage: $0 OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs|input]" >&2; exit 2; }
+usage() { echo "usage: $0 OUTDIR [--time-limit SECONDS] [--only tests,bench,jobs,twotoone|input]" >&2; exit 2; }
 [[ $# -ge 1 && "$1" != -* ]] || usage
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "run-gpu-checks: cannot make $1" >&2; exit 2; }
 shift
 limit=480
-only="tests,bench,jobs"
+only="tests,bench,jobs,twotoone"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --time-limit) [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "run-gpu-checks: --time-limit needs seconds" >&2; exit 2; }
@@ -44,7 +48,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 for word in ${only//,/ }; do
-  [[ $word =~ ^(tests|bench|jobs|input)$ ]] || { echo "run-gpu-checks: --only $only: $word is not tests, bench, jobs or input" >&2; exit 2; }
+  [[ $word =~ ^(tests|bench|jobs|twotoone|input)$ ]] ||
+    { echo "run-gpu-checks: --only $only: $word is not tests, bench, jobs, twotoone or input" >&2; exit 2; }
 done
 deadline=$((SECONDS + limit))
 mkdir -p "$out/tests" "$out/jobs"
@@ -221,6 +226,27 @@ if want jobs; then
     python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" train --gpus 0 \
     --kv-store dist_device_sync --dtype float16 --batch-size 64 --num-examples $((64 * 30)) \
     "${resnet50[@]}"
+fi
+if want twotoone; then
+  # The mission's shape against the same GPU alone (goal: >= 0.90 secure, >= 0.95 plain), and
+  # the emulation of it that needs no GPU: bench replay at the device job's measured speed
+  # (gpu_checks_summary.py puts the ratios side by side: an emulation that misses the real
+  # ratio misses what the real path does).
+  b256=("${resnet50[@]}" --dtype float16 --batch-size 256 --num-examples $((256 * 200)) --disp-batches 20)
+  step "job:2to1-device" 150 "$out/jobs/2to1-device.log" "$tally" train --gpus 0 --kv-store device "${b256[@]}"
+  for security in secure plain; do
+    flag=(); [[ $security == plain ]] && flag=(--plain)
+    step "job:2to1-dist-$security" 200 "$out/jobs/2to1-dist-$security.log" \
+      python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "${flag[@]}" \
+      "$tally" train --gpus 0 --kv-store dist_device_sync "${b256[@]}"
+  done
+  rate=$(python3 "$here/tools/gpu_checks_summary.py" --median-speed "$out/jobs/2to1-device.log" 2>/dev/null)
+  if [[ -n "$rate" ]]; then
+    replay=(bench replay --batch-size 256 --img-per-s "$rate" --wire fp16 --steps 60)
+    step "emulation:2to1" 120 "$out/jobs/2to1-emulation.log" \
+      python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" "${replay[@]}"
+    step "emulation:2to1-alone" 60 "$out/jobs/2to1-emulation-alone.log" "$tally" "${replay[@]}" --no-comm
+  fi
 fi
 
 trap - TERM INT
