@@ -9,6 +9,7 @@
 
 #include "kvstore/kvstore.h"
 #include "ops/device.h"
+#include "tests/ops/cuda_compare.h"
 #include "tests/local_job.h"
 
 namespace tally {
@@ -123,7 +124,7 @@ TEST(WdExclude, LocalAndDeviceStoresOnCpuDevices) {
 }
 
 TEST(WdExclude, DeviceStoreOnAGpu) {
-  if (CudaDeviceCount() < 1) GTEST_SKIP() << "no CUDA device";
+  TALLY_REQUIRE_GPU();
   const Device gpu{Device::Kind::kCuda, 0};
   KVStoreSpec spec;
   spec.type = KVStoreType::kDevice;
