@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -324,6 +325,19 @@ class Scheduler {
     transport_->Send(id, m).ok();
   }
 
+  // `silent` and the nodes silent for over half the dead timeout: when the job ends, nodes
+  // killed together are named together, though one of them crossed the timeout first (its
+  // last heartbeat was older by up to an interval, more on a loaded machine). Each is named
+  // with how long it has been silent.
+  std::vector<int> AlsoSilent(std::vector<int> silent) const {
+    for (const auto& [id, when] : last_heard_) {
+      if (MsSince(when) > cfg_.dead_timeout_ms / 2 && std::find(silent.begin(), silent.end(), id) == silent.end()) {
+        silent.push_back(id);
+      }
+    }
+    return silent;
+  }
+
   // Nodes past the dead timeout. Servers whose slices all live on (--server-replicas: a
   // ready holder of every chain is alive) are lost and the job goes on (SERVER_LOST), each
   // replaced by a free spare if there is one; any other death ends the job, naming every
@@ -337,7 +351,8 @@ class Scheduler {
       if (server) after.Lose(ids_.ServerRank(id));
     }
     const std::string lost = fatal ? "" : LostSlices(after);
-    if (fatal || !lost.empty()) return DeclareDead(silent, lost);
+    if (fatal) return DeclareDead(AlsoSilent(silent), lost);
+    if (!lost.empty()) return DeclareDead(silent, lost);
     for (int id : silent) dead_.insert(id);  // none of them is a free spare any more
     for (int id : silent) {
       last_heard_.erase(id);
