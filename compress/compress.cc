@@ -53,6 +53,18 @@ int ValuesPerByte(CompressionType type) { return type == CompressionType::kTwoBi
 
 }  // namespace
 
+Tensor QuantizerInput(const CompressionConfig& config, const Tensor& grad, float loss_scale) {
+  // Factors that cancel leave the values as they are (not rounded through the division).
+  const bool scaled = config.scale / loss_scale != 1.0f;
+  if (grad.dtype() == DType::kF32 && !scaled) return grad;
+  Tensor g = grad.To(DType::kF32);
+  if (scaled) {
+    float* p = g.data<float>();
+    for (int64_t i = 0; i < g.numel(); ++i) p[i] = p[i] / loss_scale * config.scale;
+  }
+  return g;
+}
+
 Status ParseCompression(const std::string& type, float threshold, CompressionConfig* out) {
   CompressionConfig c;
   c.threshold = threshold;

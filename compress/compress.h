@@ -26,6 +26,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/tensor.h"
 
 namespace tally {
 
@@ -49,6 +50,11 @@ const char* CompressionName(CompressionType type);  // "none", "2bit", "1bit"
 // Bytes of n packed values: 4 * ceil(n / 16) for 2bit, 4 * ceil(n / 32) for 1bit.
 // REQUIRES: type is not kNone.
 int64_t PackedBytes(CompressionType type, int64_t n);
+
+// What is quantised for a gradient: grad / loss_scale * config.scale in fp32 (the
+// threshold's units, CompressionConfig::scale), a new tensor; grad itself when it is fp32
+// and the factors cancel. REQUIRES: grad on the CPU, f32, f16 or bf16.
+Tensor QuantizerInput(const CompressionConfig& config, const Tensor& grad, float loss_scale = 1.0f);
 
 // residual[i] += grad[i], then the rule above; packed receives PackedBytes(type, n) bytes.
 // grad and residual may not overlap packed. REQUIRES: config.enabled().

@@ -16,11 +16,7 @@ Tensor CompressedReduce(const CompressionConfig& gc, const std::vector<Tensor>& 
   for (size_t d = 0; d < vals.size(); ++d) {
     Tensor& r = (*residuals)[d];
     if (!r.defined()) r = Tensor::Zeros({n}, DType::kF32);
-    Tensor g = vals[d].Reshape({n}).To(DType::kF32);
-    if (gc.scale != 1.0f) {
-      float* p = g.data<float>();
-      for (int64_t i = 0; i < n; ++i) p[i] *= gc.scale;
-    }
+    const Tensor g = QuantizerInput(gc, vals[d].Reshape({n}));
     Quantize(gc, g.data<float>(), r.data<float>(), n, packed.data<uint8_t>());
     Dequantize(gc, packed.data<uint8_t>(), n, values.data<float>());
     float* s = sum.data<float>();

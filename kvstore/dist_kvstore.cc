@@ -204,12 +204,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   // multiplied by the compression's scale first: the threshold is in those units), the key's
   // residual keeping the rest.
   Tensor Compress(Key* k, const Placement::Slice& sl, const Tensor& part) {
-    const float factor = gc_.scale / gradient_scale_;
-    Tensor grad = part.dtype() == DType::kF32 && factor == 1.0f ? part : part.To(DType::kF32);
-    if (factor != 1.0f) {
-      float* g = grad.data<float>();
-      for (int64_t i = 0; i < sl.length; ++i) g[i] = g[i] / gradient_scale_ * gc_.scale;
-    }
+    const Tensor grad = QuantizerInput(gc_, part, gradient_scale_);
     if (!k->residual.defined()) k->residual = Tensor::Zeros({k->numel}, DType::kF32);
     Tensor packed = Tensor::Empty({PackedBytes(gc_.type, sl.length)}, DType::kU8);
     Quantize(gc_, grad.data<float>(), k->residual.data<float>() + sl.offset, sl.length, packed.data<uint8_t>());
