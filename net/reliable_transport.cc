@@ -172,6 +172,11 @@ class ReliableTransport : public Transport {
     }
     cv_.notify_all();
     resender_.join();
+    // What this node delivered but has not acknowledged yet goes now: a node that closes
+    // right after the scheduler's SHUTDOWN would otherwise leave it unacknowledged (the
+    // tick that acknowledges it may not come before the close on a loaded machine), and
+    // the scheduler would send it again to a node that is gone.
+    SendOwedAcks();
     inner_->Close();
   }
 

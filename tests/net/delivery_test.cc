@@ -116,6 +116,29 @@ TEST(Delivery, AcknowledgementsThatFreeBytesCallTheListener) {
   EXPECT_EQ(heard.size(), 1u) << "a listener replaced by null is still called";
 }
 
+// A node that closes right after taking a message in (a node leaving on the scheduler's
+// SHUTDOWN) still acknowledges it: otherwise the sender keeps it and sends it again to a
+// node that is gone, which a loaded machine showed as resends in a healthy job.
+TEST(Delivery, ClosingAcknowledgesWhatWasDelivered) {
+  for (int round = 0; round < 5; ++round) {
+    auto a = NewReliableTransport(NewInProcTransport(), 600000);  // a never resends here
+    auto b = NewReliableTransport(NewInProcTransport(), 600000);
+    int port_a = 0, port_b = 0;
+    const std::string name = "close-" + std::to_string(round);
+    ASSERT_TRUE(a->Bind(name + "a", 0, &port_a).ok());
+    ASSERT_TRUE(b->Bind(name + "b", 0, &port_b).ok());
+    ASSERT_TRUE(a->Connect(0, name + "b", port_b).ok());
+    ASSERT_TRUE(b->Connect(1, name + "a", port_a).ok());
+    ASSERT_TRUE(a->Send(0, Numbered(1, 0)).ok());
+    Message m;
+    ASSERT_TRUE(b->Recv(&m, 5000).ok());
+    b->Close();
+    for (int spin = 0; spin < 1000 && a->Unacknowledged() > 0; ++spin) a->Recv(&m, 10).ok();
+    EXPECT_EQ(a->Unacknowledged(), 0u) << "round " << round << ": the closed node never acknowledged";
+    EXPECT_EQ(a->Counters().resent, 0);
+  }
+}
+
 TEST(Delivery, FaultSpecErrorsNameTheVariableAndTheItem) {
   FaultSpec f;
   EXPECT_TRUE(ParseFaultSpec("", &f).ok());
