@@ -102,6 +102,21 @@ int64_t PackedBytes(CompressionType type, int64_t n) {
   return 4 * ((n + per_word - 1) / per_word);
 }
 
+std::vector<PackedSlice> PackedLayout(CompressionType type, const std::vector<std::pair<int64_t, int64_t>>& slices) {
+  std::vector<PackedSlice> layout;
+  int64_t next = 0;
+  for (const auto& [offset, length] : slices) {
+    PackedSlice p;
+    p.offset = offset;
+    p.length = length;
+    p.byte_offset = next;
+    p.bytes = PackedBytes(type, length);
+    next += p.bytes;
+    layout.push_back(p);
+  }
+  return layout;
+}
+
 void Quantize(const CompressionConfig& config, const float* grad, float* residual, int64_t n, uint8_t* packed) {
   CHECK(config.enabled()) << "Quantize without a compression";
   const int per_byte = ValuesPerByte(config.type);

@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "base/tensor.h"
@@ -61,5 +63,18 @@ Tensor QuantizerInput(const CompressionConfig& config, const Tensor& grad, float
 void Quantize(const CompressionConfig& config, const float* grad, float* residual, int64_t n, uint8_t* packed);
 // out[i] = the value that packed's bits stand for, i < n. REQUIRES: config.enabled().
 void Dequantize(const CompressionConfig& config, const uint8_t* packed, int64_t n, float* out);
+
+// A key pushed as slices (one per server) is quantised slice by slice, each from its own
+// first value. A GPU worker packs all of a key's slices into one buffer, one after another,
+// so that a single copy brings them to the host: slice s's bits lie at byte_offset.
+struct PackedSlice {
+  int64_t offset = 0;       // the slice's first value in the key
+  int64_t length = 0;       // its values
+  int64_t byte_offset = 0;  // its bits' first byte in the buffer (a multiple of 4)
+  int64_t bytes = 0;        // PackedBytes(type, length)
+};
+// The layout of slices given as (offset, length) pairs, in that order; the buffer's size is
+// the last slice's byte_offset + bytes (0 for none). REQUIRES: type is not kNone.
+std::vector<PackedSlice> PackedLayout(CompressionType type, const std::vector<std::pair<int64_t, int64_t>>& slices);
 
 }  // namespace tally

@@ -12,6 +12,7 @@
 #include "kvstore/comm.h"
 #include "kvstore/dist_channel.h"
 #include "kvstore/factories.h"
+#include "kvstore/packed_push.h"
 #include "kvstore/placement.h"
 #include "optim/reduce.h"
 
@@ -47,7 +48,7 @@ wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
 
 Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
 
-class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStore {
+class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStore, public PackedPushes {
  public:
   DistKVStore(KVStoreType type, int num_devices, Cluster* cluster, std::unique_ptr<Comm> comm)
       : type_(type),
@@ -127,6 +128,9 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   }
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
+  Status KeySlices(int key, std::vector<Placement::Slice>* out) const override;
+  Status PushPullPacked(int key, const std::vector<Tensor>& packed, const Tensor& raw,
+                        const std::vector<Tensor>& outs, int priority) override;
   // dist_async has no common step: each worker stops once it asked or saw an answer
   // saying another did.
   bool StopAgreed() const override {
@@ -170,8 +174,8 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   }
 
   // A PUSH or PUSHPULL of one slice of `sum` (a view: sent without copying; with gradient
-  // compression its packed bits, Compress), and the pending record that keeps the data alive
-  // until the answer.
+  // compression its packed bits, SetSlicePayload, or PushPullPacked's), and the pending
+  // record that keeps the data alive until the answer.
   Message SliceRequest(wire::Command command, int64_t step, int key, const Placement::Slice& sl,
                        const Tensor& sum, PendingRequest* pending) {
     Message m = Request(command, step);
@@ -181,34 +185,14 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     ks->set_offset(sl.offset);
     ks->set_length(sl.length);
     const Tensor part = sum.Slice(sl.offset, sl.offset + sl.length);
-    // A gradient that is not finite goes as it is, residual untouched: the server sees it
-    // and skips the step, as without compression.
-    if (gc_.enabled() && AllFinite(part)) {
-      m.meta.set_dtype(gc_.type == CompressionType::kTwoBit ? wire::TWO_BIT : wire::ONE_BIT);
-      if (gc_.type == CompressionType::kTwoBit) m.meta.set_gc_threshold(gc_.threshold);
-      if (gc_.scale != 1.0f) m.meta.set_grad_scale(gc_.scale);
-      m.data.push_back(Compress(&keys_.at(key), sl, part));
-    } else {
-      if (gradient_scale_ != 1.0f) m.meta.set_grad_scale(gradient_scale_);
-      m.meta.set_dtype(ToWire(sum.dtype()));
-      m.data.push_back(part);
-    }
+    Key& k = keys_.at(key);
+    const Tensor* pre = prepacked_ == nullptr ? nullptr : &prepacked_->at(sl.offset);
+    SetSlicePayload(gc_, gradient_scale_, sl, part, pre, k.numel, &k.residual, &m);
     pushed_ = true;
     pending->command = command;
     pending->key = key;
     pending->keep = m.data;
     return m;
-  }
-
-  // The packed bits of slice sl of a key's gradient (`part`, divided by the loss scale and
-  // multiplied by the compression's scale first: the threshold is in those units), the key's
-  // residual keeping the rest.
-  Tensor Compress(Key* k, const Placement::Slice& sl, const Tensor& part) {
-    const Tensor grad = QuantizerInput(gc_, part, gradient_scale_);
-    if (!k->residual.defined()) k->residual = Tensor::Zeros({k->numel}, DType::kF32);
-    Tensor packed = Tensor::Empty({PackedBytes(gc_.type, sl.length)}, DType::kU8);
-    Quantize(gc_, grad.data<float>(), k->residual.data<float>() + sl.offset, sl.length, packed.data<uint8_t>());
-    return packed;
   }
 
   const KVStoreType type_;
@@ -223,6 +207,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   bool initialised_ = false;
   CompressionConfig gc_;  // SetGradientCompression
   bool pushed_ = false;   // a push has gone out: the compression is fixed
+  const std::map<int64_t, Tensor>* prepacked_ = nullptr;  // by slice offset, during PushPullPacked
   std::map<int, Key> keys_;
   int64_t rolled_back_ = -1;  // the last step RollBack undid: later answers of it are no news
   SkippedStep skipped_;       // for TakeSkippedStep
@@ -524,6 +509,25 @@ Status DistKVStore::PushPull(int key, const std::vector<Tensor>& vals, const std
     channel_->EnqueueToChain(sl.server, std::move(m), priority, std::move(p));
   }
   return Status::Ok();
+}
+
+Status DistKVStore::KeySlices(int key, std::vector<Placement::Slice>* out) const {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return Status::InvalidArgument("key " + std::to_string(key) + " before Init");
+  *out = it->second.slices;
+  return Status::Ok();
+}
+
+Status DistKVStore::PushPullPacked(int key, const std::vector<Tensor>& packed, const Tensor& raw,
+                                   const std::vector<Tensor>& outs, int priority) {
+  std::vector<Placement::Slice> slices;
+  TALLY_RETURN_IF_ERROR(KeySlices(key, &slices));
+  std::map<int64_t, Tensor> by_offset;
+  TALLY_RETURN_IF_ERROR(PackedByOffset(gc_, key, slices, packed, &by_offset));
+  prepacked_ = &by_offset;
+  Status s = PushPull(key, {raw}, outs, priority);
+  prepacked_ = nullptr;
+  return s;
 }
 
 void DistKVStore::SetLearningRate(float lr) {

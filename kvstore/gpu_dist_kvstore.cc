@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "compress/cuda/quantize.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/factories.h"
 
@@ -12,8 +13,10 @@ GpuDistKVStore::GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Devic
     : inner_(std::move(inner)),
       inner_hooks_(inner_->trainer_hooks()),
       devices_(std::move(devices)),
-      comm_(std::move(comm)) {
+      comm_(std::move(comm)),
+      packed_pushes_(dynamic_cast<PackedPushes*>(inner_.get())) {
   CHECK(comm_ != nullptr && comm_->devices() == devices_);
+  CHECK(packed_pushes_ != nullptr) << "the inner store takes no packed pushes";
   sender_ = std::thread([this] { SendLoop(); });
 }
 
@@ -67,7 +70,11 @@ Status GpuDistKVStore::PushPull(int key, const std::vector<Tensor>& grads,
   Send send;
   send.key = key;
   send.priority = priority;
-  send.copied = CopyToHostAsync(sum, &staged.grad);
+  if (gc_.enabled()) {
+    TALLY_RETURN_IF_ERROR(QueueQuantized(key, sum, &staged, &send));
+  } else {
+    send.copied = CopyToHostAsync(sum, &staged.grad);
+  }
   send.buffers = staged;
   pending_[key] = weights;
   {
@@ -91,13 +98,61 @@ void GpuDistKVStore::SendLoop() {
     Status s;
     if (!failed) {  // after a failure the step is lost: the rest is dropped, WaitAll says why
       send.copied.Wait();
-      s = inner_->PushPull(send.key, {send.buffers.grad}, {send.buffers.weight}, send.priority);
+      s = send.sum.defined() ? SendPacked(send)
+                             : inner_->PushPull(send.key, {send.buffers.grad}, {send.buffers.weight}, send.priority);
     }
     lock.lock();
     if (send_status_.ok() && !s.ok()) send_status_ = s;
     sending_ = false;
     cv_.notify_all();
   }
+}
+
+Status GpuDistKVStore::SetGradientCompression(const CompressionConfig& config) {
+  TALLY_RETURN_IF_ERROR(inner_->SetGradientCompression(config));
+  gc_ = config;
+  return Status::Ok();
+}
+
+Status GpuDistKVStore::SetGradientScale(float scale) {
+  TALLY_RETURN_IF_ERROR(inner_hooks_->SetGradientScale(scale));
+  loss_scale_ = scale;
+  return Status::Ok();
+}
+
+Status GpuDistKVStore::QueueQuantized(int key, const Tensor& sum, Staged* staged, Send* send) {
+  const Tensor flat = sum.Reshape({sum.numel()});
+  if (!staged->residual.defined()) {  // the key's first push: its buffers, kept for every later one
+    std::vector<Placement::Slice> slices;
+    TALLY_RETURN_IF_ERROR(packed_pushes_->KeySlices(key, &slices));
+    staged->layout = PackedLayout(gc_.type, SliceSpans(slices));
+    const int64_t bytes = slices.empty() ? 0 : staged->layout.back().byte_offset + staged->layout.back().bytes;
+    const int64_t count = static_cast<int64_t>(slices.size());
+    staged->residual = Tensor::Zeros({flat.numel()}, DType::kF32, devices_[0]);
+    staged->packed_dev = Tensor::Empty({bytes}, DType::kU8, devices_[0]);
+    staged->nonfinite_dev = Tensor::Empty({count}, DType::kI32, devices_[0]);
+    staged->packed = PinnedEmpty({bytes}, DType::kU8);
+    staged->nonfinite = PinnedEmpty({count}, DType::kI32);
+  }
+  QuantizeSlicesOnGpu(gc_, flat, loss_scale_, staged->layout, &staged->residual, &staged->packed_dev,
+                      &staged->nonfinite_dev);
+  CopyToHostAsync(staged->packed_dev, &staged->packed);
+  send->copied = CopyToHostAsync(staged->nonfinite_dev, &staged->nonfinite);  // after the bits, on one stream
+  send->sum = flat;
+  return Status::Ok();
+}
+
+Status GpuDistKVStore::SendPacked(const Send& send) {
+  const Staged& b = send.buffers;
+  std::vector<Tensor> packed = SplitPacked(b.layout, b.packed, b.nonfinite);
+  for (const Tensor& p : packed) {
+    if (p.defined()) continue;
+    Tensor raw = b.grad.Reshape({b.grad.numel()});  // a slice is not finite: its values go as they are
+    CopyToHostAsync(send.sum, &raw).Wait();
+    break;
+  }
+  return packed_pushes_->PushPullPacked(send.key, packed, b.grad.Reshape({b.grad.numel()}), {b.weight},
+                                        send.priority);
 }
 
 Status GpuDistKVStore::Drain(bool keep_status) {

@@ -32,6 +32,14 @@
 // The gradients given to PushPull must not be written, nor the weights read, until WaitAll
 // returns (as with every distributed type).
 //
+// Gradient compression (SetGradientCompression): step 2 quantises on device 0 instead, as
+// the DistKVStore would on the host, slice by server slice (QuantizeSlicesOnGpu): a finite
+// check per slice, the gradient divided by the loss scale (SetGradientScale) and times the
+// compression's scale, the key's fp32 residual kept on device 0. Only the packed words and
+// one flag per slice are copied down; the sending thread hands them to the DistKVStore's
+// PushPullPacked. A slice that is not finite goes uncompressed, its residual untouched (the
+// servers skip the step): the sending thread then copies the raw sum down first.
+//
 // Everything else (optimizer, learning rate, loss scale, checkpoints, skipped steps,
 // stopping together, rank) is the DistKVStore's. Driven by one thread, as every KVStore; the
 // DistKVStore is then driven by the sending thread during a step and by the caller between
@@ -49,6 +57,7 @@
 
 #include "kvstore/comm.h"
 #include "kvstore/kvstore.h"
+#include "kvstore/packed_push.h"
 #include "ops/device.h"
 
 namespace tally {
@@ -66,10 +75,8 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   int num_workers() const override { return inner_->num_workers(); }
   Status Barrier() override { return inner_->Barrier(); }
   Status SetOptimizer(const OptimizerConfig& config) override { return inner_->SetOptimizer(config); }
-  // The DistKVStore quantises the host copy of device 0's sum.
-  Status SetGradientCompression(const CompressionConfig& config) override {
-    return inner_->SetGradientCompression(config);
-  }
+  // Quantised on device 0 (above); the DistKVStore sends the bits.
+  Status SetGradientCompression(const CompressionConfig& config) override;
   void SetLearningRate(float lr) override { inner_->SetLearningRate(lr); }
   using KVStore::Init;
   // values: on the host (the servers' fp32 start); every key in one call, as the DistKVStore.
@@ -94,7 +101,7 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
     return inner_->SetOptimizerState(keys, states);
   }
   TrainerHooks* trainer_hooks() override { return this; }
-  Status SetGradientScale(float scale) override { return inner_hooks_->SetGradientScale(scale); }
+  Status SetGradientScale(float scale) override;
   MasterWeightStore* master_weights() override { return inner_hooks_->master_weights(); }
   bool TakeSkippedStep(SkippedStep* out) override;
   void RequestStop() override { inner_hooks_->RequestStop(); }
@@ -105,13 +112,22 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   struct Staged {  // one key's host buffers
     Tensor grad;    // page-locked, the gradients' dtype
     Tensor weight;  // page-locked, the weights' dtype
+    // Gradient compression: the key's slices' layout in packed, the residual (fp32, device
+    // 0), the packed words and the slices' flags (1: not finite) on device 0 and page-locked.
+    std::vector<PackedSlice> layout;
+    Tensor residual, packed_dev, nonfinite_dev, packed, nonfinite;
   };
   struct Send {  // a push the sending thread hands to inner_ once its copy has landed
     int key = 0;
     int priority = 0;
     DeviceFence copied;
     Staged buffers;
+    Tensor sum;  // compressed: device 0's sum, copied down only when a slice is not finite
   };
+  // Compression: queues the quantisation of key's sum on device 0 and the copy of its bits.
+  Status QueueQuantized(int key, const Tensor& sum, Staged* staged, Send* send);
+  // The sending thread's hand-over of a compressed push.
+  Status SendPacked(const Send& send);
 
   void SendLoop();
   // Waits until the sending thread has handed over everything queued; its first failure
@@ -122,6 +138,9 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   TrainerHooks* const inner_hooks_;  // inner_'s
   const std::vector<Device> devices_;
   const std::unique_ptr<Comm> comm_;  // NCCL's in-place sum; the weights' upload
+  PackedPushes* const packed_pushes_;  // inner_'s
+  CompressionConfig gc_;
+  float loss_scale_ = 1.0f;  // SetGradientScale's
   std::map<int, Staged> staged_;            // by key; made at the key's first push
   // Pushed since the last WaitAll: the weights to upload to, per key; those WaitKey has
   // uploaded already move to uploaded_.
