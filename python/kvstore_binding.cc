@@ -166,7 +166,9 @@ OptimizerConfig OptimizerFromSettings(const std::string& type, const py::kwargs&
   for (const auto& [key, value] : settings) {
     const std::string name = py::str(key);
     if (value.is_none()) continue;
-    if (auto f = floats.find(name); f != floats.end()) {
+    if (name == "no_wd_keys") {  // tally/kv.py checked them: ints >= 0
+      for (const py::handle& k : value) c.no_wd_keys.insert(k.cast<int>());
+    } else if (auto f = floats.find(name); f != floats.end()) {
       *f->second = value.cast<float>();
     } else if (auto b = bools.find(name); b != bools.end()) {
       *b->second = value.cast<bool>();

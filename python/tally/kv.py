@@ -65,6 +65,25 @@ def _key(op, key):
     raise TypeError("tally.kv %s: key %r is not an int" % (op, key))
 
 
+def _no_wd_keys(no_wd_keys, wd_mult):
+    """The sorted keys without weight decay of set_optimizer's no_wd_keys and wd_mult."""
+    op = "set_optimizer"
+    keys = set()
+    for k in no_wd_keys or ():
+        keys.add(_key(op + " no_wd_keys", k))
+    for k, mult in dict(wd_mult or {}).items():
+        k = _key(op + " wd_mult", k)
+        if mult == 0:
+            keys.add(k)
+        elif mult != 1:
+            raise ValueError("tally.kv set_optimizer: wd_mult of key %d is %r: the servers take a key's weight "
+                             "decay whole (1) or not at all (0)" % (k, mult))
+    for k in keys:
+        if k < 0:
+            raise ValueError("tally.kv set_optimizer: no_wd_keys has key %d; keys are >= 0" % k)
+    return sorted(keys)
+
+
 def _array(op, key, value):
     """value as a NumPy array over the same memory (torch tensors included)."""
     if type(value) is np.ndarray:
@@ -131,7 +150,13 @@ class KVStore:
         for lars (eta also scales adamw's step); wd_lh for signum; lower_bound, upper_bound,
         bias_correction for lamb. A setting left out or None takes MXNet's default. Without an
         optimizer, a push replaces the stored value with the pushed sum. The rules other than
-        sgd and nag run on CPUs: the dist_* types' servers, or the local type."""
+        sgd and nag run on CPUs: the dist_* types' servers, or the local type.
+
+        Weight decay left out for some keys (BN and bias, as `tally train --wd-exclude` does):
+        no_wd_keys=[keys], or MXNet's Optimizer.wd_mult as {key: 0.0} (a multiplier of 1
+        leaves the key as it is; others are refused: a key takes wd whole or not at all). The
+        keys travel with the optimizer to the servers; lars also gives them the plain lr."""
+        no_wd = _no_wd_keys(settings.pop("no_wd_keys", None), settings.pop("wd_mult", None))
         aliases = {"learning_rate": "lr", "eps": "epsilon"}
         for alias, name in aliases.items():
             if alias in settings:
@@ -148,6 +173,8 @@ class KVStore:
                                ("wd", lambda v: v >= 0, ">= 0")):
             if settings.get(name) is not None and not ok(settings[name]):
                 raise ValueError("tally.kv set_optimizer: %s=%r must be %s" % (name, settings[name], rule))
+        if no_wd:
+            settings["no_wd_keys"] = no_wd
         self._kv.set_optimizer(type=type, **settings)
 
     def set_learning_rate(self, lr):

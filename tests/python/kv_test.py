@@ -167,6 +167,29 @@ class LocalTest(unittest.TestCase):
                 self.assertIn(w, str(c.exception))
         kv.set_optimizer("lars", lr=0.1, momentum=0.9, eta=0.001, eps=0.0, momentum_correction=False)
 
+    def test_no_wd_keys_and_wd_mult_leave_weight_decay_out(self):
+        # sgd, lr 0.1, wd 0.5, a zero gradient: a key with weight decay shrinks by 5% a step,
+        # one without stays.
+        for exclusion in (dict(no_wd_keys=[0, 2]), dict(wd_mult={0: 0.0, 1: 1.0, 2: 0})):
+            kv = tally.kv.create("local")
+            kv.set_optimizer("sgd", lr=0.1, momentum=0.0, wd=0.5, **exclusion)
+            kv.init([0, 1, 2], [f32(1, 2), f32(1, 2), f32(4)])
+            outs = [np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(1, np.float32)]
+            kv.pushpull([0, 1, 2], [np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(1, np.float32)],
+                        out=outs)
+            np.testing.assert_array_equal(outs[0], f32(1, 2), str(exclusion))
+            np.testing.assert_allclose(outs[1], f32(0.95, 1.9), rtol=1e-6, err_msg=str(exclusion))
+            np.testing.assert_array_equal(outs[2], f32(4), str(exclusion))
+        kv = tally.kv.create("local")
+        for exc, words, kwargs in ((ValueError, ["wd_mult", "key 1", "0.5"], dict(wd_mult={1: 0.5})),
+                                   (ValueError, ["no_wd_keys", "-3"], dict(no_wd_keys=[-3])),
+                                   (TypeError, ["no_wd_keys", "'bias'"], dict(no_wd_keys=["bias"])),
+                                   (TypeError, ["wd_mult", "'fc_bias'"], dict(wd_mult={"fc_bias": 0.0}))):
+            with self.assertRaises(exc) as c:
+                kv.set_optimizer("sgd", **kwargs)
+            for w in words:
+                self.assertIn(w, str(c.exception))
+
 
 class ZeroCopyTest(unittest.TestCase):
     def test_a_pull_writes_into_the_callers_memory(self):
@@ -307,6 +330,8 @@ DIST_SCRIPT = textwrap.dedent("""
     r, n = kv.rank, kv.num_workers
     if sys.argv[1] == "sgd":
         kv.set_optimizer(type="sgd", lr=0.1, momentum=0.0, wd=0.0)
+    elif sys.argv[1] == "no_wd":  # weight decay on key 0 only: key 1 is left out on the servers
+        kv.set_optimizer(type="sgd", lr=0.1, momentum=0.0, wd=0.5, no_wd_keys=[1])
     w0 = np.zeros(1000, np.float32)
     w1 = np.zeros(7, np.float16)
     kv.init([0, 1], [w0, w1])
@@ -317,6 +342,9 @@ DIST_SCRIPT = textwrap.dedent("""
         kv.wait_all()
         if sys.argv[1] == "sgd":
             want0, want1 = -0.1 * total * (step + 1), -0.1 * 2 * total * (step + 1)
+        elif sys.argv[1] == "no_wd":
+            want0 = want0 * 0.95 - 0.1 * total if step else -0.1 * total
+            want1 = -0.1 * 2 * total * (step + 1)
         else:
             want0, want1 = total, 2 * total
         assert np.allclose(w0, want0, rtol=1e-5), (step, w0[:3], want0)
@@ -413,6 +441,9 @@ class DistSyncTest(unittest.TestCase):
 
     def test_two_workers_sum_through_sgd_on_the_server(self):
         self.launch("sgd")
+
+    def test_no_wd_keys_reach_the_servers(self):
+        self.launch("no_wd")
 
     def test_an_mxnet_style_script_reads_what_it_pulled_without_waiting(self):
         script = write_script(MXNET_STYLE_SCRIPT)
