@@ -16,3 +16,11 @@ foreach(case CompressedJobTest RefusalTest)
   set_tests_properties(compression.${case} PROPERTIES LABELS quick TIMEOUT 300
                        ENVIRONMENT "OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1")
 endforeach()
+# A spare server taking a lost server's place under 2bit pushes (tests/fault/
+# spare_compression_test.py): the job ends bit for bit as without the faults.
+add_test(NAME fault.SpareCompressionTest
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/fault/spare_compression_test.py $<TARGET_FILE:tally>
+                 SpareCompressionTest)
+set_tests_properties(fault.SpareCompressionTest PROPERTIES LABELS "fault;quick" TIMEOUT 300
+                     SKIP_REGULAR_EXPRESSION "SKIPPED SpareCompressionTest:"
+                     ENVIRONMENT "OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=2")
