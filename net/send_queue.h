@@ -3,7 +3,7 @@
 // still apply, rather than in the connection, where they no longer do. The server answers
 // through one (the first layers' weights, which the workers' next forward pass needs
 // first, overtake the answers of the last layers' queued behind a loaded link), and so
-// does the worker's channel (kvstore/dist_channel.h) with its requests.
+// do the worker's requests (net/requests.h).
 //
 //   SendQueue queue(cluster, SendCreditBytes(cluster->num_workers()));
 //   queue.Start();
@@ -23,8 +23,8 @@
 // trip per server instead of one per key, docs/wire.md "Several slices in one request").
 //
 // Locking: mu() guards the queue, and an owner may guard its own state with it too, to
-// change that state and the queue in one step (the worker's channel: a request's record
-// and its place in the queue). The hooks run on the sending thread: Gather with mu() held,
+// change that state and the queue in one step (Requests: a request's record and its place
+// in the queue). The hooks run on the sending thread: Gather with mu() held,
 // Transmit without it, one message at a time. Thread-safe.
 #pragma once
 
