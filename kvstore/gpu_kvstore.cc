@@ -197,7 +197,11 @@ Status GpuKVStore::WaitAll() {
     for (const Replica& r : entries_.at(key).replicas) per_device.push_back(r.grad);
     grads.push_back(std::move(per_device));
   }
-  comm_->Reduce(pending_, grads);  // in place: every replica's grad then holds the sum
+  std::vector<int> raw_keys = pending_;
+  std::vector<std::vector<Tensor>> raw_grads = grads;
+  if (gc_.enabled()) CompressedSums(grads, &raw_keys, &raw_grads);
+  // In place: every replica's grad then holds the sum.
+  if (!raw_keys.empty()) comm_->Reduce(raw_keys, raw_grads);
   if (!device_state_.empty()) {
     Update();  // each device checks its own sums, and its update reads the verdict
   } else if (AllFinite(DeviceSums(0))) {  // every device holds the same sums: device 0's verdict is all's
@@ -215,6 +219,36 @@ Status GpuKVStore::WaitAll() {
   }
   pending_.clear();
   return Status::Ok();
+}
+
+Status GpuKVStore::SetGradientCompression(const CompressionConfig& config) {
+  if (config.enabled() && type_ != KVStoreType::kDevice) {
+    return Status::InvalidArgument("gradient compression needs the device kvstore or a dist_* one, not " + Name());
+  }
+  for (const auto& [key, e] : entries_) {
+    if (e.pushes > 0) return Status::InvalidArgument("gradient compression must be set before the first push");
+  }
+  gc_ = config;
+  return Status::Ok();
+}
+
+void GpuKVStore::CompressedSums(const std::vector<std::vector<Tensor>>& grads, std::vector<int>* raw_keys,
+                                std::vector<std::vector<Tensor>>* raw_grads) {
+  std::vector<GpuCompressedKey*> states;
+  for (int key : pending_) states.push_back(&entries_.at(key).compressed);
+  std::vector<bool> done;
+  GpuCompressedReduce(gc_, devices_, grads, states, &done);
+  raw_keys->clear();
+  raw_grads->clear();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Entry& e = entries_.at(pending_[i]);
+    if (!done[i]) {
+      raw_keys->push_back(pending_[i]);
+      raw_grads->push_back(grads[i]);
+      continue;
+    }
+    for (size_t d = 0; d < devices_.size(); ++d) e.replicas[d].grad = e.compressed.sums[d];
+  }
 }
 
 std::vector<Tensor> GpuKVStore::DeviceSums(size_t d) const {

@@ -46,6 +46,13 @@
 //        work queued later on a device's stream (the next forward pass) sees the new weights.
 //   Every step must end with WaitAll: a key pushed twice before it is refused.
 //
+// Gradient compression (SetGradientCompression; the `device` type only, as MXNet's device
+// kvstore): step 1 becomes, per key whose gradient is finite on every GPU, each GPU's
+// gradient quantised with its own residual, the bits summed dequantised on the first GPU in
+// device order and copied to every GPU (gpu_compressed_reduce.h): the same bits as the
+// host's `device` store. A key not finite somewhere is summed by NCCL as before, and the
+// step skipped.
+//
 // Multi-precision: a 16-bit weight is its fp32 master rounded to nearest even after every
 // update. Without multi_precision a 16-bit weight is updated as the CPU's Updater does it,
 // in fp32 from its own rounded value (the master buffer is refilled from the weight first),
@@ -73,6 +80,7 @@
 #include <vector>
 
 #include "kvstore/comm.h"
+#include "kvstore/gpu_compressed_reduce.h"
 #include "kvstore/kvstore.h"
 
 namespace tally {
@@ -88,6 +96,8 @@ class GpuKVStore : public KVStore, public TrainerHooks, public MasterWeightStore
   DeviceStepStore* device_steps() override { return this; }
   // REQUIRES: called before Init (state is allocated by Init).
   Status SetOptimizer(const OptimizerConfig& config) override;
+  // The device type only; before the first push.
+  Status SetGradientCompression(const CompressionConfig& config) override;
   // With KeepStepOnDevice, also queues the new rate into each device's copy of it.
   void SetLearningRate(float lr) override;
   using KVStore::Init;
@@ -133,6 +143,7 @@ class GpuKVStore : public KVStore, public TrainerHooks, public MasterWeightStore
     std::vector<Replica> replicas;  // one per device
     int64_t pushes = 0;             // PushPull calls so far
     bool pending = false;           // pushed since the last WaitAll
+    GpuCompressedKey compressed;    // gradient compression's buffers
   };
 
   Status InitKey(int key, const Tensor& value);
@@ -142,6 +153,10 @@ class GpuKVStore : public KVStore, public TrainerHooks, public MasterWeightStore
   Status RefuseWhilePending(const char* what) const;
   // The pending keys' gradients on devices_[d], in key order.
   std::vector<Tensor> DeviceSums(size_t d) const;
+  // Gradient compression's step 1 over grads (grads[i]: pending_[i]'s per device): the keys
+  // it summed get their sums as the replicas' grads; the others stay in *raw for NCCL.
+  void CompressedSums(const std::vector<std::vector<Tensor>>& grads, std::vector<int>* raw_keys,
+                      std::vector<std::vector<Tensor>>* raw_grads);
   // Step 3's search: the lowest pending key whose summed gradient on device 0 is not finite.
   int LowestNonFiniteKey();
   // Step 4 on every device. REQUIRES: pending_ is sorted.
@@ -153,6 +168,7 @@ class GpuKVStore : public KVStore, public TrainerHooks, public MasterWeightStore
   const std::unique_ptr<Comm> comm_;  // NCCL's in-place sum
   bool has_optimizer_ = false;
   OptimizerConfig config_;
+  CompressionConfig gc_;
   float gradient_scale_ = 1.0f;
   float step_scale_ = 1.0f;  // gradient_scale_ at the step's first push
   // KeepStepOnDevice: per device, its loss scale, finite flag and learning rate (fp32 [1]).

@@ -69,6 +69,22 @@ __global__ void DequantizeKernel(bool two_bit, float t, const uint8_t* packed, i
   }
 }
 
+__global__ void DequantizeAddKernel(bool two_bit, float t, const uint8_t* packed, int64_t n, float* sum, bool first,
+                                    float divide_by) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v;
+  if (two_bit) {
+    const unsigned code = (packed[i >> 2] >> (6 - 2 * (i & 3))) & 3u;
+    v = code == 3u ? t : code == 2u ? -t : 0.0f;
+  } else {
+    v = ((packed[i >> 3] >> (7 - (i & 7))) & 1u) ? 1.0f : -1.0f;
+  }
+  float s = __fadd_rn(first ? 0.0f : sum[i], v);
+  if (divide_by != 1.0f) s = __fdiv_rn(s, divide_by);
+  sum[i] = s;
+}
+
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -88,6 +104,14 @@ void DequantizeOnGpu(const CompressionConfig& config, const uint8_t* packed, int
   if (n == 0) return;
   DequantizeKernel<<<Blocks(n), kThreads, 0, stream>>>(config.type == CompressionType::kTwoBit, config.threshold,
                                                       packed, n, out);
+  TALLY_LAUNCH_CHECK();
+}
+
+void DequantizeAddOnGpu(const CompressionConfig& config, const uint8_t* packed, int64_t n, float* sum, bool first,
+                        float divide_by, cudaStream_t stream) {
+  if (n == 0) return;
+  DequantizeAddKernel<<<Blocks(n), kThreads, 0, stream>>>(config.type == CompressionType::kTwoBit, config.threshold,
+                                                         packed, n, sum, first, divide_by);
   TALLY_LAUNCH_CHECK();
 }
 

@@ -27,6 +27,12 @@ void QuantizeOnGpu(const CompressionConfig& config, const float* grad, float* re
 void DequantizeOnGpu(const CompressionConfig& config, const uint8_t* packed, int64_t n, float* out,
                      cudaStream_t stream);
 
+// sum[i] = (first ? 0 : sum[i]) + the value of packed's bits i, in fp32, then divided by
+// divide_by when it is not 1: one device's turn of the device store's compressed sum
+// (kvstore/compressed_reduce.h), the same roundings in the same order.
+void DequantizeAddOnGpu(const CompressionConfig& config, const uint8_t* packed, int64_t n, float* sum, bool first,
+                        float divide_by, cudaStream_t stream);
+
 // What the dist store does on the CPU for each slice of a pushed gradient, on grad's device
 // and queued on its stream, nothing waited for: nonfinite[s] (int32) = 1 when slice s of
 // grad holds an inf or NaN, and then its residual and its bytes of packed are left as they
