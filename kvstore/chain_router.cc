@@ -1,17 +1,17 @@
 #include "kvstore/chain_router.h"
 
+#include <utility>
+
 namespace tally {
 
-ChainRouter::ChainRouter(Cluster* cluster, bool spares_take_places)
-    : cluster_(cluster),
-      spares_take_places_(spares_take_places),
-      chains_(cluster->num_servers(), cluster->server_replicas()) {}
+ChainRouter::ChainRouter(std::function<NodeIds()> ids, int replicas, bool spares_take_places)
+    : ids_(std::move(ids)), spares_take_places_(spares_take_places), chains_(ids_().num_servers, replicas) {}
 
 int ChainRouter::RouteLocked(int chain) const {
-  if (chain >= chains_.size()) return cluster_->ServerId(chain);  // a spare's own requests
+  if (chain >= chains_.size()) return ids_().Server(chain);  // a spare's own requests
   const std::vector<int>& holders = chains_.Holders(chain);
   // None left: the scheduler ends the job.
-  return cluster_->ServerId(holders.empty() ? chain : holders.front());
+  return ids_().Server(holders.empty() ? chain : holders.front());
 }
 
 int ChainRouter::Route(int chain) const {
@@ -36,7 +36,7 @@ std::string ChainRouter::Describe(const std::vector<int>& chains) const {
   std::string served;
   for (int c : chains) {
     served += (served.empty() ? "" : ", ") + std::to_string(c) + " by server " +
-              std::to_string(cluster_->ids().ServerRank(RouteLocked(c)));
+              std::to_string(ids_().ServerRank(RouteLocked(c)));
   }
   return served;
 }

@@ -6,7 +6,8 @@
 // the request layer (net/requests.h); without replicas every chain is its server alone and
 // Route(c) is server c.
 //
-//   ChainRouter router(cluster, /*spares_take_places=*/true);
+//   ChainRouter router([cluster] { return cluster->ids(); }, cluster->server_replicas(),
+//                      /*spares_take_places=*/true);
 //   int node = router.Route(/*chain=*/0);          // server 0's node id while it lives
 //   router.Lose(/*server_rank=*/0, /*spare=*/3);   // server 1 serves chain 0 now; 3 joins it
 //   PendingRequest p;                              // a request of chain 0 sent to server 0
@@ -15,14 +16,16 @@
 //   bool drop = router.Reroute(&p, &node);         // false: node is server 1's now
 //
 // Thread-safety: every method may be called from any thread (its own lock, held by no call
-// into another class). REQUIRES: the Cluster outlives the router.
+// into another class, ids() included).
 #pragma once
 
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "net/cluster.h"
+#include <functional>
+
+#include "net/node_ids.h"
 #include "net/requests.h"
 #include "net/server_chains.h"
 
@@ -30,8 +33,10 @@ namespace tally {
 
 class ChainRouter {
  public:
-  // spares_take_places: false under dist_async (a spare takes no place in the chains).
-  ChainRouter(Cluster* cluster, bool spares_take_places);
+  // ids: the job's node ids now (Cluster::ids; the workers' number may change, and with it
+  // a spare's id); replicas: --server-replicas; spares_take_places: false under dist_async
+  // (a spare takes no place in the chains).
+  ChainRouter(std::function<NodeIds()> ids, int replicas, bool spares_take_places);
 
   // The node id now serving chain `chain` (a server's rank); a rank beyond the chains (a
   // spare's own requests) is that server's node.
@@ -51,7 +56,7 @@ class ChainRouter {
  private:
   int RouteLocked(int chain) const;  // REQUIRES: mu_ held
 
-  Cluster* const cluster_;
+  const std::function<NodeIds()> ids_;
   const bool spares_take_places_;
   mutable std::mutex mu_;
   ServerChains chains_;  // GUARDED_BY(mu_)

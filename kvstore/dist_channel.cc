@@ -23,7 +23,7 @@ RequestOptions ChannelOptions(Cluster* cluster) {
 
 DistChannel::DistChannel(Cluster* cluster, bool spares_take_places)
     : cluster_(cluster),
-      router_(cluster, spares_take_places),
+      router_([cluster] { return cluster->ids(); }, cluster->server_replicas(), spares_take_places),
       requests_(cluster, ChannelOptions(cluster),
                 [this](PendingRequest* p, int* node) { return router_.Reroute(p, node); }) {}
 

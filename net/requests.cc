@@ -52,6 +52,11 @@ std::string Shared(const wire::Meta& meta) {
   return m.SerializeAsString();
 }
 
+RequestOptions WithCredit(RequestOptions o, int64_t credit) {
+  o.credit = credit;
+  return o;
+}
+
 }  // namespace
 
 bool IsKeyCommand(wire::Command c) {
@@ -68,11 +73,7 @@ RequestLinks RequestLinks::Of(Cluster* cluster) {
 }
 
 Requests::Requests(Cluster* cluster, RequestOptions options, RerouteFn reroute)
-    : Requests(RequestLinks::Of(cluster),
-               [&] {
-                 options.credit = SendCreditBytes(cluster->num_workers());
-                 return options;
-               }(),
+    : Requests(RequestLinks::Of(cluster), WithCredit(std::move(options), SendCreditBytes(cluster->num_workers())),
                std::move(reroute)) {
   queue_.WakeOnAcknowledgements(cluster);
 }
