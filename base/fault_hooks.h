@@ -35,6 +35,12 @@ struct FaultHooks {
   // TALLY_TEST_CLOCK_SKEW_US: added to the trace clock (profile::NowUs), to give one process
   // a clock that disagrees with the others'. 0: off.
   int64_t clock_skew_us = 0;
+  // TALLY_TEST_DROP_PUSH=<server rank>:<worker rank>:<step>: that server takes in that
+  // worker's PUSH and PUSHPULL of steps >= the step and drops them unanswered, as if they
+  // were lost on the way (--elastic's leaver whose last push reached some servers only).
+  // Read by KVServer. drop_push_step -1: off.
+  int drop_push_server = -1, drop_push_worker = -1;
+  int64_t drop_push_step = -1;
 };
 
 // The hooks in effect (all off unless SetFaultHooks was called).

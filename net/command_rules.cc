@@ -1,6 +1,8 @@
 // The table of who may send what (command_rules.h, docs/wire.md).
 #include "net/command_rules.h"
 
+#include <vector>
+
 namespace tally {
 
 namespace {
@@ -43,6 +45,14 @@ unsigned AllowedSenders(wire::Role to, wire::Command command) {
       return scheduler ? kFromWorker : 0;
     case wire::REPLICA_READY:
       return scheduler ? kFromServer : 0;
+    case wire::LEAVE:
+      return scheduler ? kFromWorker : 0;
+    case wire::MEMBERSHIP_PREPARE:
+      return server ? kFromScheduler : 0;
+    case wire::MEMBERSHIP_REPORT:
+      return scheduler ? kFromServer : 0;
+    case wire::MEMBERSHIP:
+      return scheduler ? 0 : kFromScheduler;
     case wire::ACK:  // the delivery layer's own, from any member
       return kFromScheduler | kFromServer | kFromWorker;
     case wire::INIT:
@@ -78,6 +88,26 @@ std::string RoleName(wire::Role role) {
   return role == wire::SCHEDULER ? "the scheduler" : role == wire::SERVER ? "a server" : "a worker";
 }
 
+// MEMBERSHIP names the live workers (each once, at least one); MEMBERSHIP_PREPARE the one
+// that leaves. Both of a step >= 0.
+Status CheckMembershipFields(const NodeIds& ids, const wire::Meta& meta) {
+  const std::string name = wire::Command_Name(meta.command());
+  const bool prepare = meta.command() == wire::MEMBERSHIP_PREPARE;
+  if (prepare ? meta.nodes_size() != 1 : meta.nodes_size() < 1 || meta.nodes_size() > ids.num_workers) {
+    return Status::InvalidArgument(name + " naming " + std::to_string(meta.nodes_size()) + " workers");
+  }
+  if (!prepare && meta.step() < 0) return Status::InvalidArgument(name + " from step " + std::to_string(meta.step()));
+  std::vector<bool> seen(ids.num_workers, false);
+  for (const wire::Node& n : meta.nodes()) {
+    if (n.role() != wire::WORKER || n.rank() < 0 || n.rank() >= ids.num_workers || seen[n.rank()]) {
+      return Status::InvalidArgument(name + " naming rank " + std::to_string(n.rank()) +
+                                     ", no worker of this job or named twice");
+    }
+    seen[n.rank()] = true;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string DescribeSender(const NodeIds& ids, int id) {
@@ -104,6 +134,7 @@ Status CheckNoticeFields(const NodeIds& ids, const wire::Meta& meta) {
     return Status::InvalidArgument("NODE_TABLE of " + std::to_string(meta.nodes_size()) + " nodes; the job has " +
                                    std::to_string(ids.size()));
   }
+  if (meta.command() == wire::MEMBERSHIP || meta.command() == wire::MEMBERSHIP_PREPARE) return CheckMembershipFields(ids, meta);
   if (meta.command() != wire::SERVER_LOST) return Status::Ok();
   if (meta.nodes_size() < 1 || meta.nodes_size() > 2) {
     return Status::InvalidArgument("SERVER_LOST naming " + std::to_string(meta.nodes_size()) + " nodes (1 or 2)");

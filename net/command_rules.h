@@ -30,7 +30,8 @@ Status CheckCommandSender(const NodeIds& ids, wire::Role to, const wire::Meta& m
 std::string DescribeSender(const NodeIds& ids, int id);
 
 // Fields of the scheduler's notices that name nodes: SERVER_LOST names a server and, when
-// present, a spare; NODE_TABLE lists every node of the job. Ok for other commands.
+// present, a spare; NODE_TABLE lists every node of the job; MEMBERSHIP its live workers
+// (distinct, from a step >= 0) and MEMBERSHIP_PREPARE the one leaving. Ok for other commands.
 Status CheckNoticeFields(const NodeIds& ids, const wire::Meta& meta);
 
 // Whether a node logs its n-th refusal (counted from 1): the first 200, then one in 1000, so

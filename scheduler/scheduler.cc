@@ -2,6 +2,7 @@
 
 #include "net/command_rules.h"
 #include "net/server_chains.h"
+#include "scheduler/membership.h"
 #include "profile/trace.h"
 
 #include <unistd.h>
@@ -26,12 +27,16 @@ int64_t MsSince(Clock::time_point t) {
 class Scheduler {
  public:
   Scheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
-            std::function<void(const Status&)> refused)
+            std::function<void(const Status&)> refused, const SchedulerOptions& options)
       : cfg_(cfg),
+        elastic_(options.elastic),
+        members_(cfg.num_workers, options.membership_log),
         ids_{cfg.num_servers, cfg.num_workers, cfg.spare_servers},
         transport_(std::move(transport)),
         chains_(cfg.num_servers, cfg.server_replicas),
-        on_refused_(std::move(refused)) {}
+        on_refused_(std::move(refused)) {
+    members_.Replay(options.replay);
+  }
   ~Scheduler() {
     LOG(INFO) << DescribeCounters(transport_->Counters());
     if (refused_ > 0) {
@@ -228,6 +233,7 @@ class Scheduler {
           Refuse(m, allowed);
           continue;
         }
+        if (left_.count(from)) continue;  // a leaver on its way out: its WORKER_DONE, heartbeats
         last_heard_[from] = Clock::now();
         switch (m.meta.command()) {
           case wire::HEARTBEAT:
@@ -263,15 +269,13 @@ class Scheduler {
           case wire::WORKER_DONE:
             profile::Tracer::Get().Instant("worker done", "scheduler", profile::NowUs());
             done_workers.insert(from);
-            if (static_cast<int>(done_workers.size()) == cfg_.num_workers) {
-              wire::Meta bye;
-              bye.set_command(wire::SHUTDOWN);
-              Broadcast(bye).ok();
-              LOG(INFO) << "every worker is done; the job ends";
-              DrainAcknowledgements(3000);
-              return Status::Ok();
-            }
             break;
+          case wire::LEAVE:
+          case wire::MEMBERSHIP_REPORT: {
+            Status s = OnMembershipMessage(m);
+            if (!s.ok()) return s;
+            break;
+          }
           default:
             break;  // ACK: the delivery layer's, taken in below this loop
         }
@@ -290,7 +294,107 @@ class Scheduler {
         Status s = OnSilent(silent);
         if (!s.ok()) return s;
       }
+      if (AllLiveDone(done_workers)) return EndTheJob();
     }
+  }
+
+  // Every (live) worker is done.
+  bool AllLiveDone(const std::set<int>& done) const {
+    if (members_.deciding()) return false;
+    for (int r : members_.live()) {
+      if (!done.count(ids_.Worker(r))) return false;
+    }
+    return true;
+  }
+
+  Status EndTheJob() {
+    wire::Meta bye;
+    bye.set_command(wire::SHUTDOWN);
+    Broadcast(bye).ok();
+    LOG(INFO) << "every worker is done; the job ends";
+    DrainAcknowledgements(3000);
+    return Status::Ok();
+  }
+
+  // A worker's LEAVE, a server's MEMBERSHIP_REPORT.
+  Status OnMembershipMessage(const Message& m) {
+    if (m.meta.command() == wire::LEAVE) return OnLeave(m.meta.sender_id(), m.meta.step());
+    if (!members_.Report(m.meta.sender_id(), m.meta.membership_epoch(), m.meta.step(), m.meta.applied_max())) {
+      return Status::Ok();
+    }
+    return DecideMembership();
+  }
+
+  // --elastic: worker `id` leaves on its own before step `step` (it pushed every step before).
+  Status OnLeave(int id, int64_t step) {
+    const int rank = ids_.WorkerRank(id);
+    if (!elastic_ || rank == 0) {
+      return DeclareDead({id}, "worker " + std::to_string(rank) + " asked to leave at step " + std::to_string(step) +
+                                   (elastic_ ? ", but worker 0 leads the job" : ", but the job is not --elastic"));
+    }
+    left_.insert(id);
+    last_heard_.erase(id);
+    LOG(INFO) << DescribeNode(nodes_[id]) << " leaves the job before step " << step << " (SIGTERM)";
+    members_.Queue(rank, "worker " + std::to_string(rank) + " left before step " + std::to_string(step) +
+                             " (SIGTERM)");
+    return StartMembership();
+  }
+
+  // Starts the next queued leave: every live server is asked how far the leaver counts.
+  Status StartMembership() {
+    int rank = -1;
+    if (!members_.Start(&rank)) return Status::Ok();
+    change_began_ = Clock::now();
+    std::set<int> servers;
+    wire::Meta prepare;
+    prepare.set_command(wire::MEMBERSHIP_PREPARE);
+    prepare.set_membership_epoch(members_.epoch() + 1);
+    *prepare.add_nodes() = nodes_[ids_.Worker(rank)];
+    for (const wire::Node& n : nodes_) {
+      if (n.id() == 0 || n.role() != wire::SERVER || dead_.count(n.id())) continue;
+      Message m;
+      m.meta = prepare;
+      m.meta.set_receiver_id(n.id());
+      if (transport_->Send(n.id(), m).ok()) servers.insert(n.id());
+    }
+    members_.Expect(servers);
+    return Status::Ok();
+  }
+
+  // Every server has reported: the step the change starts from, told to every node.
+  Status DecideMembership() {
+    const int leaver = members_.leaver();
+    int64_t from = 0, skip = -1;
+    Status s = members_.Decide(&from, &skip);
+    if (!s.ok()) return DeclareDead({ids_.Worker(leaver)}, s.message());
+    wire::Meta m;
+    m.set_command(wire::MEMBERSHIP);
+    m.set_membership_epoch(members_.epoch());
+    m.set_step(from);
+    if (skip >= 0) m.set_skipped_step(skip + 1);
+    m.set_num_workers(static_cast<int>(members_.live().size()));
+    std::string live;
+    for (int r : members_.live()) {
+      *m.add_nodes() = nodes_[ids_.Worker(r)];
+      live += (live.empty() ? "" : ", ") + std::to_string(r);
+    }
+    Broadcast(m).ok();
+    LOG(INFO) << "membership " << members_.epoch() << ": " << members_.why() << "; from step " << from << " the "
+              << members_.live().size() << " live workers are " << live
+              << (skip >= 0 ? "; step " + std::to_string(skip) + " is skipped everywhere: the leaver's push of it " +
+                                  "reached some slices only"
+                            : std::string())
+              << " (decided in " << MsSince(change_began_) << " ms)";
+    profile::Tracer::Get().Instant("membership", "scheduler", profile::NowUs());
+    const int id = ids_.Worker(leaver);
+    if (left_.count(id)) {  // alive: it waits for the job's end, which is its own
+      Message bye;
+      bye.meta.set_command(wire::SHUTDOWN);
+      bye.meta.set_receiver_id(id);
+      transport_->Send(id, bye).ok();
+    }
+    dead_.insert(id);
+    return StartMembership();
   }
 
   // A barrier names a group of nodes (kGroup*) of which its sender is one: a node cannot
@@ -342,7 +446,26 @@ class Scheduler {
   // ready holder of every chain is alive) are lost and the job goes on (SERVER_LOST), each
   // replaced by a free spare if there is one; any other death ends the job, naming every
   // node dead so far.
-  Status OnSilent(const std::vector<int>& silent) {
+  Status OnSilent(std::vector<int> silent) {
+    if (elastic_) {
+      std::vector<int> rest;
+      for (int id : silent) {
+        if (!ids_.IsWorker(id) || ids_.WorkerRank(id) == 0) {
+          rest.push_back(id);
+          continue;
+        }
+        LOG(ERROR) << DescribeNode(nodes_[id]) << " stopped answering: no heartbeat for "
+                   << MsSince(last_heard_[id]) << " ms; it leaves the job (--elastic)";
+        members_.Queue(ids_.WorkerRank(id), "worker " + std::to_string(ids_.WorkerRank(id)) +
+                                                " stopped answering: no heartbeat for " +
+                                                std::to_string(MsSince(last_heard_[id])) + " ms");
+        last_heard_.erase(id);
+        dead_.insert(id);
+      }
+      Status s = StartMembership();
+      if (!s.ok() || rest.empty()) return s;
+      silent = rest;
+    }
     bool fatal = false;
     ServerChains after = chains_;
     for (int id : silent) {
@@ -354,6 +477,9 @@ class Scheduler {
     if (fatal) return DeclareDead(AlsoSilent(silent), lost);
     if (!lost.empty()) return DeclareDead(silent, lost);
     for (int id : silent) dead_.insert(id);  // none of them is a free spare any more
+    for (int id : silent) {
+      if (members_.Lost(id)) TALLY_RETURN_IF_ERROR(DecideMembership());
+    }
     for (int id : silent) {
       last_heard_.erase(id);
       const int rank = ids_.ServerRank(id);
@@ -432,6 +558,10 @@ class Scheduler {
   }
 
   const ClusterConfig cfg_;
+  const bool elastic_;
+  ElasticMembership members_;      // --elastic: the live workers and the change being decided
+  std::set<int> left_;             // workers that said LEAVE (ids): alive, on their way out
+  Clock::time_point change_began_;  // of the change being decided
   const NodeIds ids_;
   std::unique_ptr<Transport> transport_;
   ServerChains chains_;            // who holds each chain, after the losses so far
@@ -447,8 +577,9 @@ class Scheduler {
 }  // namespace
 
 Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
-                    const std::function<void()>& gathered, std::function<void(const Status&)> refused) {
-  Scheduler s(cfg, std::move(transport), std::move(refused));
+                    const std::function<void()>& gathered, std::function<void(const Status&)> refused,
+                    const SchedulerOptions& options) {
+  Scheduler s(cfg, std::move(transport), std::move(refused), options);
   return s.Run(gathered);
 }
 

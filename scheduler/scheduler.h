@@ -13,17 +13,39 @@
 // Messages a node may not send to the scheduler (net/command_rules.h: a server's
 // WORKER_DONE, a worker's SHUTDOWN, a BARRIER of a group its sender is not in, an id that is
 // no node's) are logged, counted and dropped; `refused`, when given, is told of each.
+//
+// --elastic (SchedulerOptions; docs/faults.md, "Elastic workers"): a worker that stops
+// answering, or says it leaves (LEAVE, on a SIGTERM of its own), leaves the job instead of
+// ending it. One leave at a time: the scheduler asks every live server how far the leaver's
+// pushes are counted (MEMBERSHIP_PREPARE, MEMBERSHIP_REPORT), decides the step the change
+// starts from, and the step skipped everywhere when the leaver died between its pushes of
+// one step (scheduler/membership.h), tells every node (MEMBERSHIP), appends the change to
+// membership_log, and sends a leaver still alive SHUTDOWN. The job then ends when every live
+// worker is done. Worker 0 leads the job (the optimizer, learning rates, checkpoints): its
+// loss still ends it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "net/cluster.h"
 
 namespace tally {
 
+struct SchedulerOptions {
+  bool elastic = false;
+  std::string membership_log;  // membership.jsonl's path; empty: none written
+  // --membership-replay: the replayed run's changes by epoch, (from_step, skip_step).
+  std::map<int64_t, std::pair<int64_t, int64_t>> replay;
+};
+
 Status RunScheduler(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
                     const std::function<void()>& gathered = nullptr,
-                    std::function<void(const Status&)> refused = nullptr);
+                    std::function<void(const Status&)> refused = nullptr,
+                    const SchedulerOptions& options = SchedulerOptions());
 
 }  // namespace tally

@@ -145,6 +145,10 @@ void KVServer::FlushSteps() {
 bool KVServer::HandleFromPeers(Message* msg) {
   const wire::Meta& m = msg->meta;
   const std::string what = wire::Command_Name(m.command()) + " from node " + std::to_string(m.sender_id());
+  if (m.command() == wire::MEMBERSHIP_PREPARE || m.command() == wire::MEMBERSHIP) {
+    HandleMembership(*msg);  // kv_server_elastic.cc
+    return true;
+  }
   if (m.command() == wire::SERVER_LOST) {
     Status r = CheckCommandSender(ids_, wire::SERVER, m);
     if (r.ok()) r = CheckNoticeFields(ids_, m);
@@ -188,6 +192,7 @@ void KVServer::Handle(Message&& msg) {
     for (const Tensor& t : msg.data) r->bytes_in += static_cast<int64_t>(t.nbytes());
   }
   if (HandleFromPeers(&msg)) return;
+  if (DroppedForTest(m)) return;  // kv_server_elastic.cc
   const std::string what = wire::Command_Name(m.command()) + " from node " +
                            std::to_string(m.sender_id());
   if (HoldForState(&msg)) return;
@@ -308,7 +313,7 @@ Status KVServer::HandleInit(const Message& msg) {
     s->length = static_cast<int64_t>(ks.length());
     s->value = msg.data[i].To(DType::kF32);  // always a copy: the frame may be the sender's buffer
     s->chain = m.chain() - 1;
-    s->pushes = SliceAggregator(ids_.num_workers, s->length);
+    s->pushes = SliceAggregator(ids_.num_workers, s->length, elastic_ ? &members_ : nullptr);
     slices_[{ks.key(), ks.offset()}] = std::move(s);
   }
   return Status::Ok();
@@ -338,6 +343,7 @@ Status KVServer::HandleInitState(const Message& msg) {
 
 Status KVServer::AdmitStep(const Message& msg) {
   const wire::Meta& m = msg.meta;
+  TALLY_RETURN_IF_ERROR(AdmitMember(msg));
   std::vector<Slice*> slices;
   TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
   // Only the step being gathered, or the last one applied, can be rolled back.

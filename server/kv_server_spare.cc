@@ -141,7 +141,7 @@ Status KVServer::HandleReplicaState(Message* msg) {
   Slice* s = slot.get();
   *s = Slice{s->id, ks.key(), ks.offset(), static_cast<int64_t>(ks.length())};
   s->chain = chain;
-  s->pushes = SliceAggregator(ids_.num_workers, s->length);
+  s->pushes = SliceAggregator(ids_.num_workers, s->length, elastic_ ? &members_ : nullptr);
   s->value = msg->data[0].Clone();  // the frame may be the sender's own buffer (in-process)
   s->applied = m.step();
   s->skipped = m.skipped_step() - 1;

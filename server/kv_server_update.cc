@@ -20,14 +20,15 @@ void KVServer::ApplyReadySteps(Slice* s) {
   SliceAggregator::Step st;
   while (s->pushes.TakeReady(s->applied, &st)) {
     const int64_t step = s->applied + 1;
+    const float scale = ElasticScale(step, st.scale);  // kv_server_elastic.cc
     Tensor sum;
     if (s->skip_when_ready.erase(step) > 0) {
       Skip(s, step, {});  // rolled back before it could be applied
     } else {
-      sum = Apply(s, st.grads, step, st.scale);
+      sum = Apply(s, st.grads, step, scale);
     }
     s->applied = step;
-    Forward(s, step, sum, st.scale);  // --server-replicas: to the backups
+    Forward(s, step, sum, scale);  // --server-replicas: to the backups
     st = SliceAggregator::Step();
     applied = true;
   }
@@ -105,6 +106,23 @@ void KVServer::LogSkip(int64_t step, int rank, const std::string& why) {
   LOG(WARNING) << "server: step " << step << " skipped: " << why;
 }
 
+void KVServer::RollBack(Slice* s, int64_t step) {
+  // Idempotent: every worker asks, and only the first finds anything to undo.
+  bool changed = false;
+  if (s->applied < step) {
+    changed = s->skip_when_ready.insert(step).second;
+  } else {
+    if (s->undo_step == step) {
+      std::swap(s->value, s->undo);  // the update's values become the spare buffer
+      if (updater_) updater_->RestoreState(s->id);
+      s->undo_step = -1;
+    }
+    changed = s->skipped != step;
+    if (changed) Skip(s, step, {});
+  }
+  if (changed) ResendState(s);
+}
+
 Status KVServer::HandleRollback(const Message& msg) {
   const wire::Meta& m = msg.meta;
   const int64_t step = m.step();
@@ -118,22 +136,7 @@ Status KVServer::HandleRollback(const Message& msg) {
                                      " is applied: only the last step applied can be rolled back");
     }
   }
-  // Idempotent: every worker asks, and only the first finds anything to undo.
-  for (Slice* s : slices) {
-    bool changed = false;
-    if (s->applied < step) {
-      changed = s->skip_when_ready.insert(step).second;
-    } else {
-      if (s->undo_step == step) {
-        std::swap(s->value, s->undo);  // the update's values become the spare buffer
-        if (updater_) updater_->RestoreState(s->id);
-        s->undo_step = -1;
-      }
-      changed = s->skipped != step;
-      if (changed) Skip(s, step, {});
-    }
-    if (changed) ResendState(s);
-  }
+  for (Slice* s : slices) RollBack(s, step);
   LogSkip(step, -1, "rolled back at worker " + std::to_string(ids_.WorkerRank(m.sender_id())) +
                         "'s request (a non-finite gradient elsewhere)");
   return HandlePull(msg);

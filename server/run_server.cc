@@ -10,7 +10,8 @@
 
 namespace tally {
 
-Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport, const ServerObserver& observer) {
+Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport, const ServerObserver& observer,
+                 const ElasticOptions& elastic) {
   CHECK(cfg.role == wire::SERVER) << "RunServer for role " << wire::Role_Name(cfg.role);
   std::unique_ptr<Cluster> cluster;
   TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, std::move(transport), &cluster));
@@ -28,6 +29,7 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
     return sender.Send(id, std::move(m), priority);
   }, c->spare_servers());
   server.SetReplication(c->me().rank(), c->server_replicas());
+  if (elastic.elastic) server.SetElastic(elastic.keep_lr);
   if (observer.step) server.SetStepRecorder(observer.step, observer.step_begins);
   c->SetDataHandler([&server](Message&& m) { server.Handle(std::move(m)); });
   Status s = c->WaitForShutdown();

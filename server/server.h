@@ -76,6 +76,7 @@
 #include "net/transport.h"
 #include "optim/updater.h"
 #include "profile/records.h"
+#include "server/slice_aggregator.h"
 #include "server/step_rates.h"
 
 namespace tally {
@@ -113,6 +114,16 @@ class KVServer {
   // scheduler (REPLICA_READY).
   void SetReplication(int my_rank, int replicas);
 
+  // --elastic (docs/faults.md, "Elastic workers"): workers may leave. The scheduler's
+  // MEMBERSHIP_PREPARE names a leaver: its pushes are refused from then on, no step is
+  // applied, and the server reports how far the leaver's pushes are counted on its slices
+  // (MEMBERSHIP_REPORT). The MEMBERSHIP that follows says from which step the leaver no
+  // longer counts: its pushes of that step and later are forgotten, and each step waits
+  // for the workers live at it. keep_lr: a step of L live workers out of the N that
+  // started has its sum scaled by N / L (the mean gradient, --elastic-lr keep); otherwise
+  // the sum of L is taken as it is, which scales the step by L / N (--elastic-lr linear).
+  void SetElastic(bool keep_lr);
+
   // For tests and logs: the fp32 master values of the slice of `key` starting at `offset`
   // (undefined if unknown), and the last step applied to it (-1: none).
   Tensor Value(uint64_t key, uint64_t offset) const;
@@ -139,6 +150,15 @@ class KVServer {
   // REPLICA_STATE): handled, or refused and counted, and true; false for anything else.
   bool HandleFromPeers(Message* msg);
   Status HandleSetOptimizer(const Message& msg);
+  // Elastic workers (kv_server_elastic.cc): the scheduler's MEMBERSHIP_PREPARE and
+  // MEMBERSHIP; a push of a worker that left (or is leaving) refused; a step's gradient
+  // scale under --elastic-lr keep.
+  void HandleMembership(const Message& msg);
+  Status AdmitMember(const Message& msg) const;
+  float ElasticScale(int64_t step, float scale) const;
+  // TALLY_TEST_DROP_PUSH (base/fault_hooks.h): a push this server loses on purpose.
+  bool DroppedForTest(const wire::Meta& m);
+  int64_t dropped_step_ = -1;  // the last step whose dropping was logged
   Status HandleInit(const Message& msg);
   // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
   Status HandleInitState(const Message& msg);
@@ -155,6 +175,10 @@ class KVServer {
   Status HandlePull(const Message& msg, bool push_not_applied = false, bool push_only = false);
   Status HandleSetLr(const Message& msg);
   Status HandleRollback(const Message& msg);
+  // Undoes `step` on s if it is its last step applied, or skips it when it comes: s's part
+  // of a ROLLBACK, and of a MEMBERSHIP whose step is skipped everywhere. Idempotent.
+  // REQUIRES: s->applied <= step.
+  void RollBack(Slice* s, int64_t step);
 
   // Replication (kv_server_replica.cc). HandleReplicate: a backup applies a forwarded step;
   // HandleReplicaAck: a backup has; ServerLost: a server will never acknowledge again.
@@ -233,6 +257,10 @@ class KVServer {
   std::unique_ptr<Updater> updater_;  // null: pushes replace the values
   OptimizerConfig optimizer_;  // SET_OPTIMIZER's, as given: each key's wd (KeyWd)
   StepRates lr_;  // SET_OPTIMIZER's and SET_LR's learning rates by step
+  bool elastic_ = false, keep_lr_ = true;  // SetElastic
+  WorkerMembership members_;               // before slices_: their aggregators point to it
+  std::set<int> leaving_;                  // ranks named by MEMBERSHIP_PREPARE, not yet settled
+  int64_t membership_epoch_ = 0;           // the last MEMBERSHIP's
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
   int num_waiting_ = 0;  // pulls not yet answered
   int64_t duplicates_ = 0;
@@ -257,10 +285,16 @@ struct ServerObserver {
   std::function<void(const Cluster&)> ending;
 };
 
+// How the job treats its workers: --elastic and --elastic-lr (KVServer::SetElastic).
+struct ElasticOptions {
+  bool elastic = false;
+  bool keep_lr = true;  // --elastic-lr keep; false: linear
+};
+
 // Joins the job as a server, serves data messages on one thread until the scheduler ends
 // the job, and returns Ok then; returns the failure if a node dies or joining fails.
 // REQUIRES: cfg.role == wire::SERVER.
 Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
-                 const ServerObserver& observer = ServerObserver());
+                 const ServerObserver& observer = ServerObserver(), const ElasticOptions& elastic = ElasticOptions());
 
 }  // namespace tally

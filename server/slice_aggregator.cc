@@ -1,6 +1,7 @@
 // SliceAggregator: gathering and summing one slice's pushes (slice_aggregator.h).
 #include "server/slice_aggregator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "optim/reduce.h"
@@ -22,13 +23,52 @@ float SliceAggregator::AddSync(int64_t step, int rank, Tensor grad, float scale)
   return st.scale;
 }
 
+bool WorkerMembership::Live(int rank, int64_t step) const {
+  for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+    if (it->from_step <= step) return it->live[rank];
+  }
+  return true;
+}
+
+int WorkerMembership::Count(int64_t step, int n) const {
+  for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+    if (it->from_step <= step) return static_cast<int>(std::count(it->live.begin(), it->live.end(), true));
+  }
+  return n;
+}
+
 bool SliceAggregator::TakeReady(int64_t applied, Step* out) {
-  if (pending_.empty()) return false;
+  if (pending_.empty() || (members_ != nullptr && members_->hold)) return false;
   auto it = pending_.begin();
-  if (it->first != applied + 1 || it->second.count < num_workers_) return false;
+  const int expected = members_ != nullptr ? members_->Count(it->first, num_workers_) : num_workers_;
+  if (it->first != applied + 1 || it->second.count < expected) return false;
   *out = std::move(it->second);
   pending_.erase(it);
+  if (expected < num_workers_) {
+    std::vector<Tensor> live;
+    for (Tensor& g : out->grads) {
+      if (g.defined()) live.push_back(std::move(g));
+    }
+    out->grads = std::move(live);
+  }
   return true;
+}
+
+void SliceAggregator::Drop(int rank, int64_t from_step) {
+  for (auto& [step, st] : pending_) {
+    if (step < from_step || st.grads.empty() || !st.grads[rank].defined()) continue;
+    st.grads[rank] = Tensor();
+    --st.count;
+  }
+}
+
+int64_t SliceAggregator::CountedThrough(int rank, int64_t applied) const {
+  int64_t t = applied;
+  for (auto it = pending_.find(t + 1); it != pending_.end() && it->first == t + 1; it = pending_.find(t + 1)) {
+    if (it->second.grads.empty() || !it->second.grads[rank].defined()) break;
+    ++t;
+  }
+  return t;
 }
 
 void SliceAggregator::NoteAsync(int64_t step, int rank) {

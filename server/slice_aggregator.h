@@ -43,6 +43,22 @@ struct StepsSeen {
   }
 };
 
+// Elastic workers (--elastic, docs/faults.md): which workers' pushes a step counts. Each
+// change is (from_step, live ranks); a step counts the workers live at its step. While a
+// change is being decided (`hold`), no step is applied: the step it starts from is not known
+// yet, and a step applied meanwhile could count a leaver's push here and not elsewhere.
+struct WorkerMembership {
+  struct Change {
+    int64_t from_step = 0;
+    std::vector<bool> live;  // by rank
+  };
+  std::vector<Change> changes;  // by from_step, ascending
+  bool hold = false;
+  // The ranks live at `step`, of n workers at the start.
+  bool Live(int rank, int64_t step) const;
+  int Count(int64_t step, int n) const;
+};
+
 class SliceAggregator {
  public:
   // A synchronous step's pushes.
@@ -53,7 +69,8 @@ class SliceAggregator {
   };
 
   SliceAggregator() = default;  // holds nothing until assigned one of the form below
-  SliceAggregator(int num_workers, int64_t length) : num_workers_(num_workers), length_(length) {}
+  SliceAggregator(int num_workers, int64_t length, const WorkerMembership* members = nullptr)
+      : num_workers_(num_workers), length_(length), members_(members) {}
 
   // Whether worker `rank`'s push of `step` is already counted: sync, a step up to `applied`
   // or one waiting with that worker's push in; async, one NoteAsync has seen.
@@ -63,9 +80,15 @@ class SliceAggregator {
   // push's, which a later one with another scale does not change.
   // REQUIRES: !Counted(false, step, rank, applied).
   float AddSync(int64_t step, int rank, Tensor grad, float scale);
-  // Sync: when the step after `applied` has every worker's push, moves it to *out and
-  // forgets it, and returns true; false otherwise.
+  // Sync: when the step after `applied` has every (live) worker's push, moves it to *out and
+  // forgets it, and returns true; false otherwise. Elastic: out->grads holds the live
+  // workers' pushes alone, in rank order.
   bool TakeReady(int64_t applied, Step* out);
+
+  // Elastic: forgets worker `rank`'s pushes of steps >= from_step (it left before them).
+  void Drop(int rank, int64_t from_step);
+  // Elastic: the last step t such that `rank`'s push of every step up to t is counted.
+  int64_t CountedThrough(int rank, int64_t applied) const;
 
   // Async: worker `rank`'s push of `step` was taken (applied or not).
   void NoteAsync(int64_t step, int rank);
@@ -81,6 +104,7 @@ class SliceAggregator {
  private:
   int num_workers_ = 0;
   int64_t length_ = 0;
+  const WorkerMembership* members_ = nullptr;  // null: every worker counts, always
   std::map<int64_t, Step> pending_;  // sync: steps not yet applied, by step
   std::vector<StepsSeen> seen_;      // async: by worker rank
   Tensor buffer_;                    // the fp32 sum of several or 16-bit pushes

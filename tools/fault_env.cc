@@ -1,5 +1,6 @@
 #include "tools/fault_env.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -34,12 +35,30 @@ Status ParseTestNan(FaultHooks* hooks) {
   return Status::Ok();
 }
 
+// TALLY_TEST_DROP_PUSH=<server rank>:<worker rank>:<step>.
+Status ParseTestDropPush(FaultHooks* hooks) {
+  const char* v = std::getenv("TALLY_TEST_DROP_PUSH");
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  int server = -1, worker = -1;
+  long long step = -1;
+  char tail = 0;
+  if (std::sscanf(v, "%d:%d:%lld%c", &server, &worker, &step, &tail) != 3 || server < 0 || worker < 0 || step < 0) {
+    return Status::InvalidArgument(std::string("TALLY_TEST_DROP_PUSH='") + v +
+                                   "': expected <server rank>:<worker rank>:<step>");
+  }
+  hooks->drop_push_server = server;
+  hooks->drop_push_worker = worker;
+  hooks->drop_push_step = step;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status FaultHooksFromEnv(FaultHooks* hooks) {
   *hooks = FaultHooks();
   if (const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT")) hooks->checkpoint_kill_at = std::atoi(v);
   if (const char* v = std::getenv("TALLY_TEST_CLOCK_SKEW_US")) hooks->clock_skew_us = std::strtoll(v, nullptr, 10);
+  TALLY_RETURN_IF_ERROR(ParseTestDropPush(hooks));
   return ParseTestNan(hooks);
 }
 

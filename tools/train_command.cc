@@ -26,6 +26,7 @@
 #include "tools/train_board.h"
 #include "tools/train_checkpoints.h"
 #include "tools/train_data.h"
+#include "tools/train_elastic.h"
 #include "worker/checkpoint.h"
 #include "worker/fit.h"
 #include "worker/lr_schedule.h"
@@ -361,6 +362,22 @@ FitCallbacks WireCallbacks(NodeProfiler* prof, ProgressBar* bar, Trainer* traine
   return cb;
 }
 
+// --elastic: a worker other than 0 leaves on its own SIGTERM (worker 0, which leads the
+// job, still stops the whole job there), or before the step --membership-replay names.
+Status WireLeave(Cluster* cluster, int rank, FitOptions* o) {
+  ElasticOptions elastic;
+  TALLY_RETURN_IF_ERROR(ElasticFlags(&elastic));
+  if (!elastic.elastic) return Status::Ok();
+  if (cluster == nullptr) return Status::InvalidArgument("--elastic needs a dist_* --kv-store");
+  int64_t replay = -1;
+  TALLY_RETURN_IF_ERROR(ReplayLeaveStep(rank, &replay));
+  if (rank == 0 && replay >= 0) return Status::InvalidArgument("--membership-replay: worker 0 cannot leave");
+  if (rank == 0) return Status::Ok();
+  o->stop = nullptr;
+  o->leave = [replay](int64_t step) { return g_terminate.load() || (replay >= 0 && step >= replay); };
+  return Status::Ok();
+}
+
 // Trains the run's epochs and ends the run: with the job (dist modes) and the profiler's
 // files; on an agreed stop, with 128 + SIGTERM.
 int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resume, Cluster* cluster,
@@ -379,7 +396,9 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   }
   ProgressBar bar(FLAGS_progress);
   const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
-  const FitOptions options = MakeFitOptions(cfg, lr, resume, rank);
+  FitOptions options = MakeFitOptions(cfg, lr, resume, rank);
+  s = WireLeave(cluster, rank, &options);
+  if (!s.ok()) return Fail("", s);
   FitCallbacks callbacks = WireCallbacks(prof, &bar, trainer, num_workers, saves);
   std::unique_ptr<FitBoard> board;
   s = OpenWorkerBoard(trainer, rank, FLAGS_top_k, &board);
@@ -388,6 +407,15 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   FitResult result;
   s = Fit(trainer, train_data.get(), val_data.get(), options, callbacks, &result);
   if (!s.ok()) return Fail(result.failed_at, s);
+  if (result.left) {
+    s = LeaveJob(cluster, result.steps);
+    prof->Finish().ok();
+    if (!s.ok()) return Fail("worker " + std::to_string(rank) + " leaving: ", s);
+    std::printf("tally train: worker %d left the job before step %lld (--elastic)\n", rank,
+                static_cast<long long>(result.steps));
+    std::fflush(stdout);
+    return 0;
+  }
   if (result.stopped) {
     if (cluster) cluster->Finish(/*timeout_ms=*/60000);
     prof->Finish().ok();
@@ -419,7 +447,7 @@ int RunRole(const ClusterConfig& c) {
   std::unique_ptr<Transport> transport;
   if (s.ok()) s = NewJobTransport(c, &transport);
   if (s.ok() && scheduler) {
-    s = RunScheduler(c, std::move(transport), [] { g_role_joined = true; });
+    s = RunScheduler(c, std::move(transport), [] { g_role_joined = true; }, nullptr, ElasticSchedulerOptions());
   } else if (s.ok()) {
     ServerObserver observer;
     observer.joined = [&](const Cluster& cluster) {
@@ -445,7 +473,9 @@ int RunRole(const ClusterConfig& c) {
     }
     ServerBoard board;
     board.Attach(&observer);
-    s = RunServer(c, std::move(transport), observer);
+    ElasticOptions elastic;
+    s = ElasticFlags(&elastic);
+    if (s.ok()) s = RunServer(c, std::move(transport), observer, elastic);
   }
   if (prof) {
     Status f = prof->Finish();
@@ -459,7 +489,7 @@ int RunRole(const ClusterConfig& c) {
 }
 
 int TrainCommand(int argc, char** argv) {
-  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "tools/train_board.cc", "profile/node_profiler.cc"});
+  ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "tools/train_elastic.cc", "tools/train_board.cc", "profile/node_profiler.cc"});
   const char* role = std::getenv("DMLC_ROLE");
   if (role != nullptr && std::string(role) != "worker") {
     ClusterConfig c;

@@ -56,7 +56,7 @@ class FitLoop {
     run_start_ = Now();
     for (int epoch = static_cast<int>(o_.begin_epoch); epoch < o_.num_epochs; ++epoch) {
       TALLY_RETURN_IF_ERROR(RunEpoch(epoch));
-      if (result_->stopped) break;
+      if (result_->stopped || result_->left) break;
     }
     result_->steps = step_;
     return Status::Ok();
@@ -79,6 +79,7 @@ class FitLoop {
     std::fprintf(o_.log, "Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches_ + first, o_.lr));
     epoch_start_ = tic_ = Now();
     for (int64_t b = first; b < batches_; ++b) {
+      if (o_.leave && o_.leave(step_)) return Leave(epoch, b);
       TALLY_RETURN_IF_ERROR(RunBatch(epoch, b));
       if (trainer_->StopAgreed()) return Stop(epoch, b);
     }
@@ -217,6 +218,19 @@ class FitLoop {
     if (!cb_.checkpoint) return Status::Ok();
     Status s = cb_.checkpoint(epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : b + 1, step_);
     return s.ok() ? s : Fail("checkpoint on SIGTERM: ", s);
+  }
+
+  // This worker leaves before batch b of `epoch` (--elastic): every step it pushed is
+  // settled first, so that each counts its push on every server.
+  Status Leave(int epoch, int64_t b) {
+    TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, b));
+    BeforePrint();
+    std::fprintf(o_.log, "Epoch[%d] Batch [%ld]: worker %d leaves the job before step %ld (--elastic)\n", epoch,
+                 static_cast<long>(b), o_.rank, static_cast<long>(step_));
+    std::fflush(o_.log);
+    result_->left = true;
+    result_->steps = step_;
+    return Status::Ok();
   }
 
   Status Validate(int epoch, StepStats* val) {

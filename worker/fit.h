@@ -54,6 +54,10 @@ struct FitOptions {
   // When it becomes true (a SIGTERM handler sets it), the job agrees on a step to stop after
   // (Trainer::RequestStop); Fit saves a checkpoint there and returns. nullptr: never.
   const std::atomic<bool>* stop = nullptr;
+  // --elastic: asked before each step (the job's step count); when true, this worker leaves
+  // the job before that step: Fit settles the step in flight and returns with
+  // FitResult::left. Empty: never.
+  std::function<bool(int64_t step)> leave;
   FILE* log = stdout;
 };
 
@@ -89,6 +93,7 @@ struct FitCallbacks {
 
 struct FitResult {
   bool stopped = false;  // the job agreed to stop (FitOptions::stop) before the last epoch's end
+  bool left = false;     // this worker leaves the job (FitOptions::leave) before step `steps`
   int64_t steps = 0;     // the job's step count at the end (begin_step plus this run's steps)
   // When Fit fails: what it was doing, to print before the status, e.g.
   // "checkpoint after epoch 2: ". Empty otherwise.

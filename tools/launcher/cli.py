@@ -75,6 +75,10 @@ def build_parser():
                         help="start K more servers that hold nothing until one takes the place of a "
                              "server that died, receiving its slices, so that --server-replicas "
                              "holds again (needs --server-replicas; synchronous kvstores; default: 0)")
+    parser.add_argument("--elastic", action="store_true",
+                        help="a worker other than worker 0 that dies or gets SIGTERM leaves the job and the "
+                             "others go on (TALLY_ELASTIC=1 to every process; docs/faults.md, \"Elastic "
+                             "workers\"); without it a dead worker ends the job")
     parser.add_argument("--log-dir", metavar="DIR",
                         help="also write each process's output, without the [role] prefix, to "
                              "DIR/ROLE-RANK.log (DIR/scheduler.log); a restarted job's attempt N "
@@ -161,7 +165,8 @@ def plan(args):
     extra.update(parse_env_options(args.env, os.environ))
     procs = plan_job(args.num_workers, num_servers, hosts, root_uri, port, extra, node_host,
                      cluster=args.launcher, server_hosts=server_hosts,
-                     server_replicas=args.server_replicas, spare_servers=args.spare_servers)
+                     server_replicas=args.server_replicas, spare_servers=args.spare_servers,
+                     elastic=args.elastic)
     cwd = args.sync_dst_dir or os.getcwd()
     return procs, cwd, hosts + (server_hosts or [])
 
@@ -285,4 +290,5 @@ def run(parser, args, secret_dir):
     except KeyboardInterrupt:  # before any role started: nothing to stop
         return 130
     return run_with_restarts(lambda attempt: make_children(attempt) if attempt else children,
-                             args.shutdown_timeout, args.grace, args.max_restarts, args.server_replicas)
+                             args.shutdown_timeout, args.grace, args.max_restarts, args.server_replicas,
+                             elastic=args.elastic)

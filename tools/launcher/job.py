@@ -15,7 +15,7 @@ JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORK
             "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "DMLC_TASK_ID", "DMLC_WORKER_ID",
             "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT", "DMLC_JOB_CLUSTER", "TALLY_RANK",
             "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN", "TALLY_STOPPED_STATUS",
-            "TALLY_SERVER_REPLICAS", "TALLY_SPARE_SERVERS")
+            "TALLY_SERVER_REPLICAS", "TALLY_SPARE_SERVERS", "TALLY_ELASTIC")
 
 # How the launcher asks `tally train` to exit after a stop on SIGTERM whose checkpoint was
 # saved (TALLY_STOPPED_STATUS; on its own it exits 0 then): a status of its own, so that the
@@ -172,7 +172,7 @@ def task_ids(role, rank, num_workers, num_servers, spare_servers=0):
 
 
 def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_host=None,
-             cluster="local", server_hosts=None, server_replicas=0, spare_servers=0):
+             cluster="local", server_hosts=None, server_replicas=0, spare_servers=0, elastic=False):
     """Returns every process of the job, scheduler first, then servers, then workers.
 
     `hosts` is [hosts.Host]; the scheduler goes on the first host, servers and workers
@@ -181,6 +181,7 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
     for DMLC_JOB_CLUSTER. `server_hosts`, when given, takes the servers (in their own
     rotation) and leaves `hosts` to the scheduler and the workers. `spare_servers` more
     servers (ranks num_servers on) wait to take a lost server's place (docs/faults.md).
+    `elastic`: TALLY_ELASTIC=1, workers may leave the job (docs/faults.md).
     """
     all_servers = num_servers + spare_servers
     order = rotation(hosts, max(num_workers, all_servers))
@@ -210,6 +211,8 @@ def plan_job(num_workers, num_servers, hosts, root_uri, port, extra_env, node_ho
         }
         if spare_servers:
             env["TALLY_SPARE_SERVERS"] = str(spare_servers)
+        if elastic:
+            env["TALLY_ELASTIC"] = "1"
         env.update(extra_env)
         procs.append(Proc(role, rank, host.name, env, ssh_port=host.port))
     return procs

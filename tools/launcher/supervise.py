@@ -90,7 +90,7 @@ class Interrupts:
 class Job:
     """Starts the children, watches them and returns the launcher's exit status."""
 
-    def __init__(self, children, shutdown_timeout, grace, interrupts, server_replicas=0):
+    def __init__(self, children, shutdown_timeout, grace, interrupts, server_replicas=0, elastic=False):
         self.children = children
         self.shutdown_timeout = shutdown_timeout
         self.grace = grace
@@ -102,6 +102,9 @@ class Job:
         # has no live server left, and the workers then fail naming why).
         self.server_replicas = server_replicas
         self.lost = []
+        # --elastic: a worker but worker 0 that dies or leaves (on a SIGTERM of its own, it
+        # exits 0 saying so) is not the end of the job; the scheduler decides the step.
+        self.elastic = elastic
 
     def live(self):
         return [c for c in self.children if c not in self.lost]
@@ -116,6 +119,21 @@ class Job:
             "it was a spare server (--spare-servers): the job goes on without it" if spare else
             f"its slices go on on their replicas (--server-replicas {self.server_replicas}) while another "
             f"server of its chain lives"))
+
+    def leaves(self, child):
+        """--elastic: whether `child`, which just ended, left the job (noted and said) rather
+        than ending it."""
+        if not self.elastic or child.proc.role != "worker" or child.proc.rank == 0:
+            return False
+        if child.poll() == 0:
+            if "left the job" not in (child.last_lines.get(sys.stdout) or ""):
+                return False
+            say(f"{child.label} left the job (exited 0 after its SIGTERM); the others go on")
+        else:
+            say(f"{child.label} {describe_status(child.poll())}; it leaves the job (--elastic): the "
+                f"others go on once the scheduler has decided the step")
+        self.lost.append(child)
+        return True
 
     @property
     def received(self):
@@ -169,6 +187,9 @@ class Job:
         while True:
             if self.received is not None:
                 return self.interrupted()
+            if any(self.leaves(c) for c in self.live() if c.poll() is not None):
+                workers = [c for c in workers if c not in self.lost]
+                continue
             ended = [c for c in self.live() if c.poll() not in (None, 0)]
             if ended:
                 first = min(ended, key=lambda c: c.exited_at or 0)
@@ -288,7 +309,7 @@ class Job:
             child.finish(timeout=max(0.1, deadline - time.monotonic()))
 
 
-def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, server_replicas=0):
+def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, server_replicas=0, elastic=False):
     """Runs the job and, after a process fails, stops it and starts it whole again, up to
     max_restarts times; make_children(attempt) gives each attempt's children (attempt 0
     is the first). Returns the exit status of the last attempt.
@@ -299,7 +320,7 @@ def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, serv
     interrupts = Interrupts()
     attempt = 0
     while True:
-        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts, server_replicas)
+        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts, server_replicas, elastic)
         status = job.run()
         if status == 0:
             if attempt:

@@ -1,0 +1,83 @@
+// The scheduler's record of which workers are live under --elastic (docs/faults.md,
+// "Elastic workers"): leaves queued one at a time, the servers' reports of how far the
+// leaver's pushes are counted, the step the change starts from, and membership.jsonl.
+//
+//   WorkerMembership m(/*num_workers=*/4, "/ckpt/membership.jsonl");
+//   m.Queue(2, "worker 2 stopped answering");
+//   int rank;
+//   if (m.Start(&rank)) { ... send MEMBERSHIP_PREPARE to the servers m.Expect({1, 2}) ... }
+//   if (m.Report(1, m.epoch() + 1, /*through=*/29, /*applied=*/29) && m.Report(2, ...)) {
+//     int64_t from, skip;
+//     Status s = m.Decide(&from, &skip);  // from 30: a step before 30 counts worker 2's push
+//   }
+//
+// The decision: every slice of every server counts the leaver's pushes through its step
+// `through`, and has applied steps up to its `applied`. The change starts from
+// F = min(through) + 1: no step before it lacks the leaver's push anywhere. When no slice
+// applied step F either (max(applied) < F), that is all. When one did (the leaver died
+// between its pushes of step F, after the others had pushed theirs there), step F is
+// skipped on every slice (*skip_step = F): rolled back where it was applied, as a step with
+// a non-finite gradient is, so that it counts the leaver's push nowhere. A slice can be at
+// most one step ahead of another (the others' pushes of F + 1 wait for every pull of F).
+//
+// Replay (--membership-replay): the run's changes by epoch; a change decided at the
+// recorded step takes the recorded step to skip, which the replay's clean leave does not
+// reproduce by itself.
+//
+// Thread-safety: none; the scheduler's one thread uses it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tally {
+
+class ElasticMembership {
+ public:
+  ElasticMembership(int num_workers, std::string log_path);
+
+  // Worker `rank` leaves, for the reason given (logged and in membership.jsonl).
+  void Queue(int rank, const std::string& why);
+  // Starts the next queued change when none is being decided: true and its leaver.
+  bool Start(int* rank);
+  bool deciding() const { return deciding_; }
+  // The servers (node ids) whose reports the change waits for.
+  void Expect(const std::set<int>& servers);
+  // A server's MEMBERSHIP_REPORT of the change being decided (epoch() + 1); true once every
+  // expected server has reported. A server lost meanwhile: Lost (true likewise).
+  bool Report(int server, int64_t epoch, int64_t through, int64_t applied);
+  bool Lost(int server);
+  // Ends the change: *from_step, the step every server skips (*skip_step; -1: none), the
+  // new epoch and live set, the log line appended.
+  Status Decide(int64_t* from_step, int64_t* skip_step);
+  // The changes of the run replayed: by epoch, (from_step, skip_step).
+  void Replay(std::map<int64_t, std::pair<int64_t, int64_t>> changes) { replay_ = std::move(changes); }
+
+  int64_t epoch() const { return epoch_; }
+  const std::set<int>& live() const { return live_; }
+  int leaver() const { return leaver_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  Status Append(int64_t from_step, int64_t skip_step) const;
+
+  const std::string log_path_;
+  std::set<int> live_;  // ranks
+  int64_t epoch_ = 0;
+  std::deque<std::pair<int, std::string>> queued_;
+  bool deciding_ = false;
+  int leaver_ = -1;
+  std::string why_;
+  std::set<int> expected_;
+  std::map<int, std::pair<int64_t, int64_t>> reports_;  // by server id: (through, applied)
+  std::map<int64_t, std::pair<int64_t, int64_t>> replay_;
+};
+
+}  // namespace tally

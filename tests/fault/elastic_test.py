@@ -1,0 +1,193 @@
+"""Elastic workers (--elastic; docs/faults.md, "Elastic workers"): a 4-worker, 2-server
+dist_sync job through tools/launch.py --elastic over the secure transport.
+
+- kill -9 of worker 2 near step 30 of 120: the scheduler's dead timeout makes it leave at a
+  step it decides with the servers; the job finishes with 3 workers and exits 0, and
+  membership.jsonl has the change. `--membership-replay` of that file, without a fault,
+  ends with the same final weights and optimizer state, bit for bit.
+- SIGTERM to worker 2 alone: it leaves at its next step boundary, exits 0, and the launcher
+  says it left; the rest go on, and the replay gives the same weights again.
+
+Usage: python3 elastic_test.py TALLY_BINARY [unittest args]
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import fault_job
+from fault_job import FaultCase, read, tagged_pids
+
+WORKERS, SERVERS = 4, 2
+# Each worker: 960 synthetic examples in batches of 16, 60 steps an epoch, 2 epochs: 120 steps.
+STEPS_PER_EPOCH, EPOCHS = 60, 2
+MODEL = ["--kv-store", "dist_sync", "--num-layers", "8", "--image-shape", "3,16,16", "--num-classes", "4",
+         "--batch-size", "16", "--num-examples", "960", "--num-epochs", str(EPOCHS), "--disp-batches", "1",
+         "--num-val-examples", "32", "--seed", "5", "--optimizer", "nag", "--lr-scheduler", "cosine"]
+FINAL = "-%04d" % EPOCHS
+BATCH_LINE = re.compile(r"^\[worker 0\] Epoch\[(\d+)\] Batch \[\d+-(\d+)\]", re.M)
+VICTIM = 2
+
+
+def worker0_step(text):
+    last = None
+    for last in BATCH_LINE.finditer(text):
+        pass
+    return 0 if last is None else int(last.group(1)) * STEPS_PER_EPOCH + int(last.group(2))
+
+
+class ElasticTest(FaultCase):
+    def launch(self, name, extra=(), env=None):
+        prefix = os.path.join(self.dir, name, "m")
+        path = os.path.join(self.dir, name + ".log")
+        command = [fault_job.TALLY, "train"] + MODEL + ["--model-prefix", prefix] + list(extra)
+        with open(path, "w") as out:
+            proc = subprocess.Popen([sys.executable, fault_job.LAUNCH, "-n", str(WORKERS), "-s", str(SERVERS),
+                                     "--elastic", "--grace", "10"] + command, env=self.environ(env),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        self.addCleanup(self.stop_launcher, proc)
+        return proc, path, prefix
+
+    def wait_step(self, proc, path, step, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            done = worker0_step(read(path))
+            if done >= step:
+                return done
+            if proc.poll() is not None:
+                self.fail("the job ended (%s) before step %d:\n%s" % (proc.returncode, step, read(path)[-4000:]))
+            time.sleep(0.01)
+        self.fail("no step %d within %d s:\n%s" % (step, timeout, read(path)[-4000:]))
+
+    def victim_pid(self):
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            pids = tagged_pids(self.tag, "worker", VICTIM)
+            if len(pids) == 1:
+                return pids[0]
+            time.sleep(0.05)
+        self.fail("no single process for worker %d" % VICTIM)
+
+    def wait_blocked(self, pid, timeout=60):
+        """Waits until process `pid` stops using CPU (its time unchanged over 0.3 s): a worker
+        that has sent its pushes of a step and waits for answers that never come."""
+        def cpu():
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])
+        deadline = time.time() + timeout
+        last = cpu()
+        while time.time() < deadline:
+            time.sleep(0.3)
+            now = cpu()
+            if now == last:
+                return
+            last = now
+        self.fail("worker %d still busy after %d s" % (VICTIM, timeout))
+
+    def longest_stall(self, proc, path, since_step):
+        """Seconds of worker 0's longest wait between two of its steps from `since_step`
+        until the job ends: after a kill, the dead timeout plus the change's agreement."""
+        longest, last_step, last_at = 0.0, since_step, time.time()
+        while proc.poll() is None:
+            step = worker0_step(read(path))
+            now = time.time()
+            if step > last_step:
+                longest = max(longest, now - last_at)
+                last_step, last_at = step, now
+            time.sleep(0.005)
+        return longest
+
+    def finish(self, proc, path, timeout=240):
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.fail("launch.py still running after %d s (a hang):\n%s" % (timeout, read(path)[-4000:]))
+        out = read(path)
+        self.assertEqual(code, 0, out[-6000:])
+        return out
+
+    def changes(self, prefix):
+        with open(os.path.join(os.path.dirname(prefix), "membership.jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def replay_matches(self, prefix, changes):
+        """--membership-replay of the run's file: the same changes at the same steps, and the
+        same final checkpoint bit for bit."""
+        file = os.path.join(self.dir, "changes.jsonl")
+        with open(file, "w") as f:
+            f.writelines(json.dumps(c) + "\n" for c in changes)
+        proc, path, replay = self.launch("replay", ["--membership-replay", file])
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"worker %d left the job" % VICTIM)
+        again = self.changes(replay)
+        self.assertEqual([(c["from_step"], c["left"], c["live"]) for c in again],
+                         [(c["from_step"], c["left"], c["live"]) for c in changes])
+        self.assertSameCheckpoint(prefix + FINAL, replay + FINAL)
+
+    def test_killed_worker_leaves_and_replay_is_bit_identical(self):
+        proc, path, prefix = self.launch("run")
+        pid = self.victim_pid()
+        at = self.wait_step(proc, path, 30)
+        os.kill(pid, signal.SIGKILL)
+        print("kill -9 worker %d at worker 0's step %d" % (VICTIM, at))
+        stall = self.longest_stall(proc, path, at)
+        out = self.finish(proc, path)
+        print("worker 0's longest wait between steps after the kill: %.2f s (dead timeout %.1f s)" % (
+            stall, fault_job.DEAD_TIMEOUT_S))
+        self.assertLogHas(out, r"worker %d on \S+ was killed by signal 9 \(SIGKILL\); it leaves the job" % VICTIM)
+        self.assertLogHas(out, r"membership 1: worker %d stopped answering" % VICTIM)
+        changes = self.changes(prefix)
+        self.assertEqual(len(changes), 1, changes)
+        self.assertEqual(changes[0]["left"], [VICTIM])
+        self.assertEqual(changes[0]["live"], [0, 1, 3])
+        self.assertGreaterEqual(changes[0]["from_step"], at - 2)
+        self.assertLess(changes[0]["from_step"], EPOCHS * STEPS_PER_EPOCH)
+        self.assertEqual(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
+        self.replay_matches(prefix, changes)
+
+    def test_a_push_lost_on_one_server_skips_its_step_everywhere(self):
+        """Server 1 loses worker 2's pushes from step 30 on (TALLY_TEST_DROP_PUSH); server 0
+        applies step 30 with them. Once worker 2 is killed, step 30 counts its push nowhere:
+        rolled back on server 0, skipped on server 1; the replay, without the fault, skips the
+        same step and ends with the same weights."""
+        proc, path, prefix = self.launch("run", env={"TALLY_TEST_DROP_PUSH": "1:%d:30" % VICTIM})
+        pid = self.victim_pid()
+        deadline = time.time() + 120
+        while "dropping worker %d's pushes of step 30" % VICTIM not in read(path):
+            if time.time() > deadline or proc.poll() is not None:
+                self.fail("server 1 dropped nothing:\n" + read(path)[-4000:])
+            time.sleep(0.02)
+        self.wait_blocked(pid)
+        os.kill(pid, signal.SIGKILL)
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"step 30 is skipped everywhere")
+        changes = self.changes(prefix)
+        self.assertEqual(len(changes), 1, changes)
+        self.assertEqual((changes[0]["from_step"], changes[0].get("skip_step")), (30, 30), changes)
+        self.assertEqual(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
+        self.replay_matches(prefix, changes)
+
+    def test_sigterm_worker_leaves_cleanly(self):
+        proc, path, prefix = self.launch("run")
+        pid = self.victim_pid()
+        at = self.wait_step(proc, path, 30)
+        os.kill(pid, signal.SIGTERM)
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"worker %d on \S+ left the job \(exited 0 after its SIGTERM\)" % VICTIM)
+        self.assertLogHas(out, r"\[worker %d\] tally train: worker %d left the job before step \d+" % (VICTIM, VICTIM))
+        changes = self.changes(prefix)
+        self.assertEqual(len(changes), 1, changes)
+        self.assertEqual(changes[0]["left"], [VICTIM])
+        self.assertIn("SIGTERM", changes[0]["why"])
+        self.assertGreaterEqual(changes[0]["from_step"], at - 2)
+        self.assertEqual(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
+        self.replay_matches(prefix, changes)
+
+
+if __name__ == "__main__":
+    fault_job.main()

@@ -1,0 +1,110 @@
+// `tally train --elastic`'s flags and a worker's leave (train_elastic.h).
+#include "tools/train_elastic.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <vector>
+
+#include <gflags/gflags.h>
+#include <nlohmann/json.hpp>
+
+DEFINE_bool(elastic, false, "with a dist_* --kv-store: a worker that dies or gets SIGTERM leaves the job and the "
+            "rest go on (docs/faults.md); TALLY_ELASTIC=1 (tools/launch.py --elastic) does the same");
+DEFINE_string(elastic_lr, "keep", "--elastic: after a leave, keep the learning rate (the mean over the live "
+              "workers' gradients) or scale it by live workers over the starting count (linear)");
+DEFINE_string(membership_replay, "", "--elastic: apply the membership changes of this membership.jsonl at the "
+              "same steps, without a fault");
+DECLARE_string(model_prefix);
+
+namespace tally {
+
+Status ElasticFlags(ElasticOptions* out) {
+  const char* env = std::getenv("TALLY_ELASTIC");
+  out->elastic = FLAGS_elastic || (env != nullptr && std::string(env) == "1");
+  if (FLAGS_elastic_lr != "keep" && FLAGS_elastic_lr != "linear") {
+    return Status::InvalidArgument("--elastic-lr " + FLAGS_elastic_lr + ": keep or linear");
+  }
+  out->keep_lr = FLAGS_elastic_lr == "keep";
+  if (!FLAGS_membership_replay.empty() && !out->elastic) {
+    return Status::InvalidArgument("--membership-replay needs --elastic");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// One line of membership.jsonl, as far as a replay needs it.
+struct RecordedChange {
+  int64_t epoch = 0, from_step = 0, skip_step = -1;
+  std::vector<int64_t> left;
+};
+
+bool Integer(const nlohmann::json& j, const char* key) { return j.contains(key) && j[key].is_number_integer(); }
+
+Status ReadReplay(std::vector<RecordedChange>* out) {
+  out->clear();
+  if (FLAGS_membership_replay.empty()) return Status::Ok();
+  std::ifstream in(FLAGS_membership_replay);
+  if (!in) return Status::NotFound("--membership-replay " + FLAGS_membership_replay + ": cannot open it");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    const std::string where = "--membership-replay " + FLAGS_membership_replay + " line " + std::to_string(n);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !Integer(j, "epoch") || !Integer(j, "from_step") ||
+        !j.contains("left") || !j["left"].is_array() || (j.contains("skip_step") && !Integer(j, "skip_step"))) {
+      return Status::InvalidArgument(where + ": not a membership change (epoch, from_step, left)");
+    }
+    RecordedChange c;
+    c.epoch = j["epoch"].get<int64_t>();
+    c.from_step = j["from_step"].get<int64_t>();
+    if (j.contains("skip_step")) c.skip_step = j["skip_step"].get<int64_t>();
+    if (c.from_step < 1) return Status::InvalidArgument(where + ": from_step " + std::to_string(c.from_step));
+    for (const auto& r : j["left"]) {
+      if (!r.is_number_integer()) return Status::InvalidArgument(where + ": a rank in left is not an integer");
+      c.left.push_back(r.get<int64_t>());
+    }
+    out->push_back(std::move(c));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReplayLeaveStep(int rank, int64_t* step) {
+  *step = -1;
+  std::vector<RecordedChange> changes;
+  TALLY_RETURN_IF_ERROR(ReadReplay(&changes));
+  for (const RecordedChange& c : changes) {
+    for (int64_t r : c.left) {
+      if (r == rank) *step = c.from_step;
+    }
+  }
+  return Status::Ok();
+}
+
+SchedulerOptions ElasticSchedulerOptions() {
+  ElasticOptions e;
+  SchedulerOptions o;
+  o.elastic = ElasticFlags(&e).ok() && e.elastic;
+  if (o.elastic && !FLAGS_model_prefix.empty()) {
+    const size_t slash = FLAGS_model_prefix.rfind('/');
+    o.membership_log = (slash == std::string::npos ? std::string(".") : FLAGS_model_prefix.substr(0, slash)) +
+                       "/membership.jsonl";
+  }
+  std::vector<RecordedChange> changes;
+  if (o.elastic && ReadReplay(&changes).ok()) {  // a bad file: the workers say why and fail
+    for (const RecordedChange& c : changes) o.replay[c.epoch] = {c.from_step, c.skip_step};
+  }
+  return o;
+}
+
+Status LeaveJob(Cluster* cluster, int64_t step) {
+  Message m;
+  m.meta.set_command(wire::LEAVE);
+  m.meta.set_step(step);
+  TALLY_RETURN_IF_ERROR(cluster->Send(kSchedulerId, std::move(m)));
+  return cluster->Finish(/*timeout_ms=*/60000);
+}
+
+}  // namespace tally
