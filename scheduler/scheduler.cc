@@ -318,7 +318,7 @@ class Scheduler {
 
   // A worker's LEAVE, a server's MEMBERSHIP_REPORT.
   Status OnMembershipMessage(const Message& m) {
-    if (m.meta.command() == wire::LEAVE) return OnLeave(m.meta.sender_id(), m.meta.step());
+    if (m.meta.command() == wire::LEAVE) return OnLeave(m);
     if (!members_.Report(m.meta.sender_id(), m.meta.membership_epoch(), m.meta.step(), m.meta.applied_max())) {
       return Status::Ok();
     }
@@ -326,11 +326,17 @@ class Scheduler {
   }
 
   // --elastic: worker `id` leaves on its own before step `step` (it pushed every step before).
-  Status OnLeave(int id, int64_t step) {
-    const int rank = ids_.WorkerRank(id);
-    if (!elastic_ || rank == 0) {
-      return DeclareDead({id}, "worker " + std::to_string(rank) + " asked to leave at step " + std::to_string(step) +
-                                   (elastic_ ? ", but worker 0 leads the job" : ", but the job is not --elastic"));
+  // Outside --elastic, or from worker 0 (which leads the job), a LEAVE is refused like any
+  // message its sender may not send: it ends nothing.
+  Status OnLeave(const Message& m) {
+    const int id = m.meta.sender_id(), rank = ids_.WorkerRank(id);
+    const int64_t step = m.meta.step();
+    if (!elastic_ || rank == 0 || step < 0) {
+      Refuse(m, Status::InvalidArgument("LEAVE from " + DescribeSender(ids_, id) + " before step " +
+                                        std::to_string(step) + ": " +
+                                        (!elastic_ ? "the job is not --elastic" : rank == 0 ? "worker 0 leads the job"
+                                                                                            : "a negative step")));
+      return Status::Ok();
     }
     left_.insert(id);
     last_heard_.erase(id);
