@@ -130,6 +130,11 @@ class HostfileTest(HostfileCase):
         self.assertEqual({p.env["DMLC_NUM_SERVER"] for p in procs}, {"2"})  # spares are not counted there
         self.assertNotIn("TALLY_SPARE_SERVERS", job.plan_job(1, 1, [hosts.Host("a", 1)], "a", 9000, {})[0].env)
 
+    def test_elastic_tells_every_process(self):
+        procs = job.plan_job(2, 1, [hosts.Host("a", 1)], "a", 9000, {}, elastic=True)
+        self.assertEqual({p.env.get("TALLY_ELASTIC") for p in procs}, {"1"})
+        self.assertNotIn("TALLY_ELASTIC", job.plan_job(1, 1, [hosts.Host("a", 1)], "a", 9000, {})[0].env)
+
 
 class DryRunTest(HostfileCase):
     """The command lines of the ssh, slurm and mpi launchers, as --dry-run prints them."""
@@ -328,6 +333,10 @@ class DryRunTest(HostfileCase):
             self.assertEqual(argv[argv.index("OMP_NUM_THREADS=2") - 1], "-x")
             self.assertEqual(argv[argv.index("AWS_SECRET_ACCESS_KEY", 2) - 1], "-x")
             self.assertEqual(argv[argv.index("DMLC_JOB_CLUSTER=mpi") - 1], "-x")
+
+    def test_elastic_reaches_remote_processes(self):
+        for argv in self.dry_run("mpi", "m1\n", "-n", "2", "-s", "1", "--elastic"):
+            self.assertEqual(argv[argv.index("TALLY_ELASTIC=1") - 1], "-x")
 
     def test_plain_has_no_secret(self):
         lines = self.dry_run("mpi", "m1\n", "-n", "1", "-s", "1", "--plain")
