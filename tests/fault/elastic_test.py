@@ -7,6 +7,10 @@ dist_sync job through tools/launch.py --elastic over the secure transport.
   ends with the same final weights and optimizer state, bit for bit.
 - SIGTERM to worker 2 alone: it leaves at its next step boundary, exits 0, and the launcher
   says it left; the rest go on, and the replay gives the same weights again.
+- worker 2's pushes of step 30 lost on the way to server 1 (TALLY_TEST_DROP_PUSH), then
+  kill -9: step 30 is skipped on both servers, and the replay skips it too.
+- SIGTERM to the whole job: it stops at an agreed step with a checkpoint, as without
+  --elastic.
 
 Usage: python3 elastic_test.py TALLY_BINARY [unittest args]
 """
@@ -187,6 +191,18 @@ class ElasticTest(FaultCase):
         self.assertGreaterEqual(changes[0]["from_step"], at - 2)
         self.assertEqual(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
         self.replay_matches(prefix, changes)
+
+    def test_sigterm_to_the_whole_job_still_stops_it_with_a_checkpoint(self):
+        """--elastic changes nothing for a SIGTERM to the launcher: worker 0 stops the job at
+        an agreed step with the checkpoint saved (a worker that took its own SIGTERM for a
+        leave first exits 0, which is as good), and the checkpoint loads."""
+        proc, path, prefix = self.launch("run")
+        self.wait_step(proc, path, 30)
+        os.kill(proc.pid, signal.SIGTERM)
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"the workers stopped at their agreed step with the checkpoint saved")
+        self.assertLatestLoads(prefix)
+        self.assertLess(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
 
 
 if __name__ == "__main__":
