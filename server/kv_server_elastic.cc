@@ -80,6 +80,11 @@ void KVServer::HandleMembership(const Message& msg) {
     members_.hold = !async_;
     int64_t through = std::numeric_limits<int64_t>::max(), applied = -1;
     for (const auto& [id, s] : slices_) {
+      // A backup's copy (--server-replicas) takes no pushes: its primary reports the slice.
+      if (replicas_ > 0 && s->chain >= 0 && !async_ &&
+          (chains_.Holders(s->chain).empty() || chains_.Holders(s->chain).front() != my_rank_)) {
+        continue;
+      }
       if (async_) {
         applied = std::max(applied, std::max(s->applied, s->newest));
         continue;
