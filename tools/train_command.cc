@@ -503,6 +503,11 @@ int TrainCommand(int argc, char** argv) {
   LrScheduleConfig lr_schedule;
   Status s = BuildConfig(&cfg);
   if (s.ok()) s = BuildLrSchedule(&lr_schedule);
+  ElasticOptions elastic;
+  if (s.ok()) s = ElasticFlags(&elastic);
+  if (s.ok() && elastic.elastic && !IsDistributed(cfg.kv_store)) {
+    s = Status::InvalidArgument("--elastic needs a dist_* --kv-store, not " + FLAGS_kv_store);
+  }
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Trainer> trainer;
   if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
