@@ -43,6 +43,11 @@ void DistChannel::OnMessage(Message&& m) {
     }
     return;
   }
+  if (meta.command() == wire::MEMBERSHIP) {  // --elastic: the servers act on it; noted here
+    LOG(INFO) << "kvstore: membership " << meta.membership_epoch() << ": from step " << meta.step() << ", "
+              << meta.nodes_size() << " live workers";
+    return;
+  }
   if (meta.command() != wire::RESPONSE) {
     LOG(WARNING) << "kvstore: ignoring " << wire::Command_Name(meta.command()) << " from node "
                  << meta.sender_id() << ": a worker serves no requests";
