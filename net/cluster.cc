@@ -241,6 +241,8 @@ class Cluster::Impl {
         std::lock_guard<std::mutex> lock(mu_);
         last_heard_ = Clock::now();
       }
+      const wire::Command c = m.meta.command();
+      if (c == wire::MEMBERSHIP_PREPARE || c == wire::MEMBERSHIP) ConnectJoined(m.meta);
       switch (m.meta.command()) {
         case wire::NODE_TABLE: HandleNodeTable(m); break;
         case wire::BARRIER_DONE: {
@@ -278,6 +280,25 @@ class Cluster::Impl {
           break;
         default: Deliver(std::move(m));
       }
+    }
+  }
+
+  // --elastic: a worker that joined is a new process at its rank's id (scheduler/join.h),
+  // named with its address by MEMBERSHIP_PREPARE (to the servers, before the joiner may
+  // send them anything) and MEMBERSHIP: this node forgets the old process's numbering and
+  // connects to the new one. Runs on the receiving thread, as Transport::Forget wants.
+  void ConnectJoined(const wire::Meta& meta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const wire::Node& n : meta.nodes()) {
+      const int id = ids().Worker(n.rank());
+      if (id == me_.id() || id >= static_cast<int>(nodes_.size())) continue;
+      wire::Node& known = nodes_[id];
+      if (known.pid() == n.pid() && known.port() == n.port() && known.host() == n.host()) continue;
+      known = n;
+      known.set_id(id);
+      transport_->Forget(id);
+      Status s = transport_->Connect(id, n.host(), n.port());
+      LOG(INFO) << DescribeNode(known) << " joined the job" << (s.ok() ? "" : "; connecting to it: " + s.message());
     }
   }
 

@@ -156,6 +156,22 @@ class ReliableTransport : public Transport {
     return n;
   }
 
+  void Forget(int id) override {
+    Out* out = OutTo(id);
+    {
+      std::lock_guard<std::mutex> lock(out->mu);
+      out->next = out->acked = 0;
+      out->unacked.clear();
+      out->unacked_bytes = 0;
+    }
+    {
+      std::lock_guard<std::mutex> lock(owed_mu_);
+      owed_.erase(id);
+    }
+    in_.erase(id);  // the receiving thread's, as Forget is called on it
+    inner_->Forget(id);
+  }
+
   TransportCounters Counters() override {
     TransportCounters c = inner_->Counters();
     c.resent += resent_;

@@ -111,6 +111,11 @@ class Transport {
   // once instead of looking again later. Replaces the previous one; null: none. Transports
   // that track no acknowledgements never call it.
   virtual void SetAckListener(std::function<void(int id)> fn) {}
+  // Node `id` is a new process now (--elastic: a worker joined at a rank that left): what
+  // was numbered, unacknowledged or owed between this node and the old one is dropped, and
+  // both directions count from 1 again. Call it on the receiving thread, before anything
+  // from the new process can arrive. No-op for transports that number nothing.
+  virtual void Forget(int id) {}
   // Resends, duplicates and rejected messages so far, this transport's and those it wraps.
   virtual TransportCounters Counters() { return {}; }
   // Closes every socket; pending sends are dropped after the linger time.

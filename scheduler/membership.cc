@@ -14,17 +14,28 @@ ElasticMembership::ElasticMembership(int num_workers, std::string log_path) : lo
 }
 
 void ElasticMembership::Queue(int rank, const std::string& why) {
-  if (!live_.count(rank) || (deciding_ && leaver_ == rank)) return;
-  for (const auto& q : queued_) {
-    if (q.first == rank) return;
+  if (!live_.count(rank) || Pending(rank)) return;
+  queued_.push_back(Queued{rank, why, false});
+}
+
+void ElasticMembership::QueueJoin(int rank, const std::string& why) {
+  if (rank < 0 || live_.count(rank) || Pending(rank)) return;
+  queued_.push_back(Queued{rank, why, true});
+}
+
+bool ElasticMembership::Pending(int rank) const {
+  if (deciding_ && leaver_ == rank) return true;
+  for (const Queued& q : queued_) {
+    if (q.rank == rank) return true;
   }
-  queued_.emplace_back(rank, why);
+  return false;
 }
 
 bool ElasticMembership::Start(int* rank) {
   if (deciding_ || queued_.empty()) return false;
-  leaver_ = queued_.front().first;
-  why_ = queued_.front().second;
+  leaver_ = queued_.front().rank;
+  why_ = queued_.front().why;
+  joining_ = queued_.front().join;
   queued_.pop_front();
   deciding_ = true;
   expected_.clear();
@@ -55,6 +66,7 @@ Status ElasticMembership::Decide(int64_t* from_step, int64_t* skip_step) {
   }
   deciding_ = false;
   *skip_step = -1;
+  if (joining_) return DecideJoin(through == std::numeric_limits<int64_t>::max(), applied, from_step);
   if (through == std::numeric_limits<int64_t>::max()) {
     *from_step = applied + 1;  // no slice anywhere (dist_async reports none): after the last step
   } else {
@@ -74,6 +86,16 @@ Status ElasticMembership::Decide(int64_t* from_step, int64_t* skip_step) {
   return Append(*from_step, *skip_step);
 }
 
+// A join: the first step no worker has pushed anywhere (membership.h).
+Status ElasticMembership::DecideJoin(bool async, int64_t applied, int64_t* from_step) {
+  *from_step = applied + (async ? 1 : 2);
+  auto recorded = replay_.find(epoch_ + 1);
+  if (recorded != replay_.end()) *from_step = std::max(*from_step, recorded->second.first);
+  live_.insert(leaver_);
+  ++epoch_;
+  return Append(*from_step, -1);
+}
+
 // One line of JSON per change (docs/faults.md, "membership.jsonl").
 Status ElasticMembership::Append(int64_t from_step, int64_t skip_step) const {
   if (log_path_.empty()) return Status::Ok();
@@ -86,7 +108,7 @@ Status ElasticMembership::Append(int64_t from_step, int64_t skip_step) const {
   }
   const std::string line = "{\"epoch\": " + std::to_string(epoch_) + ", \"from_step\": " + std::to_string(from_step) +
                            (skip_step >= 0 ? ", \"skip_step\": " + std::to_string(skip_step) : std::string()) +
-                           ", \"left\": [" + std::to_string(leaver_) + "], \"live\": [" + live + "], \"why\": \"" +
+                           (joining_ ? ", \"joined\": [" : ", \"left\": [") + std::to_string(leaver_) + "], \"live\": [" + live + "], \"why\": \"" +
                            why + "\"}\n";
   FILE* f = std::fopen(log_path_.c_str(), "a");
   if (f == nullptr) return Status::Unavailable(log_path_ + ": " + std::strerror(errno));

@@ -20,9 +20,16 @@
 // a non-finite gradient is, so that it counts the leaver's push nowhere. A slice can be at
 // most one step ahead of another (the others' pushes of F + 1 wait for every pull of F).
 //
-// Replay (--membership-replay): the run's changes by epoch; a change decided at the
+// A join (QueueJoin: a worker registering with the running job under a rank not live) is
+// decided from the same reports: every server holds its steps while it is decided, a slice
+// is at most one step ahead of another and the workers' pushes reach at most one step past
+// the newest applied, so F = max(applied) + 2 is the first step no worker has pushed
+// anywhere (dist_async, which reports no slice: max(applied) + 1). From F on every
+// server's synchronous step waits for the joiner's push too; nothing is skipped.
+//
+// Replay (--membership-replay): the run's changes by epoch; a leave decided at the
 // recorded step takes the recorded step to skip, which the replay's clean leave does not
-// reproduce by itself.
+// reproduce by itself; a join starts from the recorded step when it is not decided later.
 //
 // Thread-safety: none; the scheduler's one thread uses it.
 #pragma once
@@ -45,17 +52,23 @@ class ElasticMembership {
 
   // Worker `rank` leaves, for the reason given (logged and in membership.jsonl).
   void Queue(int rank, const std::string& why);
-  // Starts the next queued change when none is being decided: true and its leaver.
+  // Worker `rank`, not live, joins the job (logged and in membership.jsonl as "joined").
+  void QueueJoin(int rank, const std::string& why);
+  // Starts the next queued change when none is being decided: true and its leaver (or
+  // joiner: joining()).
   bool Start(int* rank);
   bool deciding() const { return deciding_; }
+  bool joining() const { return deciding_ && joining_; }
+  // Whether `rank` is queued or being decided (a leave or a join).
+  bool Pending(int rank) const;
   // The servers (node ids) whose reports the change waits for.
   void Expect(const std::set<int>& servers);
   // A server's MEMBERSHIP_REPORT of the change being decided (epoch() + 1); true once every
   // expected server has reported. A server lost meanwhile: Lost (true likewise).
   bool Report(int server, int64_t epoch, int64_t through, int64_t applied);
   bool Lost(int server);
-  // Ends the change: *from_step, the step every server skips (*skip_step; -1: none), the
-  // new epoch and live set, the log line appended.
+  // Ends the change: *from_step, the step every server skips (*skip_step; -1: none; never
+  // for a join), the new epoch and live set, the log line appended.
   Status Decide(int64_t* from_step, int64_t* skip_step);
   // The changes of the run replayed: by epoch, (from_step, skip_step).
   void Replay(std::map<int64_t, std::pair<int64_t, int64_t>> changes) { replay_ = std::move(changes); }
@@ -66,13 +79,20 @@ class ElasticMembership {
   const std::string& why() const { return why_; }
 
  private:
+  Status DecideJoin(bool async, int64_t applied, int64_t* from_step);
   Status Append(int64_t from_step, int64_t skip_step) const;
 
   const std::string log_path_;
   std::set<int> live_;  // ranks
   int64_t epoch_ = 0;
-  std::deque<std::pair<int, std::string>> queued_;
+  struct Queued {
+    int rank;
+    std::string why;
+    bool join;
+  };
+  std::deque<Queued> queued_;
   bool deciding_ = false;
+  bool joining_ = false;
   int leaver_ = -1;
   std::string why_;
   std::set<int> expected_;

@@ -2,7 +2,9 @@
 
 #include "net/command_rules.h"
 #include "net/server_chains.h"
+#include "scheduler/join.h"
 #include "scheduler/membership.h"
+#include "scheduler/slices_lost.h"
 #include "profile/trace.h"
 
 #include <unistd.h>
@@ -113,15 +115,18 @@ class Scheduler {
       last_heard_[n.id()] = Clock::now();
     }
     for (const wire::Node& n : nodes_) {
-      if (n.id() == 0) continue;
-      Message table;
-      table.meta.set_command(wire::NODE_TABLE);
-      table.meta.set_receiver_id(n.id());
-      for (const wire::Node& x : nodes_) *table.meta.add_nodes() = x;
-      TALLY_RETURN_IF_ERROR(transport_->Send(n.id(), table));
+      if (n.id() != 0) TALLY_RETURN_IF_ERROR(SendTable(n.id()));
     }
     LOG(INFO) << "the job gathered: " << cfg_.num_workers << " workers, " << cfg_.num_servers << " servers";
     return Status::Ok();
+  }
+
+  Status SendTable(int id) {
+    Message table;
+    table.meta.set_command(wire::NODE_TABLE);
+    table.meta.set_receiver_id(id);
+    for (const wire::Node& x : nodes_) *table.meta.add_nodes() = x;
+    return transport_->Send(id, table);
   }
 
   Status GatherTimedOut(const std::vector<Message>& regs) {
@@ -226,7 +231,10 @@ class Scheduler {
       Message m;
       if (transport_->Recv(&m, 50).ok()) {
         const int from = m.meta.sender_id();
-        if (m.meta.command() == wire::REGISTER && from == -1) continue;  // a repeat that crossed the node table
+        if (m.meta.command() == wire::REGISTER && from == -1) {  // a repeat that crossed the node table, or a join
+          if (elastic_) TALLY_RETURN_IF_ERROR(OnJoin(m, &done_workers));
+          continue;
+        }
         Status allowed = CheckCommandSender(ids_, wire::SCHEDULER, m.meta);
         if (allowed.ok() && m.meta.command() == wire::BARRIER) allowed = CheckBarrier(from, m.meta.barrier_group());
         if (!allowed.ok()) {
@@ -325,6 +333,32 @@ class Scheduler {
     return DecideMembership();
   }
 
+  // --elastic: a worker registers with the running job (scheduler/join.h): it takes its rank's id
+  // and the node table, and joins at a step the servers agree on (MEMBERSHIP, to every node).
+  Status OnJoin(const Message& m, std::set<int>* done) {
+    int rank = -1;
+    if (RepeatsRegister(nodes_, m)) return Status::Ok();
+    Status why = JoinRank(cfg_, members_, m, &rank);
+    if (!why.ok()) {
+      LOG_EVERY_N(WARNING, 10) << "scheduler: not admitting a REGISTER: " << why.message();
+      return Status::Ok();
+    }
+    const int id = ids_.Worker(rank);
+    const wire::Node before = nodes_[id];
+    Place(m.meta.nodes(0), rank);
+    transport_->Forget(id);  // a new process: its messages are numbered from 1
+    if (!transport_->Connect(id, nodes_[id].host(), nodes_[id].port()).ok() || !SendTable(id).ok()) {
+      nodes_[id] = before;  // it sends REGISTER again
+      return Status::Ok();
+    }
+    for (std::set<int>* gone : {&dead_, &left_, done}) gone->erase(id);
+    last_heard_[id] = Clock::now();
+    LOG(INFO) << DescribeNode(nodes_[id]) << " registers with the running job: it joins (--elastic)";
+    members_.QueueJoin(rank, "worker " + std::to_string(rank) + " joined (" + nodes_[id].host() + ":" +
+                                 std::to_string(nodes_[id].port()) + ", pid " + std::to_string(nodes_[id].pid()) + ")");
+    return StartMembership();
+  }
+
   // --elastic: worker `id` leaves on its own before step `step` (it pushed every step before).
   // Outside --elastic, or from worker 0 (which leads the job), a LEAVE is refused like any
   // message its sender may not send: it ends nothing.
@@ -370,6 +404,7 @@ class Scheduler {
   // Every server has reported: the step the change starts from, told to every node.
   Status DecideMembership() {
     const int leaver = members_.leaver();
+    const bool joined = members_.joining();
     int64_t from = 0, skip = -1;
     Status s = members_.Decide(&from, &skip);
     if (!s.ok()) return DeclareDead({ids_.Worker(leaver)}, s.message());
@@ -393,6 +428,7 @@ class Scheduler {
               << " (decided in " << MsSince(change_began_) << " ms)";
     profile::Tracer::Get().Instant("membership", "scheduler", profile::NowUs());
     const int id = ids_.Worker(leaver);
+    if (joined) return StartMembership();
     if (left_.count(id)) {  // alive: it waits for the job's end, which is its own
       Message bye;
       bye.meta.set_command(wire::SHUTDOWN);
@@ -479,7 +515,7 @@ class Scheduler {
       fatal |= !server || cfg_.server_replicas == 0;
       if (server) after.Lose(ids_.ServerRank(id));
     }
-    const std::string lost = fatal ? "" : LostSlices(after);
+    const std::string lost = fatal ? "" : LostSlices(chains_, after, unready_, cfg_.server_replicas);
     if (fatal) return DeclareDead(AlsoSilent(silent), lost);
     if (!lost.empty()) return DeclareDead(silent, lost);
     for (int id : silent) dead_.insert(id);  // none of them is a free spare any more
@@ -492,7 +528,7 @@ class Scheduler {
       unready_.erase(rank);
       // A spare takes the place of a server that held slices (not of another free spare).
       const bool held = !chains_.ChainsOf(rank).empty();
-      const int spare = held ? FreeSpare() : -1;
+      const int spare = held ? FreeSpare(chains_, ids_, cfg_.num_servers, dead_) : -1;
       if (spare >= 0) unready_.insert(spare);
       chains_.Lose(rank, spare);
       LOG(ERROR) << DescribeNode(nodes_[id]) << " stopped answering: "
@@ -508,41 +544,12 @@ class Scheduler {
     return Status::Ok();
   }
 
-  // The lowest spare alive and holding nothing, or -1.
-  int FreeSpare() const {
-    for (int s = cfg_.num_servers; s < ids_.all_servers(); ++s) {
-      if (!dead_.count(ids_.Server(s)) && chains_.ChainsOf(s).empty()) return s;
-    }
-    return -1;
-  }
-
   // A spare has every slice of the chains it took over: it counts as their holder now.
   void SpareReady(int id) {
     if (!ids_.IsServer(id) || !unready_.erase(ids_.ServerRank(id))) return;
     LOG(INFO) << DescribeNode(nodes_[id]) << " holds the slices of the place it took: "
               << "--server-replicas " << cfg_.server_replicas << " restored there";
     profile::Tracer::Get().Instant("spare ready", "scheduler", profile::NowUs());
-  }
-
-  // "the slices of server 1 are lost (held by servers 1 and 2, none alive; ...)" when some
-  // chain of `after` has no holder left but spares still receiving it; empty otherwise.
-  std::string LostSlices(const ServerChains& after) const {
-    for (int c = 0; c < after.size(); ++c) {
-      bool alive = false;
-      for (int h : after.Holders(c)) alive |= !unready_.count(h);
-      if (alive) continue;
-      const std::vector<int>& held = chains_.Holders(c);
-      std::string on;
-      for (size_t i = 0; i < held.size(); ++i) {
-        on += (i == 0 ? "" : i + 1 == held.size() ? " and " : ", ") + std::to_string(held[i]);
-      }
-      std::string receiving;
-      for (int h : after.Holders(c)) receiving += " (spare " + std::to_string(h) + " still receiving them)";
-      return "the slices of server " + std::to_string(c) + " are lost (held by server" +
-             (held.size() > 1 ? "s " : " ") + on + ", none alive; --server-replicas " +
-             std::to_string(cfg_.server_replicas) + ")" + receiving;
-    }
-    return "";
   }
 
   Status DeclareDead(const std::vector<int>& silent, const std::string& lost) {

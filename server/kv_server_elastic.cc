@@ -74,9 +74,11 @@ void KVServer::HandleMembership(const Message& msg) {
   }
   if (m.command() == wire::MEMBERSHIP_PREPARE) {
     // From now on nothing of the leaver's is taken and no step applied, so that what is
-    // reported stays true until the scheduler's decision.
+    // reported stays true until the scheduler's decision. A worker not live now joins: it
+    // has pushed nothing, and the steps held keep the report true likewise.
     const int rank = m.nodes(0).rank();
-    leaving_.insert(rank);
+    const bool joins = !members_.Live(rank, std::numeric_limits<int64_t>::max());
+    if (!joins) leaving_.insert(rank);
     members_.hold = !async_;
     int64_t through = std::numeric_limits<int64_t>::max(), applied = -1;
     for (const auto& [id, s] : slices_) {
@@ -92,8 +94,10 @@ void KVServer::HandleMembership(const Message& msg) {
       through = std::min(through, s->pushes.CountedThrough(rank, s->applied));
       applied = std::max(applied, s->applied);
     }
-    LOG(INFO) << "server: worker " << rank << " leaves: its pushes are counted through step " << through
-              << " on every slice here, the last step applied " << applied;
+    LOG(INFO) << "server: worker " << rank
+              << (joins ? " joins" : " leaves: its pushes are counted through step " + std::to_string(through) +
+                                          " on every slice here")
+              << ", the last step applied " << applied;
     Message report;
     report.meta.set_command(wire::MEMBERSHIP_REPORT);
     report.meta.set_receiver_id(kSchedulerId);

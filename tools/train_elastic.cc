@@ -51,6 +51,9 @@ Status ReadReplay(std::vector<RecordedChange>* out) {
     if (line.empty()) continue;
     const std::string where = "--membership-replay " + FLAGS_membership_replay + " line " + std::to_string(n);
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("joined")) {
+      return Status::InvalidArgument(where + ": a worker's join (\"joined\") is not replayed yet; only leaves are");
+    }
     if (j.is_discarded() || !j.is_object() || !Integer(j, "epoch") || !Integer(j, "from_step") ||
         !j.contains("left") || !j["left"].is_array() || (j.contains("skip_step") && !Integer(j, "skip_step"))) {
       return Status::InvalidArgument(where + ": not a membership change (epoch, from_step, left)");

@@ -108,5 +108,80 @@ TEST(ElasticMembership, TheLastLiveWorkerCannotLeave) {
   EXPECT_FALSE(m.Decide(&from, &skip).ok());
 }
 
+TEST(ElasticMembership, AJoinStartsTwoStepsAfterTheNewestAppliedAndIsLoggedAsJoined) {
+  ScopedTempDir dir("membership_test");
+  const std::string log = dir.Path("membership.jsonl");
+  ElasticMembership m(4, log);
+  m.QueueJoin(2, "worker 2 is live");  // ignored
+  int rank = -1;
+  EXPECT_FALSE(m.Start(&rank));
+  m.Queue(2, "worker 2 stopped answering");
+  ASSERT_TRUE(m.Start(&rank));
+  EXPECT_FALSE(m.joining());
+  m.QueueJoin(2, "too early");  // still leaving: ignored
+  EXPECT_TRUE(m.Pending(2));
+  m.Expect({1});
+  ASSERT_TRUE(m.Report(1, 1, 29, 29));
+  int64_t from = -1, skip = 0;
+  ASSERT_TRUE(m.Decide(&from, &skip).ok());
+  EXPECT_FALSE(m.Start(&rank));
+  m.QueueJoin(2, "worker 2 joined");
+  m.QueueJoin(2, "again");  // queued once
+  ASSERT_TRUE(m.Start(&rank));
+  EXPECT_EQ(rank, 2);
+  EXPECT_TRUE(m.joining());
+  m.Expect({1, 2});
+  // A slice of server 1 applied step 69, server 2's are at 68: the workers' pushes reach
+  // step 70 at most, so 71 is the first step nobody pushed.
+  EXPECT_FALSE(m.Report(1, 2, /*through=*/40, /*applied=*/69));
+  EXPECT_TRUE(m.Report(2, 2, 40, 68));
+  ASSERT_TRUE(m.Decide(&from, &skip).ok());
+  EXPECT_EQ(from, 71);
+  EXPECT_EQ(skip, -1);
+  EXPECT_FALSE(m.joining());
+  EXPECT_EQ(m.epoch(), 2);
+  EXPECT_EQ(m.live(), (std::set<int>{0, 1, 2, 3}));
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("{\"epoch\": 2, \"from_step\": 71, \"joined\": [2], \"live\": [0, 1, 2, 3], "
+                            "\"why\": \"worker 2 joined\"}\n"),
+            std::string::npos)
+      << text.str();
+}
+
+TEST(ElasticMembership, AReplayedJoinStartsAtTheRecordedStepAndAsyncRightAfterTheNewest) {
+  for (bool async : {false, true}) {
+    ElasticMembership m(3, "");
+    m.Replay({{2, {80, -1}}});
+    m.Queue(1, "worker 1 left");
+    int rank;
+    ASSERT_TRUE(m.Start(&rank));
+    m.Expect({1});
+    const int64_t none = std::numeric_limits<int64_t>::max();
+    ASSERT_TRUE(m.Report(1, 1, async ? none : 9, 9));
+    int64_t from, skip;
+    ASSERT_TRUE(m.Decide(&from, &skip).ok());
+    m.QueueJoin(1, "worker 1 joined");
+    ASSERT_TRUE(m.Start(&rank));
+    m.Expect({1});
+    ASSERT_TRUE(m.Report(1, 2, async ? none : 9, 50));
+    ASSERT_TRUE(m.Decide(&from, &skip).ok());
+    EXPECT_EQ(from, 80) << "the recorded step, later than the one decided";
+    m.Replay({});
+    m.Queue(1, "worker 1 left again");
+    ASSERT_TRUE(m.Start(&rank));
+    m.Expect({1});
+    ASSERT_TRUE(m.Report(1, 3, async ? none : 90, 90));
+    ASSERT_TRUE(m.Decide(&from, &skip).ok());
+    m.QueueJoin(1, "worker 1 joined again");
+    ASSERT_TRUE(m.Start(&rank));
+    m.Expect({1});
+    ASSERT_TRUE(m.Report(1, 4, async ? none : 90, 95));
+    ASSERT_TRUE(m.Decide(&from, &skip).ok());
+    EXPECT_EQ(from, async ? 96 : 97);
+  }
+}
+
 }  // namespace
 }  // namespace tally

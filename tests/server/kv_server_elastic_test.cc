@@ -167,6 +167,33 @@ TEST_F(KVServerElasticTest, Fp16PushesOfALeaverAreForgottenAsFp32Ones) {
   EXPECT_EQ(Pulled(0, 2), -3.f - 11.f - 3.f);  // step 2 the two live ones
 }
 
+TEST_F(KVServerElasticTest, AJoinerCountsFromItsStepOnAndNoStepAppliesWhileTheJoinIsDecided) {
+  MakeElastic(/*keep_lr=*/false);
+  for (uint64_t key : {0, 1}) {
+    for (int r = 0; r < 3; ++r) Push(r, key, 0, One(1));
+  }
+  Notice(wire::MEMBERSHIP_PREPARE, 1, 0, {2});
+  Notice(wire::MEMBERSHIP, 1, /*from_step=*/1, {0, 1});  // worker 2 leaves
+  for (uint64_t key : {0, 1}) {
+    for (int r = 0; r < 2; ++r) Push(r, key, 1, One(1));
+  }
+  Notice(wire::MEMBERSHIP_PREPARE, 2, 0, {2});  // and registers again: a join
+  ASSERT_EQ(to_scheduler_.size(), 2u);
+  EXPECT_EQ(to_scheduler_[1].second.meta.membership_epoch(), 2);
+  EXPECT_EQ(to_scheduler_[1].second.meta.applied_max(), 1);
+  for (int r = 0; r < 2; ++r) Push(r, 0, 2, One(1));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 1);  // held while the join is decided
+  Notice(wire::MEMBERSHIP, 2, /*from_step=*/3, {0, 1, 2});
+  EXPECT_EQ(server_->AppliedStep(0, 0), 2);  // step 2: the two workers live at it
+  EXPECT_EQ(Pulled(0, 2), -3.f - 2.f - 2.f);
+  Refused(PushPullRequest(2, 0, 2, One(1)), "worker 2 left the job before step 2");
+  for (int r = 0; r < 2; ++r) Push(r, 0, 3, One(1));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 2);  // step 3 waits for the joiner
+  Push(2, 0, 3, One(4));
+  EXPECT_EQ(server_->AppliedStep(0, 0), 3);
+  EXPECT_EQ(Pulled(0, 3), -3.f - 2.f - 2.f - 6.f);
+}
+
 TEST_F(KVServerElasticTest, MembershipNoticesOfAnotherKindOfJobOrAnOldEpochAreRefused) {
   Make(2);  // not --elastic
   Notice(wire::MEMBERSHIP, 1, 1, {0});

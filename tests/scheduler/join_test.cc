@@ -1,0 +1,165 @@
+// A worker joining a running --elastic job: which rank it takes (JoinRank, RepeatsRegister:
+// scheduler/join.h), and, in a job of threads (a scheduler, a server, two workers,
+// in-process transport), worker 1 leaves and a new process registers as worker 1: it gets
+// the node table, the change is appended to membership.jsonl as "joined", and the job ends
+// when worker 0 and the joiner are done.
+#include "scheduler/join.h"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+#include "tests/local_job.h"
+#include "tests/temp_dir.h"
+
+namespace tally {
+namespace {
+
+Message Register(wire::Role role, int rank, const std::string& peer = "") {
+  Message m;
+  m.meta.set_command(wire::REGISTER);
+  m.meta.set_sender_id(-1);
+  wire::Node* n = m.meta.add_nodes();
+  n->set_role(role);
+  n->set_rank(rank);
+  n->set_host("10.0.0.9");
+  n->set_port(4000);
+  n->set_pid(77);
+  m.peer = peer;
+  return m;
+}
+
+// Worker `rank` of m leaves (decided: no longer live).
+void Leave(ElasticMembership* m, int rank) {
+  m->Queue(rank, "left");
+  int r;
+  ASSERT_TRUE(m->Start(&r));
+  m->Expect({1});
+  ASSERT_TRUE(m->Report(1, m->epoch() + 1, 9, 9));
+  int64_t from, skip;
+  ASSERT_TRUE(m->Decide(&from, &skip).ok());
+}
+
+TEST(JoinRank, OnlyAWorkerAtARankNotLiveAndNotLeavingJoins) {
+  ClusterConfig cfg;
+  cfg.num_workers = 4;
+  ElasticMembership m(4, "");
+  int rank = -1;
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::SERVER, 1), &rank).message().find("only workers join"), std::string::npos);
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 0), &rank).message().find("leads the job"), std::string::npos);
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 4), &rank).message().find("out of range"), std::string::npos);
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 2), &rank).message().find("worker 2 is live"), std::string::npos);
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, -1), &rank).message().find("every worker rank is live"),
+            std::string::npos);
+  m.Queue(2, "stopped answering");
+  int leaver;
+  ASSERT_TRUE(m.Start(&leaver));
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 2), &rank).message().find("still leaving"), std::string::npos);
+  m.Expect({1});
+  ASSERT_TRUE(m.Report(1, 1, 9, 9));
+  int64_t from, skip;
+  ASSERT_TRUE(m.Decide(&from, &skip).ok());
+  Leave(&m, 1);
+  ASSERT_TRUE(JoinRank(cfg, m, Register(wire::WORKER, 2), &rank).ok());
+  EXPECT_EQ(rank, 2);
+  ASSERT_TRUE(JoinRank(cfg, m, Register(wire::WORKER, -1), &rank).ok());
+  EXPECT_EQ(rank, 1) << "the lowest rank not live";
+  Message two = Register(wire::WORKER, 2);
+  two.meta.add_nodes()->set_role(wire::WORKER);
+  EXPECT_NE(JoinRank(cfg, m, two, &rank).message().find("naming 2 nodes"), std::string::npos);
+}
+
+TEST(JoinRank, WithTheJobsSecretTheJoinerMustHaveAuthenticatedAsItsRank) {
+  ClusterConfig cfg;
+  cfg.num_workers = 3;
+  cfg.job_secret = std::string(32, 's');
+  ElasticMembership m(3, "");
+  Leave(&m, 2);
+  int rank = -1;
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 2, "worker 1"), &rank).message().find("authenticated as worker 1"),
+            std::string::npos);
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, -1), &rank).message().find("authenticated as nobody"),
+            std::string::npos);
+  ASSERT_TRUE(JoinRank(cfg, m, Register(wire::WORKER, 2, "worker 2"), &rank).ok());
+  EXPECT_EQ(rank, 2);
+}
+
+TEST(JoinRank, ARepeatIsTheSameAddressAndPid) {
+  std::vector<wire::Node> nodes(3);
+  nodes[2] = Register(wire::WORKER, 1).meta.nodes(0);
+  nodes[2].set_id(2);
+  EXPECT_TRUE(RepeatsRegister(nodes, Register(wire::WORKER, 1)));
+  EXPECT_TRUE(RepeatsRegister(nodes, Register(wire::WORKER, -1))) << "admitted under the rank given it";
+  Message other = Register(wire::WORKER, 1);
+  other.meta.mutable_nodes(0)->set_pid(78);
+  EXPECT_FALSE(RepeatsRegister(nodes, other));
+  EXPECT_FALSE(RepeatsRegister(nodes, Register(wire::SERVER, 1)));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(JoinJob, AWorkerRegisteringAfterALeaveJoinsAndTheJobEndsWithIt) {
+  ScopedTempDir dir("join_test");
+  const int port = TestPort(false);
+  SchedulerOptions options;
+  options.elastic = true;
+  options.membership_log = dir.Path("membership.jsonl");
+  Status scheduler, server;
+  std::thread s([&] {
+    scheduler = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 2, 1), NewInProcTransport(), nullptr, nullptr,
+                             options);
+  });
+  std::thread v([&] {
+    ElasticOptions e;
+    e.elastic = true;
+    server = RunServer(TestClusterConfig(wire::SERVER, port, 2, 1), NewInProcTransport(), ServerObserver(), e);
+  });
+  std::unique_ptr<Cluster> workers[2];
+  auto join = [&](int r) {
+    ClusterConfig c = TestClusterConfig(wire::WORKER, port, 2, 1);
+    c.rank = r;
+    Status st = Cluster::Join(c, NewInProcTransport(), &workers[r]);
+    EXPECT_TRUE(st.ok()) << st;
+  };
+  std::thread j0([&] { join(0); });
+  join(1);
+  j0.join();
+  ASSERT_TRUE(workers[0] && workers[1]);
+  Message leave;
+  leave.meta.set_command(wire::LEAVE);
+  leave.meta.set_step(0);
+  ASSERT_TRUE(workers[1]->Send(kSchedulerId, std::move(leave)).ok());
+  EXPECT_TRUE(workers[1]->Finish(60000).ok());  // its SHUTDOWN, once the leave is decided
+  workers[1].reset();
+  join(1);  // a new process as worker 1
+  ASSERT_TRUE(workers[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (ReadFile(dir.Path("membership.jsonl")).find("joined") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string log = ReadFile(dir.Path("membership.jsonl"));
+  EXPECT_NE(log.find("\"epoch\": 2, \"from_step\": 0, \"joined\": [1], \"live\": [0, 1], \"why\": \"worker 1 joined"),
+            std::string::npos)
+      << log;
+  std::thread other([&] { EXPECT_TRUE(workers[1]->Finish(60000).ok()); });
+  EXPECT_TRUE(workers[0]->Finish(60000).ok());  // the job's SHUTDOWN once both live workers are done
+  other.join();
+  s.join();
+  v.join();
+  EXPECT_TRUE(scheduler.ok()) << scheduler;
+  EXPECT_TRUE(server.ok()) << server;
+}
+
+}  // namespace
+}  // namespace tally
