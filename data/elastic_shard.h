@@ -30,9 +30,11 @@
 //
 // Why lag. A worker learns of a change asynchronously; what it can be sure of when it reads
 // step S's batch is that it has the answers of step S - 2's pulls (the overlap of a step
-// with the next forward pass), which no server gives before it knows of every change from
-// a step <= S - 2. At a segment's end the caller settles the step in flight
-// (NeedsChangesBefore), so it knows every change from a step before it.
+// with the next forward pass). No server gives those before it has taken in every change
+// from a step <= S - 2, and each answer names the last it took in (RESPONSE's
+// membership_epoch, docs/wire.md): the worker waits for that MEMBERSHIP from the scheduler.
+// At a segment's end the caller settles the step in flight first (NeedsChangesBefore), so
+// it knows every change from a step before it.
 //
 // A joiner (a rank live in a change and not in the one before) reads from the step its change
 // is applied on (changes_applied() counts it), not before, even where BatchOf gives it a

@@ -46,6 +46,14 @@ void DistChannel::OnMessage(Message&& m) {
   if (meta.command() == wire::MEMBERSHIP) {  // --elastic: the servers act on it; noted here
     LOG(INFO) << "kvstore: membership " << meta.membership_epoch() << ": from step " << meta.step() << ", "
               << meta.nodes_size() << " live workers";
+    std::lock_guard<std::mutex> l(membership_mu_);
+    if (meta.membership_epoch() > membership_.epoch) {
+      membership_.epoch = meta.membership_epoch();
+      membership_.from_step = meta.step();
+      membership_.live.clear();
+      for (const wire::Node& n : meta.nodes()) membership_.live.push_back(n.rank());
+      std::sort(membership_.live.begin(), membership_.live.end());
+    }
     return;
   }
   if (meta.command() != wire::RESPONSE) {
@@ -63,6 +71,7 @@ void DistChannel::OnMessage(Message&& m) {
   const Status s = requests_.CheckValues(m, a);
   if (!s.ok()) return requests_.FinishAll(a, s);
   if (meta.stop()) stop_seen_ = true;
+  if (meta.num_workers() > 0) summed_workers_ = meta.num_workers();
   for (size_t i = 0; i < a.ids.size(); ++i) pull_us_ += requests_.Complete(a, m, i);
 }
 

@@ -91,6 +91,13 @@ class DistChannel {
   bool TakeSkip(KVStore::SkippedStep* out);
   // µs spent copying pulled values in since the last call (the profiler's pull time).
   int64_t TakePullMicros() { return pull_us_.exchange(0); }
+  // --elastic: the last MEMBERSHIP taken in (epoch 0: none), and the workers the latest
+  // answer's values summed as its server said (0: none said so).
+  KVStore::Membership membership() const {
+    std::lock_guard<std::mutex> l(membership_mu_);
+    return membership_;
+  }
+  int summed_workers() const { return summed_workers_.load(); }
 
  private:
   // Records a RESPONSE's Meta.skipped for TakeSkip.
@@ -102,6 +109,9 @@ class DistChannel {
   std::atomic<bool> stop_seen_{false};
   std::mutex skip_mu_;
   KVStore::SkippedStep skip_;  // GUARDED_BY(skip_mu_); step -1: none since the last TakeSkip
+  mutable std::mutex membership_mu_;
+  KVStore::Membership membership_;  // GUARDED_BY(membership_mu_); epoch 0: none heard of
+  std::atomic<int> summed_workers_{0};
   // Last: destroyed first, its sending thread ended while the router is alive.
   Requests requests_;
 };

@@ -71,6 +71,14 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   MasterWeightStore* master_weights() override { return this; }
   int rank() const override { return cluster_->me().rank(); }
   int num_workers() const override { return cluster_->num_workers(); }
+  Membership membership() const override {
+    Membership m = channel_->membership();
+    return m.epoch > 0 ? m : KVStore::membership();
+  }
+  int summed_workers() const override {
+    const int n = channel_->summed_workers();
+    return n > 0 ? n : num_workers();
+  }
   Status Barrier() override { return cluster_->Barrier(kGroupWorkers, kDistWaitTimeoutMs); }
 
   Status SetOptimizer(const OptimizerConfig& config) override {

@@ -67,6 +67,12 @@ Status InitEach(const std::vector<int>& keys, const std::vector<Tensor>& values,
   return Status::Ok();
 }
 
+KVStore::Membership KVStore::membership() const {
+  Membership m;
+  for (int r = 0; r < num_workers(); ++r) m.live.push_back(r);
+  return m;
+}
+
 Status KVStore::PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                          int priority) {
   TALLY_RETURN_IF_ERROR(Push(key, vals, priority));

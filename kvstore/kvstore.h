@@ -98,6 +98,17 @@ class KVStore {
   const std::string& name() const { return KVStoreTypeName(type()); }  // --kv-store's value
   virtual int rank() const { return 0; }
   virtual int num_workers() const { return 1; }
+  // --elastic (docs/faults.md, "A worker leaves"): the live workers as this worker last heard
+  // from the scheduler (its MEMBERSHIP; epoch 0 and every rank before any change), and the
+  // workers whose pushes the last answered pull summed (the live ones of that step, which
+  // the servers say with the values; num_workers() when nobody said).
+  struct Membership {
+    int64_t epoch = 0;
+    int64_t from_step = 0;
+    std::vector<int> live;
+  };
+  virtual Membership membership() const;
+  virtual int summed_workers() const { return num_workers(); }
   virtual Status Barrier() { return Status::Ok(); }
 
   // REQUIRES: called before Init.

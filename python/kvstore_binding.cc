@@ -32,6 +32,12 @@ class PyKVStore {
   std::string type() const { return KVStoreTypeName(Store()->type()); }
   int rank() const { return Store()->rank(); }
   int num_workers() const { return Store()->num_workers(); }
+  // --elastic: (epoch, from_step, live ranks) as last heard, and the workers the last pull summed.
+  py::tuple membership() const {
+    const KVStore::Membership m = Store()->membership();
+    return py::make_tuple(m.epoch, m.from_step, m.live);
+  }
+  int summed_workers() const { return Store()->summed_workers(); }
   int num_devices() const { return num_devices_; }
   bool closed() const { return kv_ == nullptr; }
   std::vector<int> keys() const;
@@ -333,6 +339,8 @@ void BindKVStore(py::module_& m) {
       .def_property_readonly("type", &PyKVStore::type)
       .def_property_readonly("rank", &PyKVStore::rank)
       .def_property_readonly("num_workers", &PyKVStore::num_workers)
+      .def_property_readonly("membership", &PyKVStore::membership)
+      .def_property_readonly("summed_workers", &PyKVStore::summed_workers)
       .def_property_readonly("num_devices", &PyKVStore::num_devices)
       .def_property_readonly("closed", &PyKVStore::closed)
       .def("keys", &PyKVStore::keys)

@@ -3,6 +3,8 @@
 // _tally.RoleThreads: the same roles as threads of a worker's process, for tally.bench,
 // whose Python figure is then measured in the shape of `tally bench ps`'s (one process).
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,8 +26,14 @@ Status RunRoleFromEnv(wire::Role* role) {
   }
   std::unique_ptr<Transport> transport;
   TALLY_RETURN_IF_ERROR(NewJobTransport(cfg, &transport));
-  if (cfg.role == wire::SCHEDULER) return RunScheduler(cfg, std::move(transport));
-  return RunServer(cfg, std::move(transport));
+  // TALLY_ELASTIC=1 (tools/launch.py --elastic): a worker other than 0 may leave the job
+  // (docs/faults.md); the learning rate kept, no membership.jsonl (no --model-prefix here).
+  const char* env = std::getenv("TALLY_ELASTIC");
+  SchedulerOptions scheduler;
+  ElasticOptions server;
+  scheduler.elastic = server.elastic = env != nullptr && std::string(env) == "1";
+  if (cfg.role == wire::SCHEDULER) return RunScheduler(cfg, std::move(transport), nullptr, nullptr, scheduler);
+  return RunServer(cfg, std::move(transport), ServerObserver(), server);
 }
 
 // Runs the role until the job ends; the process's exit code: 0 when the job ended well,

@@ -538,6 +538,12 @@ void KVServer::AnswerPull(const PendingPull& p) {
   r.meta.set_stop(stop);
   r.meta.set_skipped(skipped);
   for (int rank : nonfinite) r.meta.add_nonfinite_workers(rank);
+  if (elastic_ && !async_ && p.request.step() >= 0) {
+    // --elastic: the workers the values sum (a Python worker's average) and the membership
+    // they were decided under, which the worker waits to have heard of (docs/wire.md).
+    r.meta.set_num_workers(members_.Count(p.request.step(), ids_.num_workers));
+    r.meta.set_membership_epoch(membership_epoch_);
+  }
   if (recorder_ && p.request.step() >= 0) {
     profile::StepRecord* load = StepLoad(p.request.step(), profile::NowUs());
     for (const Tensor& t : r.data) load->bytes_out += static_cast<int64_t>(t.nbytes());

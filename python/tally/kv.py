@@ -118,6 +118,8 @@ class KVStore:
     def __init__(self, impl, type):
         self._kv = impl
         self._type = type
+        self._membership_fns = []
+        self._membership_seen = 0  # the last membership epoch the callbacks were told of
 
     # -- what the store is --------------------------------------------------------------
     @property
@@ -130,7 +132,32 @@ class KVStore:
 
     @property
     def num_workers(self):
-        return self._kv.num_workers
+        """The workers of the job; under --elastic (TALLY_ELASTIC=1) the live ones as last
+        heard from the scheduler (docs/faults.md, "A worker leaves")."""
+        self._poll_membership()
+        return len(self._kv.membership[2])
+
+    @property
+    def summed_workers(self):
+        """The workers whose pushes the last pull summed, as its server said: under --elastic
+        the live ones of that very step (what an average divides by); else num_workers."""
+        return self._kv.summed_workers
+
+    def on_membership(self, fn):
+        """Calls fn(epoch, from_step, live_ranks) after each membership change (--elastic),
+        on the caller's thread, at the first call of this store's (push, pull, pushpull,
+        wait, wait_all, num_workers) after the change is heard of; changes heard of before
+        fn was registered are not replayed. Returns fn."""
+        self._membership_fns.append(fn)
+        return fn
+
+    def _poll_membership(self):
+        epoch, from_step, live = self._kv.membership
+        if epoch <= self._membership_seen:
+            return
+        self._membership_seen = epoch
+        for fn in list(self._membership_fns):
+            fn(epoch, from_step, list(live))
 
     @property
     def num_devices(self):
@@ -262,15 +289,21 @@ class KVStore:
         # left half-written.
         if wait:
             self._kv.wait(keys)
+        if self._membership_fns:
+            self._poll_membership()
 
     def wait(self, key):
         """Waits for the calls of key(s) alone (KVStore::WaitKey); the GIL is released."""
         keys = [_key("wait", k) for k in key] if isinstance(key, (list, tuple)) else [_key("wait", key)]
         self._kv.wait(keys)
+        if self._membership_fns:
+            self._poll_membership()
 
     def wait_all(self):
         """Waits for every push and pull; raises TallyError when the job failed."""
         self._kv.wait_all()
+        if self._membership_fns:
+            self._poll_membership()
 
     # -- optimizer states -----------------------------------------------------------------
     def save_optimizer_states(self, fname):

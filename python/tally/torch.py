@@ -165,7 +165,7 @@ class HookState:
     def __init__(self, kv, model_or_params):
         self.kv = kv
         self.table = _table(kv, model_or_params, "HookState")
-        self.num_workers = kv.num_workers
+        self.num_workers = kv.num_workers  # at the start; the averages divide by summed_workers
         self._pending = []  # (future, bucket buffer) of this backward pass's buckets so far
 
 
@@ -191,8 +191,9 @@ def allreduce_hook(state, bucket):
     if bucket.is_last():
         state.kv.wait_all()
         pending, state._pending = state._pending, []
+        n = state.kv.summed_workers  # --elastic: the live workers of this step
         for f, b in pending:
-            b.div_(state.num_workers)  # DDP's allreduce averages
+            b.div_(n)  # DDP's allreduce averages
             f.set_result(b)
     return future
 
@@ -252,7 +253,7 @@ class DistributedOptimizer:
                 p.grad = torch.zeros_like(p)
             self.kv.pushpull(k, p.grad, priority=-k, wait=False)
         self.kv.wait_all()
-        n = self.kv.num_workers
+        n = self.kv.summed_workers  # --elastic: the live workers of this step
         with torch.no_grad():
             for p in self._params:
                 p.grad.div_(n)

@@ -412,6 +412,30 @@ KILL_SCRIPT = textwrap.dedent("""
         sys.exit(3)
 """)
 
+# --elastic: every worker pushes ones, so each step's pulled sum is the workers it counted;
+# workers 0 and 1 stop 3 steps after hearing of a change, worker 2 runs until killed.
+ELASTIC_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tally
+
+    kv = tally.kv.create("dist_sync")
+    heard = []
+    kv.on_membership(lambda epoch, from_step, live: heard.append((epoch, from_step, live)))
+    w = np.zeros(1000, np.float32)
+    kv.init(0, w)
+    step, last = 0, None
+    while last is None or step <= last:
+        kv.pushpull(0, np.ones(1000, np.float32), out=w)
+        kv.wait_all()
+        print("step %d sum %g summed %d num_workers %d" % (step, w[0], kv.summed_workers, kv.num_workers),
+              flush=True)
+        assert (w == kv.summed_workers).all(), (step, w[:3], kv.summed_workers)
+        if heard and last is None:
+            last = step + 3
+        step += 1
+    print("worker %d heard %s, num_workers %d" % (kv.rank, heard, kv.num_workers), flush=True)
+""")
+
 
 def write_script(text):
     d = tempfile.mkdtemp()
@@ -506,6 +530,64 @@ class KilledServerTest(unittest.TestCase):
                     p.wait()
             for f in logs.values():
                 f.close()
+
+
+def start_job(test, script, workers, extra_env):
+    """A scheduler, one server and `workers` workers of `script`, each its own process with
+    its output in a temporary file; the test's cleanup kills what is left."""
+    port, secret = free_port(), os.urandom(32).hex()
+    procs, logs = {}, {}
+    roles = [("scheduler", 0), ("server", 0)] + [("worker", r) for r in range(workers)]
+    for role, rank in roles:
+        env = dict(job_env(), DMLC_ROLE=role, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port),
+                   DMLC_NUM_WORKER=str(workers), DMLC_NUM_SERVER="1", DMLC_NODE_HOST="127.0.0.1",
+                   TALLY_RANK=str(rank), TALLY_JOB_SECRET=secret, **extra_env)
+        logs[role, rank] = tempfile.TemporaryFile("w+")
+        procs[role, rank] = subprocess.Popen([sys.executable, script], env=env, stdout=logs[role, rank],
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+
+    def cleanup():
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for f in logs.values():
+            f.close()
+    test.addCleanup(cleanup)
+
+    def output(key):
+        logs[key].flush()
+        logs[key].seek(0)
+        return logs[key].read()
+    return procs, output
+
+
+class ElasticTest(unittest.TestCase):
+    def test_a_killed_worker_leaves_and_the_others_count_and_hear_the_live_workers(self):
+        procs, output = start_job(self, write_script(ELASTIC_SCRIPT), 3,
+                                  dict(TALLY_ELASTIC="1", TALLY_DEAD_TIMEOUT_MS=str(DEAD_TIMEOUT_MS)))
+        deadline = time.time() + 60
+        while not all("step 3 " in output(("worker", r)) for r in range(3)):
+            for key, p in procs.items():
+                self.assertIsNone(p.poll(), "%s %d exited early:\n%s" % (key[0], key[1], output(key)))
+            self.assertLess(time.time(), deadline, "the job did not run 3 steps in 60 s")
+            time.sleep(0.05)
+        os.kill(procs["worker", 2].pid, signal.SIGKILL)
+        for key in [("worker", 0), ("worker", 1), ("server", 0), ("scheduler", 0)]:
+            try:
+                procs[key].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.fail("%s %d still running 60 s after worker 2 was killed:\n%s"
+                          % (key[0], key[1], output(key)[-3000:]))
+            self.assertEqual(procs[key].returncode, 0, output(key)[-3000:])
+        for r in (0, 1):
+            out = output(("worker", r))
+            self.assertIn("sum 3 summed 3 num_workers 3", out)
+            self.assertIn("sum 2 summed 2 num_workers 2", out)
+            heard = [line for line in out.splitlines() if line.startswith("worker %d heard" % r)]
+            self.assertEqual(len(heard), 1, out[-3000:])
+            self.assertRegex(heard[0], r"heard \[\(1, \d+, \[0, 1\]\)\], num_workers 2$")
+            print(heard[0])
 
 
 if __name__ == "__main__":
