@@ -9,6 +9,11 @@
 # TALLY_RUN (default runs/fashion-mnist) the log and the checkpoints (run/resnet20-NNNN).
 # Run it again after an interruption and it resumes from the latest checkpoint; after a run
 # that ended it only prints the result again (delete $TALLY_RUN for a new run).
+#
+# With MXNet's 2bit gradient compression, smaller thresholds did better on this job (test
+# accuracy, 93.4% without compression; each run alone on 2 cores, about 17-28 minutes):
+#   TALLY_RUN=runs/fm-2bit tools/fashion_mnist.sh --gradient-compression 2bit --gc-threshold 0.05 --num-epochs 10
+# reached 91.50%; --gc-threshold 0.1: 91.15% (7 epochs), 91.49% (10); 0.5: 90.46% (7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${TALLY_DATA:-data/fashion-mnist}
