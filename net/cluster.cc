@@ -64,6 +64,7 @@ class Cluster::Impl {
     n->set_host(cfg_.host);
     n->set_port(port);
     n->set_pid(static_cast<int>(getpid()));
+    if (cfg_.can_join) reg.meta.set_membership_epoch(1);  // it can join a running job
     last_heard_ = Clock::now();
     handle_ = std::thread([this] { HandleLoop(); });
     receiver_ = std::thread([this] { ReceiveLoop(); });
@@ -104,6 +105,7 @@ class Cluster::Impl {
   }
 
   const wire::Node& me() const { return me_; }
+  int64_t joined_after_epoch() const { return joined_after_epoch_; }
   const wire::Node& node(int id) const {
     CHECK(id >= 0 && id < static_cast<int>(nodes_.size())) << "no node " << id;
     return nodes_[id];
@@ -400,6 +402,7 @@ class Cluster::Impl {
       return;
     }
     me_ = nodes[me];
+    joined_after_epoch_ = m.meta.membership_epoch();
     nodes_ = std::move(nodes);
     cv_.notify_all();
   }
@@ -490,6 +493,7 @@ class Cluster::Impl {
   std::condition_variable cv_;
   std::vector<wire::Node> nodes_;  // GUARDED_BY(mu_), by id; set once
   wire::Node me_;
+  int64_t joined_after_epoch_ = 0;  // set with nodes_, before Join returns
   std::map<uint32_t, uint64_t> barrier_done_;  // GUARDED_BY(mu_)
   bool shutdown_ = false;                      // GUARDED_BY(mu_)
   bool stopping_ = false;                      // GUARDED_BY(mu_)
@@ -548,6 +552,7 @@ void Cluster::OnFailure(std::function<void(const Status&)> cb) { impl_->OnFailur
 bool Cluster::ServerAlive(int rank) const { return impl_->ServerAlive(rank); }
 int Cluster::server_replicas() const { return impl_->server_replicas(); }
 int64_t Cluster::refused() const { return impl_->refused(); }
+int64_t Cluster::joined_after_epoch() const { return impl_->joined_after_epoch(); }
 bool Cluster::ClockOffset(int64_t* offset_us, int64_t* rtt_us) const { return impl_->ClockOffset(offset_us, rtt_us); }
 
 }  // namespace tally

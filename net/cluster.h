@@ -71,6 +71,9 @@ struct ClusterConfig {
   // server's place in its chains (docs/faults.md); ranks num_servers.., ids after the workers.
   int spare_servers = 0;
   FaultSpec faults;      // TALLY_TEST_FAULTS: test-only fault injection (docs/faults.md)
+  // A worker that can join a running --elastic job (REGISTER says so: docs/wire.md, "A
+  // worker joins"); the scheduler admits no other worker after the job gathered.
+  bool can_join = false;
 };
 
 // The transport a node of this job uses: ZeroMQ, with CURVE when cfg.job_secret is set,
@@ -148,6 +151,10 @@ class Cluster {
   // heartbeat with the shortest round trip among the last 64 (*rtt_us). False before the
   // first answer.
   bool ClockOffset(int64_t* offset_us, int64_t* rtt_us) const;
+  // 0: this node gathered with the job. > 0 (a worker with can_join): it joined the running
+  // job after that membership epoch; the MEMBERSHIP of a later epoch naming it live says
+  // from which step it pushes.
+  int64_t joined_after_epoch() const;
   void OnFailure(std::function<void(const Status&)> callback);
 
  private:

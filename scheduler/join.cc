@@ -14,6 +14,10 @@ Status JoinRank(const ClusterConfig& cfg, const ElasticMembership& members, cons
     return Status::InvalidArgument("a REGISTER of a " + wire::Role_Name(asked.role()) +
                                    " after the job gathered: only workers join a running job");
   }
+  if (m.meta.membership_epoch() != 1) {
+    return Status::InvalidArgument("a REGISTER of a worker that cannot join a running job (membership_epoch " +
+                                   std::to_string(m.meta.membership_epoch()) + ", not 1)");
+  }
   int r = asked.rank();
   if (r < 0) {
     for (int c = 1; c < cfg.num_workers && r < 0; ++c) {

@@ -6,7 +6,8 @@
 //   Status s = JoinRank(cfg, members, register_message, &rank);
 //   if (s.ok()) { ... the node takes worker `rank`'s id, members.QueueJoin(rank, ...) ... }
 //
-// A refusal says why (a server's REGISTER, a rank live or out of range, a worker that
+// A refusal says why (a worker that does not say it can join: ClusterConfig::can_join, a
+// server's REGISTER, a rank live or out of range, a worker that
 // authenticated under another name); a rank whose leave is still being decided is refused
 // until it is decided (the joiner sends REGISTER again every second).
 #pragma once

@@ -121,9 +121,10 @@ class Scheduler {
     return Status::Ok();
   }
 
-  Status SendTable(int id) {
+  Status SendTable(int id) {  // membership_epoch: 0, or the epoch a joiner joins after
     Message table;
     table.meta.set_command(wire::NODE_TABLE);
+    table.meta.set_membership_epoch(members_.epoch());
     table.meta.set_receiver_id(id);
     for (const wire::Node& x : nodes_) *table.meta.add_nodes() = x;
     return transport_->Send(id, table);
@@ -353,7 +354,6 @@ class Scheduler {
     }
     for (std::set<int>* gone : {&dead_, &left_, done}) gone->erase(id);
     last_heard_[id] = Clock::now();
-    LOG(INFO) << DescribeNode(nodes_[id]) << " registers with the running job: it joins (--elastic)";
     members_.QueueJoin(rank, "worker " + std::to_string(rank) + " joined (" + nodes_[id].host() + ":" +
                                  std::to_string(nodes_[id].port()) + ", pid " + std::to_string(nodes_[id].pid()) + ")");
     return StartMembership();

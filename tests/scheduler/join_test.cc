@@ -30,6 +30,7 @@ Message Register(wire::Role role, int rank, const std::string& peer = "") {
   n->set_host("10.0.0.9");
   n->set_port(4000);
   n->set_pid(77);
+  m.meta.set_membership_epoch(1);  // it can join
   m.peer = peer;
   return m;
 }
@@ -72,6 +73,9 @@ TEST(JoinRank, OnlyAWorkerAtARankNotLiveAndNotLeavingJoins) {
   Message two = Register(wire::WORKER, 2);
   two.meta.add_nodes()->set_role(wire::WORKER);
   EXPECT_NE(JoinRank(cfg, m, two, &rank).message().find("naming 2 nodes"), std::string::npos);
+  Message cannot = Register(wire::WORKER, 2);
+  cannot.meta.set_membership_epoch(0);
+  EXPECT_NE(JoinRank(cfg, m, cannot, &rank).message().find("cannot join a running job"), std::string::npos);
 }
 
 TEST(JoinRank, WithTheJobsSecretTheJoinerMustHaveAuthenticatedAsItsRank) {
@@ -128,6 +132,7 @@ TEST(JoinJob, AWorkerRegisteringAfterALeaveJoinsAndTheJobEndsWithIt) {
   auto join = [&](int r) {
     ClusterConfig c = TestClusterConfig(wire::WORKER, port, 2, 1);
     c.rank = r;
+    c.can_join = true;
     Status st = Cluster::Join(c, NewInProcTransport(), &workers[r]);
     EXPECT_TRUE(st.ok()) << st;
   };
@@ -141,8 +146,10 @@ TEST(JoinJob, AWorkerRegisteringAfterALeaveJoinsAndTheJobEndsWithIt) {
   ASSERT_TRUE(workers[1]->Send(kSchedulerId, std::move(leave)).ok());
   EXPECT_TRUE(workers[1]->Finish(60000).ok());  // its SHUTDOWN, once the leave is decided
   workers[1].reset();
+  EXPECT_EQ(workers[0]->joined_after_epoch(), 0);
   join(1);  // a new process as worker 1
   ASSERT_TRUE(workers[1]);
+  EXPECT_EQ(workers[1]->joined_after_epoch(), 1) << "it joins after the leave, membership 1";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (ReadFile(dir.Path("membership.jsonl")).find("joined") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
