@@ -334,8 +334,7 @@ class Scheduler {
     return DecideMembership();
   }
 
-  // --elastic: a worker registers with the running job (scheduler/join.h): it takes its rank's id
-  // and the node table, and joins at a step the servers agree on (MEMBERSHIP, to every node).
+  // --elastic: a worker joins the running job (scheduler/join.h, docs/wire.md "A worker joins").
   Status OnJoin(const Message& m, std::set<int>* done) {
     int rank = -1;
     if (RepeatsRegister(nodes_, m)) return Status::Ok();
@@ -428,7 +427,8 @@ class Scheduler {
               << " (decided in " << MsSince(change_began_) << " ms)";
     profile::Tracer::Get().Instant("membership", "scheduler", profile::NowUs());
     const int id = ids_.Worker(leaver);
-    if (joined) return StartMembership();
+    if (joined && (dead_.count(id) || left_.count(id))) members_.Queue(leaver, members_.why() + "; it left meanwhile");
+    if (joined) return StartMembership();  // a joiner gone meanwhile leaves next
     if (left_.count(id)) {  // alive: it waits for the job's end, which is its own
       Message bye;
       bye.meta.set_command(wire::SHUTDOWN);

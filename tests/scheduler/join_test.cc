@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -166,6 +167,80 @@ TEST(JoinJob, AWorkerRegisteringAfterALeaveJoinsAndTheJobEndsWithIt) {
   v.join();
   EXPECT_TRUE(scheduler.ok()) << scheduler;
   EXPECT_TRUE(server.ok()) << server;
+}
+
+// The job's one server is a bare Cluster here, which answers MEMBERSHIP_PREPARE when the test
+// says: the joiner says LEAVE while its join is decided, and leaves in the next change.
+TEST(JoinJob, AJoinerThatLeavesWhileItsJoinIsDecidedLeavesNext) {
+  ScopedTempDir dir("join_test");
+  const int port = TestPort(false);
+  SchedulerOptions options;
+  options.elastic = true;
+  options.membership_log = dir.Path("membership.jsonl");
+  Status scheduler;
+  std::thread s([&] {
+    scheduler = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 2, 1), NewInProcTransport(), nullptr, nullptr,
+                             options);
+  });
+  std::unique_ptr<Cluster> server, workers[2];
+  std::mutex mu;
+  std::vector<int64_t> prepared;  // the epochs of the MEMBERSHIP_PREPAREs taken in
+  auto join = [&](wire::Role role, int r, std::unique_ptr<Cluster>* out) {
+    ClusterConfig c = TestClusterConfig(role, port, 2, 1);
+    c.rank = r;
+    c.can_join = true;
+    Status st = Cluster::Join(c, NewInProcTransport(), out);
+    EXPECT_TRUE(st.ok()) << st;
+  };
+  std::thread j0([&] { join(wire::SERVER, 0, &server); });
+  std::thread j1([&] { join(wire::WORKER, 0, &workers[0]); });
+  join(wire::WORKER, 1, &workers[1]);
+  j0.join();
+  j1.join();
+  ASSERT_TRUE(server && workers[0] && workers[1]);
+  server->SetDataHandler([&](Message&& m) {
+    if (m.meta.command() != wire::MEMBERSHIP_PREPARE) return;
+    std::lock_guard<std::mutex> lock(mu);
+    prepared.push_back(m.meta.membership_epoch());
+  });
+  auto report = [&](int64_t epoch) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!prepared.empty() && prepared.back() == epoch) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    Message r;
+    r.meta.set_command(wire::MEMBERSHIP_REPORT);
+    r.meta.set_membership_epoch(epoch);
+    r.meta.set_step(9);
+    r.meta.set_applied_max(9);
+    ASSERT_TRUE(server->Send(kSchedulerId, std::move(r)).ok());
+  };
+  Message leave;
+  leave.meta.set_command(wire::LEAVE);
+  leave.meta.set_step(10);
+  ASSERT_TRUE(workers[1]->Send(kSchedulerId, leave).ok());
+  report(1);
+  EXPECT_TRUE(workers[1]->Finish(60000).ok());
+  workers[1].reset();
+  join(wire::WORKER, 1, &workers[1]);  // joins; the server holds its report back
+  ASSERT_TRUE(workers[1]);
+  leave.meta.set_step(12);
+  ASSERT_TRUE(workers[1]->Send(kSchedulerId, leave).ok());
+  // In-process sends reach the scheduler's queue at once: the LEAVE comes before the report.
+  report(2);
+  report(3);  // the leave that follows
+  EXPECT_TRUE(workers[1]->Finish(60000).ok()) << "its SHUTDOWN, once its leave is decided";
+  EXPECT_TRUE(workers[0]->Finish(60000).ok());
+  EXPECT_TRUE(server->WaitForShutdown().ok());
+  s.join();
+  EXPECT_TRUE(scheduler.ok()) << scheduler;
+  const std::string log = ReadFile(dir.Path("membership.jsonl"));
+  EXPECT_NE(log.find("\"epoch\": 2, \"from_step\": 11, \"joined\": [1]"), std::string::npos) << log;
+  EXPECT_NE(log.find("\"epoch\": 3, \"from_step\": 10, \"left\": [1], \"live\": [0]"), std::string::npos) << log;
 }
 
 }  // namespace
