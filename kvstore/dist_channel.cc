@@ -1,6 +1,7 @@
 #include "kvstore/dist_channel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include <glog/logging.h>
@@ -46,14 +47,23 @@ void DistChannel::OnMessage(Message&& m) {
   if (meta.command() == wire::MEMBERSHIP) {  // --elastic: the servers act on it; noted here
     LOG(INFO) << "kvstore: membership " << meta.membership_epoch() << ": from step " << meta.step() << ", "
               << meta.nodes_size() << " live workers";
-    std::lock_guard<std::mutex> l(membership_mu_);
-    if (meta.membership_epoch() > membership_.epoch) {
-      membership_.epoch = meta.membership_epoch();
-      membership_.from_step = meta.step();
-      membership_.live.clear();
-      for (const wire::Node& n : meta.nodes()) membership_.live.push_back(n.rank());
-      std::sort(membership_.live.begin(), membership_.live.end());
+    KVStore::Membership change;
+    change.epoch = meta.membership_epoch();
+    change.from_step = meta.step();
+    for (const wire::Node& n : meta.nodes()) change.live.push_back(n.rank());
+    std::sort(change.live.begin(), change.live.end());
+    {
+      std::lock_guard<std::mutex> l(membership_mu_);
+      const bool known = std::any_of(changes_.begin(), changes_.end(),
+                                     [&](const KVStore::Membership& c) { return c.epoch == change.epoch; });
+      if (!known) {
+        if (change.epoch > membership_.epoch) membership_ = change;
+        changes_.push_back(change);
+        std::sort(changes_.begin(), changes_.end(),
+                  [](const KVStore::Membership& a, const KVStore::Membership& b) { return a.epoch < b.epoch; });
+      }
     }
+    membership_cv_.notify_all();
     return;
   }
   if (meta.command() != wire::RESPONSE) {
@@ -72,7 +82,27 @@ void DistChannel::OnMessage(Message&& m) {
   if (!s.ok()) return requests_.FinishAll(a, s);
   if (meta.stop()) stop_seen_ = true;
   if (meta.num_workers() > 0) summed_workers_ = meta.num_workers();
+  if (meta.membership_epoch() > 0) {
+    std::lock_guard<std::mutex> l(membership_mu_);
+    answered_epoch_ = std::max(answered_epoch_, meta.membership_epoch());
+  }
   for (size_t i = 0; i < a.ids.size(); ++i) pull_us_ += requests_.Complete(a, m, i);
+}
+
+Status DistChannel::HeardMembership(std::vector<KVStore::Membership>* out, int timeout_ms) {
+  std::unique_lock<std::mutex> l(membership_mu_);
+  // Epochs are numbered 1, 2, ...: all up to the named one are in when there are as many.
+  const bool heard = membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] {
+    return !failure_.ok() || static_cast<int64_t>(changes_.size()) >= answered_epoch_;
+  });
+  if (!failure_.ok()) return failure_;
+  if (!heard) {
+    return Status::Unavailable("kvstore: no MEMBERSHIP " + std::to_string(answered_epoch_) +
+                               " from the scheduler within " + std::to_string(timeout_ms) +
+                               " ms, though a server's answer named it");
+  }
+  *out = changes_;
+  return Status::Ok();
 }
 
 void DistChannel::NoteSkip(const wire::Meta& meta, uint64_t key) {

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -65,7 +66,14 @@ class DistChannel {
 
   // The cluster's data handler and failure callback.
   void OnMessage(Message&& m);
-  void OnFailure(const Status& s) { requests_.Fail(s); }
+  void OnFailure(const Status& s) {
+    requests_.Fail(s);
+    {
+      std::lock_guard<std::mutex> l(membership_mu_);
+      if (failure_.ok()) failure_ = s;
+    }
+    membership_cv_.notify_all();
+  }
   // Waits until every queued request has been answered. Returns the cluster's failure,
   // the first error answered or met sending since the last call, or Unavailable after
   // timeout_ms.
@@ -98,6 +106,10 @@ class DistChannel {
     return membership_;
   }
   int summed_workers() const { return summed_workers_.load(); }
+  // Every MEMBERSHIP taken in, by epoch, once every epoch an answer named (RESPONSE's
+  // membership_epoch) is among them: all the changes the answers so far were decided
+  // under. Returns the cluster's failure, or Unavailable after timeout_ms.
+  Status HeardMembership(std::vector<KVStore::Membership>* out, int timeout_ms);
 
  private:
   // Records a RESPONSE's Meta.skipped for TakeSkip.
@@ -110,7 +122,11 @@ class DistChannel {
   std::mutex skip_mu_;
   KVStore::SkippedStep skip_;  // GUARDED_BY(skip_mu_); step -1: none since the last TakeSkip
   mutable std::mutex membership_mu_;
+  std::condition_variable membership_cv_;
   KVStore::Membership membership_;  // GUARDED_BY(membership_mu_); epoch 0: none heard of
+  std::vector<KVStore::Membership> changes_;  // GUARDED_BY(membership_mu_); by epoch
+  int64_t answered_epoch_ = 0;                // GUARDED_BY(membership_mu_); the highest named
+  Status failure_;                            // GUARDED_BY(membership_mu_)
   std::atomic<int> summed_workers_{0};
   // Last: destroyed first, its sending thread ended while the router is alive.
   Requests requests_;

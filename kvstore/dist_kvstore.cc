@@ -75,6 +75,9 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     Membership m = channel_->membership();
     return m.epoch > 0 ? m : KVStore::membership();
   }
+  Status HeardMembership(std::vector<Membership>* out) override {
+    return channel_->HeardMembership(out, kDistWaitTimeoutMs);
+  }
   int summed_workers() const override {
     const int n = channel_->summed_workers();
     return n > 0 ? n : num_workers();

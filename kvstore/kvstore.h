@@ -108,6 +108,13 @@ class KVStore {
     std::vector<int> live;
   };
   virtual Membership membership() const;
+  // Every change heard of, by epoch, waiting first for each one a server's answer so far
+  // was decided under (the changes a re-cut of the data needs, data/elastic_shard.h).
+  // Types without workers that come and go: none.
+  virtual Status HeardMembership(std::vector<Membership>* out) {
+    out->clear();
+    return Status::Ok();
+  }
   virtual int summed_workers() const { return num_workers(); }
   virtual Status Barrier() { return Status::Ok(); }
 

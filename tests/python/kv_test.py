@@ -413,8 +413,11 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 # --elastic: every worker pushes ones, so each step's pulled sum is the workers it counted;
-# workers 0 and 1 stop 3 steps after hearing of a change, worker 2 runs until killed.
+# workers 0 and 1 stop 3 steps after the first step without worker 2 (the same step for
+# both, from the servers' answers), then wait to hear of the change; worker 2 runs until
+# killed.
 ELASTIC_SCRIPT = textwrap.dedent("""
+    import time
     import numpy as np
     import tally
 
@@ -430,9 +433,13 @@ ELASTIC_SCRIPT = textwrap.dedent("""
         print("step %d sum %g summed %d num_workers %d" % (step, w[0], kv.summed_workers, kv.num_workers),
               flush=True)
         assert (w == kv.summed_workers).all(), (step, w[:3], kv.summed_workers)
-        if heard and last is None:
+        if kv.summed_workers < 3 and last is None:
             last = step + 3
         step += 1
+    deadline = time.time() + 60
+    while not heard and time.time() < deadline:
+        kv.num_workers  # calls the callbacks of a change heard of
+        time.sleep(0.01)
     print("worker %d heard %s, num_workers %d" % (kv.rank, heard, kv.num_workers), flush=True)
 """)
 
@@ -577,8 +584,8 @@ class ElasticTest(unittest.TestCase):
             try:
                 procs[key].wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.fail("%s %d still running 60 s after worker 2 was killed:\n%s"
-                          % (key[0], key[1], output(key)[-3000:]))
+                self.fail("%s %d still running 60 s after worker 2 was killed:\n%s\nthe scheduler:\n%s"
+                          % (key[0], key[1], output(key)[-3000:], output(("scheduler", 0))[-3000:]))
             self.assertEqual(procs[key].returncode, 0, output(key)[-3000:])
         for r in (0, 1):
             out = output(("worker", r))
