@@ -4,6 +4,7 @@
 #include "net/server_chains.h"
 #include "scheduler/join.h"
 #include "scheduler/membership.h"
+#include "scheduler/ranks.h"
 #include "scheduler/slices_lost.h"
 #include "profile/trace.h"
 
@@ -158,40 +159,7 @@ class Scheduler {
     me.set_host(cfg_.scheduler_host);
     me.set_port(cfg_.scheduler_port);
     me.set_pid(static_cast<int>(getpid()));
-    for (wire::Role role : {wire::SERVER, wire::WORKER}) {
-      const int count = role == wire::SERVER ? servers() : cfg_.num_workers;
-      std::vector<bool> taken(count, false);
-      std::vector<const wire::Node*> unranked;
-      for (const Message& r : regs) {
-        const wire::Node& n = r.meta.nodes(0);
-        if (n.role() != role) continue;
-        if (n.rank() < 0) {
-          unranked.push_back(&n);
-          continue;
-        }
-        if (n.rank() >= count || taken[n.rank()]) {
-          return Status::InvalidArgument(DescribeNode(n) + " asked for rank " + std::to_string(n.rank()) +
-                                         ", which is " + (n.rank() >= count ? "out of range" : "taken"));
-        }
-        taken[n.rank()] = true;
-        Place(n, n.rank());
-      }
-      int next = 0;
-      for (const wire::Node* n : unranked) {
-        while (taken[next]) ++next;
-        taken[next] = true;
-        Place(*n, next);
-      }
-    }
-    return Status::Ok();
-  }
-
-  void Place(const wire::Node& n, int rank) {
-    const int id = n.role() == wire::SERVER ? ids_.Server(rank) : ids_.Worker(rank);
-    wire::Node& slot = nodes_[id];
-    slot = n;
-    slot.set_rank(rank);
-    slot.set_id(id);
+    return tally::AssignRanks(regs, ids_, &nodes_);
   }
 
   uint32_t GroupOf(int id) const {
@@ -224,6 +192,29 @@ class Scheduler {
     return first;
   }
 
+  // A node reached a barrier of `group`: when every live member has, all are released.
+  void OnBarrier(int from, uint32_t group, std::map<uint32_t, std::set<int>>* barriers) {
+    auto& arrived = (*barriers)[group];
+    if (arrived.empty()) barrier_start_[group] = profile::NowUs();
+    arrived.insert(from);
+    size_t members = 0;  // a server lost under --server-replicas is no longer waited for
+    for (const wire::Node& n : nodes_) members += n.id() != 0 && !dead_.count(n.id()) && (GroupOf(n.id()) & group);
+    if (arrived.size() < members) return;
+    wire::Meta done;
+    done.set_command(wire::BARRIER_DONE);
+    done.set_barrier_group(group);
+    for (int id : arrived) {
+      Message d;
+      d.meta = done;
+      d.meta.set_receiver_id(id);
+      transport_->Send(id, d).ok();
+    }
+    arrived.clear();
+    // From the first arrival to the release: how long the nodes waited for the last.
+    const int64_t start = barrier_start_[group];
+    profile::Tracer::Get().Complete("barrier", "scheduler", start, profile::NowUs() - start, "group", group);
+  }
+
   Status Serve() {
     std::set<int> done_workers;
     std::map<uint32_t, std::set<int>> barriers;
@@ -248,30 +239,9 @@ class Scheduler {
           case wire::HEARTBEAT:
             if (m.meta.clock_us() != 0) AnswerClock(from, m.meta.clock_us());
             break;
-          case wire::BARRIER: {
-            const uint32_t group = m.meta.barrier_group();
-            auto& arrived = barriers[group];
-            if (arrived.empty()) barrier_start_[group] = profile::NowUs();
-            arrived.insert(from);
-            size_t members = 0;  // a server lost under --server-replicas is no longer waited for
-            for (const wire::Node& n : nodes_) members += n.id() != 0 && !dead_.count(n.id()) && (GroupOf(n.id()) & group);
-            if (arrived.size() >= members) {
-              wire::Meta done;
-              done.set_command(wire::BARRIER_DONE);
-              done.set_barrier_group(group);
-              for (int id : arrived) {
-                Message d;
-                d.meta = done;
-                d.meta.set_receiver_id(id);
-                transport_->Send(id, d).ok();
-              }
-              arrived.clear();
-              // From the first arrival to the release: how long the nodes waited for the last.
-              const int64_t start = barrier_start_[group];
-              profile::Tracer::Get().Complete("barrier", "scheduler", start, profile::NowUs() - start, "group", group);
-            }
+          case wire::BARRIER:
+            OnBarrier(from, m.meta.barrier_group(), &barriers);
             break;
-          }
           case wire::REPLICA_READY:
             SpareReady(from);
             break;
@@ -345,7 +315,7 @@ class Scheduler {
     }
     const int id = ids_.Worker(rank);
     const wire::Node before = nodes_[id];
-    Place(m.meta.nodes(0), rank);
+    PlaceNode(m.meta.nodes(0), rank, ids_, &nodes_);
     transport_->Forget(id);  // a new process: its messages are numbered from 1
     if (!transport_->Connect(id, nodes_[id].host(), nodes_[id].port()).ok() || !SendTable(id).ok()) {
       nodes_[id] = before;  // it sends REGISTER again

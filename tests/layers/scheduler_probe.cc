@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   }
   // Taking their addresses links the scheduler and the ZeroMQ transport into the probe.
   Status (*run)(const ClusterConfig&, std::unique_ptr<Transport>, const std::function<void()>&,
-                std::function<void(const Status&)>) = RunScheduler;
+                std::function<void(const Status&)>, const SchedulerOptions&) = RunScheduler;
   std::unique_ptr<Transport> (*transport)(int, const JobAuth*) = NewZmqTransport;
   Tensor t = Tensor::Zeros({4}, DType::kF32);
   std::printf("RunScheduler at %p, NewZmqTransport at %p, %s\n", reinterpret_cast<void*>(run),
