@@ -9,7 +9,7 @@ dist_sync job through tools/launch.py --elastic over the secure transport.
   says it left; the rest go on, and the replay gives the same weights again.
 - worker 2's pushes of step 30 lost on the way to server 1 (TALLY_TEST_DROP_PUSH), then
   kill -9: step 30 is skipped on both servers, and the replay skips it too; also with
-  --server-replicas 1.
+  --server-replicas 1, and with 2bit gradient compression.
 - SIGTERM to the whole job: it stops at an agreed step with a checkpoint, as without
   --elastic.
 
@@ -121,13 +121,13 @@ class ElasticTest(FaultCase):
         with open(os.path.join(os.path.dirname(prefix), "membership.jsonl")) as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def replay_matches(self, prefix, changes, launch_args=()):
+    def replay_matches(self, prefix, changes, launch_args=(), extra=()):
         """--membership-replay of the run's file: the same changes at the same steps, and the
         same final checkpoint bit for bit."""
         file = os.path.join(self.dir, "changes.jsonl")
         with open(file, "w") as f:
             f.writelines(json.dumps(c) + "\n" for c in changes)
-        proc, path, replay = self.launch("replay", ["--membership-replay", file], launch_args=launch_args)
+        proc, path, replay = self.launch("replay", ["--membership-replay", file] + list(extra), launch_args=launch_args)
         out = self.finish(proc, path)
         self.assertLogHas(out, r"worker %d left the job" % VICTIM)
         again = self.changes(replay)
@@ -156,12 +156,12 @@ class ElasticTest(FaultCase):
         self.assertEqual(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
         self.replay_matches(prefix, changes)
 
-    def push_lost_on_one_server(self, launch_args=()):
+    def push_lost_on_one_server(self, launch_args=(), extra=()):
         """Server 1 loses worker 2's pushes from step 30 on (TALLY_TEST_DROP_PUSH); server 0
         applies step 30 with them. Once worker 2 is killed, step 30 counts its push nowhere:
         rolled back on server 0, skipped on server 1; the replay, without the fault, skips the
         same step and ends with the same weights."""
-        proc, path, prefix = self.launch("run", env={"TALLY_TEST_DROP_PUSH": "1:%d:30" % VICTIM},
+        proc, path, prefix = self.launch("run", extra, env={"TALLY_TEST_DROP_PUSH": "1:%d:30" % VICTIM},
                                          launch_args=launch_args)
         pid = self.victim_pid()
         deadline = time.time() + 120
@@ -177,7 +177,7 @@ class ElasticTest(FaultCase):
         self.assertEqual(len(changes), 1, changes)
         self.assertEqual((changes[0]["from_step"], changes[0].get("skip_step")), (30, 30), changes)
         self.assertEqual(worker0_step(out), EPOCHS * STEPS_PER_EPOCH)
-        self.replay_matches(prefix, changes, launch_args)
+        self.replay_matches(prefix, changes, launch_args, extra)
 
     def test_a_push_lost_on_one_server_skips_its_step_everywhere(self):
         self.push_lost_on_one_server()
@@ -186,6 +186,11 @@ class ElasticTest(FaultCase):
         """With --server-replicas 1 each slice's backup follows its primary: only the primary
         reports on it, and the backup rolls back or skips the step as the primary does."""
         self.push_lost_on_one_server(["--server-replicas", "1"])
+
+    def test_the_same_with_2bit_gradient_compression(self):
+        """Under 2bit pushes the skipped step is dropped whole on both servers, and each
+        worker's residual follows what it sent, in the run as in its replay."""
+        self.push_lost_on_one_server(extra=["--gradient-compression", "2bit", "--gc-threshold", "0.5"])
 
     def test_sigterm_worker_leaves_cleanly(self):
         proc, path, prefix = self.launch("run")
