@@ -72,7 +72,10 @@ if ! /usr/bin/python3 -c "import tensorboard" >/dev/null 2>&1; then
   /usr/bin/python3 -m pip --version >/dev/null 2>&1 ||
     $sudo apt-get install -y -qq --no-install-recommends python3-pip
   pip_flags=(--quiet --disable-pip-version-check)
-  if /usr/bin/python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+  # pip's whole help first: `pip | grep -q` under pipefail fails when grep's early exit cuts
+  # pip off (SIGPIPE).
+  pip_help=$(/usr/bin/python3 -m pip install --help 2>/dev/null || true)
+  if grep -q -- --break-system-packages <<<"$pip_help"; then
     pip_flags+=(--break-system-packages)
   fi
   if $sudo env PIP_ROOT_USER_ACTION=ignore /usr/bin/python3 -m pip install "${pip_flags[@]}" tensorboard; then

@@ -30,7 +30,10 @@ echo "scheduler_probe parse cuda:0 -> rc $rc: $out"
 [[ $out == *"cuda:0: this tally was built without CUDA"* ]] || fail "the refusal does not say why"
 
 if [[ $have_cuda == ON ]]; then
-  ldd "$control" | grep -Eqi 'libcudart' || fail "the control (tally_ops) shows no libcudart: the check would see nothing"
-  echo "control: cpu_only_probe (tally_ops) links $(ldd "$control" | grep -Eci "$cuda_libs") CUDA libraries"
+  # ldd's whole output first: `ldd | grep -q` under pipefail fails when grep's early exit
+  # cuts ldd off (SIGPIPE), which happened on a loaded machine.
+  control_libs=$(ldd "$control")
+  grep -Eqi 'libcudart' <<<"$control_libs" || fail "the control (tally_ops) shows no libcudart: the check would see nothing"
+  echo "control: cpu_only_probe (tally_ops) links $(grep -Eci "$cuda_libs" <<<"$control_libs") CUDA libraries"
 fi
 echo PASS
