@@ -23,18 +23,21 @@ float SliceAggregator::AddSync(int64_t step, int rank, Tensor grad, float scale)
   return st.scale;
 }
 
-bool WorkerMembership::Live(int rank, int64_t step) const {
+const WorkerMembership::Change* WorkerMembership::At(int64_t step) const {
   for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
-    if (it->from_step <= step) return it->live[rank];
+    if (it->from_step <= step) return &*it;
   }
-  return true;
+  return nullptr;
+}
+
+bool WorkerMembership::Live(int rank, int64_t step) const {
+  const Change* c = At(step);
+  return c == nullptr || c->live[rank];
 }
 
 int WorkerMembership::Count(int64_t step, int n) const {
-  for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
-    if (it->from_step <= step) return static_cast<int>(std::count(it->live.begin(), it->live.end(), true));
-  }
-  return n;
+  const Change* c = At(step);
+  return c == nullptr ? n : static_cast<int>(std::count(c->live.begin(), c->live.end(), true));
 }
 
 bool SliceAggregator::TakeReady(int64_t applied, Step* out) {

@@ -57,6 +57,8 @@ struct WorkerMembership {
   // The ranks live at `step`, of n workers at the start.
   bool Live(int rank, int64_t step) const;
   int Count(int64_t step, int n) const;
+  // The change in force at `step` (the last one from it or before); null: none yet.
+  const Change* At(int64_t step) const;
 };
 
 class SliceAggregator {
