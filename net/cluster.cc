@@ -491,7 +491,9 @@ class Cluster::Impl {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<wire::Node> nodes_;  // GUARDED_BY(mu_), by id; set once
+  // GUARDED_BY(mu_), by id; set by the node table, and a joined worker's entry replaced
+  // (ConnectJoined). node() reads without the lock, which holds only while no worker joins.
+  std::vector<wire::Node> nodes_;
   wire::Node me_;
   int64_t joined_after_epoch_ = 0;  // set with nodes_, before Join returns
   std::map<uint32_t, uint64_t> barrier_done_;  // GUARDED_BY(mu_)
