@@ -79,6 +79,9 @@ class Child:
         self.exited_at = None
         # The process's last line on stderr (else stdout), which usually says why it failed.
         self.last_lines = {}
+        # Called with each line of output (bytes), on the thread that forwards it: how the
+        # launcher hears the scheduler's decisions (--elastic's joins).
+        self.on_line = None
         # Descendants that left the process group (mpirun puts each rank in a group of
         # its own): {pid: start time}, remembered so that they die with the job.
         self.strays = {}
@@ -123,6 +126,8 @@ class Child:
         for line in iter(stream.readline, b""):
             if self.intercept(line):
                 continue
+            if self.on_line is not None:
+                self.on_line(line)
             if not line.endswith(b"\n"):
                 line += b"\n"
             if line.strip() and self.tells_why(line):

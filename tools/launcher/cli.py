@@ -14,6 +14,7 @@ from .hosts import Host, common_ssh_port, parse_hostfile, refuse_ports, with_def
 from .job import (UsageError, check_restartable, forwarded_env, free_port, parse_env_options,
                   plan_job, set_attempt, set_root_port)
 from .children import Child, RemoteChild, SlurmChild
+from .elastic import Joins, Policy
 from .secret import SecretDir
 from .supervise import run_with_restarts, say
 
@@ -26,8 +27,8 @@ def build_parser():
         description="Start a Tally job: one scheduler, NUM_WORKERS workers and NUM_SERVERS "
                     "servers, each running COMMAND with its role in the environment "
                     "(see docs/launch.md).")
-    parser.add_argument("-n", "--num-workers", type=int, required=True,
-                        help="number of worker processes")
+    parser.add_argument("-n", "--num-workers", type=int,
+                        help="number of worker processes (required unless --max-workers gives it)")
     parser.add_argument("-s", "--num-servers", type=int,
                         help="number of server processes (default: NUM_WORKERS)")
     parser.add_argument("-H", "--hostfile",
@@ -79,6 +80,16 @@ def build_parser():
                         help="a worker other than worker 0 that dies or gets SIGTERM leaves the job and the "
                              "others go on (TALLY_ELASTIC=1 to every process; docs/faults.md, \"Elastic "
                              "workers\"); without it a dead worker ends the job")
+    parser.add_argument("--max-workers", type=int, metavar="N",
+                        help="--elastic: the job starts with N workers (-n, if given, must agree), and a "
+                             "worker that leaves is replaced: after a back-off (1 s, doubling) a new "
+                             "process takes its rank on its host with TALLY_JOIN=1 and joins the running job")
+    parser.add_argument("--min-workers", type=int, metavar="M",
+                        help="--elastic: when fewer than M workers are live, the job stops at an agreed "
+                             "step with its checkpoint, as on a SIGTERM, and --max-restarts starts it again "
+                             "whole (default: 1, the job goes on with worker 0 alone)")
+    parser.add_argument("--max-joins", type=int, metavar="K",
+                        help="--max-workers: at most K new processes for each rank (default: 3)")
     parser.add_argument("--log-dir", metavar="DIR",
                         help="also write each process's output, without the [role] prefix, to "
                              "DIR/ROLE-RANK.log (DIR/scheduler.log); a restarted job's attempt N "
@@ -132,6 +143,7 @@ def plan(args):
     if command[0].startswith("-"):
         raise UsageError(f"unknown option {command[0]}")
     args.command = command
+    check_elastic(args)
     if args.num_workers < 1:
         raise UsageError("-n must be at least 1")
     num_servers = args.num_workers if args.num_servers is None else args.num_servers
@@ -171,6 +183,37 @@ def plan(args):
     return procs, cwd, hosts + (server_hosts or [])
 
 
+def check_elastic(args):
+    """Checks --elastic's flags, naming the one at fault; sets args.num_workers from
+    --max-workers when -n is omitted."""
+    for option, value in (("--max-workers", args.max_workers), ("--min-workers", args.min_workers),
+                          ("--max-joins", args.max_joins)):
+        if value is not None and not args.elastic:
+            raise UsageError(f"{option} needs --elastic (workers that leave and join a running job)")
+    if args.max_joins is not None and args.max_workers is None:
+        raise UsageError("--max-joins bounds the new processes of --max-workers, which is not given")
+    if args.num_workers is None:
+        if args.max_workers is None:
+            raise UsageError("-n/--num-workers is required (or --elastic --max-workers N)")
+        args.num_workers = args.max_workers
+    if args.max_workers is not None and args.max_workers != args.num_workers:
+        raise UsageError(f"--max-workers {args.max_workers} and -n {args.num_workers} differ: the job "
+                         f"starts with its --max-workers workers (omit -n)")
+    if args.min_workers is not None and not 1 <= args.min_workers <= args.num_workers:
+        raise UsageError(f"--min-workers {args.min_workers}: from 1 to the job's workers ({args.num_workers}, "
+                         + ("--max-workers)" if args.max_workers is not None else "-n)"))
+    if args.max_joins is not None and args.max_joins < 1:
+        raise UsageError(f"--max-joins {args.max_joins}: at least 1")
+
+
+def join_policy(args):
+    """--elastic's elastic.Policy; None without --elastic."""
+    if not args.elastic:
+        return None
+    return Policy(min_workers=args.min_workers or 1, replace=args.max_workers is not None,
+                  max_joins=3 if args.max_joins is None else args.max_joins)
+
+
 def plan_server_hosts(args):
     """The hosts of --server-hostfile, or None: the servers share -H's hosts."""
     if not args.server_hostfile:
@@ -207,8 +250,10 @@ def make_child(args, proc, cwd, out_lock):
 
 def log_path(log_dir, proc, attempt):
     """DIR/worker-0.log for the first attempt, DIR/worker-0.attempt2.log for the second
-    restart; the file starts empty."""
-    stem = proc.name.replace(" ", "-") + (f".attempt{attempt}" if attempt else "")
+    restart, DIR/worker-2.join1.log for the first process that took worker 2's place
+    (--max-workers); the file starts empty."""
+    stem = (proc.name.replace(" ", "-") + (f".attempt{attempt}" if attempt else "")
+            + (f".join{proc.joins}" if proc.joins else ""))
     path = os.path.join(log_dir, stem + ".log")
     open(path, "wb").close()
     return path
@@ -291,4 +336,21 @@ def run(parser, args, secret_dir):
         return 130
     return run_with_restarts(lambda attempt: make_children(attempt) if attempt else children,
                              args.shutdown_timeout, args.grace, args.max_restarts, args.server_replicas,
-                             elastic=args.elastic)
+                             make_joins=elastic_joins(args, cwd, out_lock))
+
+
+def elastic_joins(args, cwd, out_lock):
+    """make_joins(attempt) for run_with_restarts: each attempt's elastic.Joins, whose joiners
+    are made as the job's own processes are; None without --elastic."""
+    policy = join_policy(args)
+    if policy is None:
+        return None
+
+    def make_joins(attempt):
+        def make_joiner(proc):
+            child = make_child(args, proc, cwd, out_lock)
+            if args.log_dir:
+                child.log_path = log_path(args.log_dir, proc, attempt)
+            return child
+        return Joins(policy, make_joiner)
+    return make_joins

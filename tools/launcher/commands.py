@@ -148,8 +148,10 @@ def mpi(proc, command, cwd, ssh_opts, ssh_port, as_root):
 
 
 def step_name(proc):
-    """The name of proc's job step, `worker-1`: how the launcher finds the step to signal."""
-    return proc.name.replace(" ", "-")
+    """The name of proc's job step, `worker-1` (`worker-1-join2` for its rank's second joiner,
+    so that a step still ending under the old name is never taken for it): how the launcher
+    finds the step to signal."""
+    return proc.name.replace(" ", "-") + (f"-join{proc.joins}" if proc.joins else "")
 
 
 def slurm(proc, command, cwd):

@@ -15,7 +15,7 @@ JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORK
             "DMLC_NUM_SERVER", "DMLC_NODE_HOST", "DMLC_TASK_ID", "DMLC_WORKER_ID",
             "DMLC_SERVER_ID", "DMLC_NUM_ATTEMPT", "DMLC_JOB_CLUSTER", "TALLY_RANK",
             "TALLY_JOB_SECRET", "TALLY_JOB_SECRET_FILE", "TALLY_PLAIN", "TALLY_STOPPED_STATUS",
-            "TALLY_SERVER_REPLICAS", "TALLY_SPARE_SERVERS", "TALLY_ELASTIC")
+            "TALLY_SERVER_REPLICAS", "TALLY_SPARE_SERVERS", "TALLY_ELASTIC", "TALLY_JOIN")
 
 # How the launcher asks `tally train` to exit after a stop on SIGTERM whose checkpoint was
 # saved (TALLY_STOPPED_STATUS; on its own it exits 0 then): a status of its own, so that the
@@ -55,6 +55,7 @@ class Proc:
     ssh_port: int = None  # its host's ssh port; None: ssh's default
     secret: str = None  # the job's secret (64 hex digits); None with --plain
     secret_file: str = None  # local: the file of mode 600 that holds it (secret.SecretDir)
+    joins: int = 0  # --max-workers: 0 for the job's own process, N for its rank's Nth joiner
 
     @property
     def name(self):

@@ -9,6 +9,9 @@ the grace period, SIGKILL. With --max-restarts, a job that ended because a proce
 is then started again whole (`run_with_restarts`). A process that ends on a SIGTERM the
 launcher did not send (Slurm's scancel --signal=TERM) is a stop, not a failure: the rest of
 the job is left to stop at the workers' agreed step, and nothing restarts.
+Under --elastic a worker but worker 0 that ends leaves the job instead of ending it; with
+--max-workers a new process takes its rank's place (elastic.Joins), and below --min-workers
+live workers the job stops at an agreed step with its checkpoint, for --max-restarts.
 """
 
 import signal
@@ -90,7 +93,7 @@ class Interrupts:
 class Job:
     """Starts the children, watches them and returns the launcher's exit status."""
 
-    def __init__(self, children, shutdown_timeout, grace, interrupts, server_replicas=0, elastic=False):
+    def __init__(self, children, shutdown_timeout, grace, interrupts, server_replicas=0, joins=None):
         self.children = children
         self.shutdown_timeout = shutdown_timeout
         self.grace = grace
@@ -102,9 +105,15 @@ class Job:
         # has no live server left, and the workers then fail naming why).
         self.server_replicas = server_replicas
         self.lost = []
-        # --elastic: a worker but worker 0 that dies or leaves (on a SIGTERM of its own, it
-        # exits 0 saying so) is not the end of the job; the scheduler decides the step.
-        self.elastic = elastic
+        # --elastic (an elastic.Joins; None without): a worker but worker 0 that dies or leaves
+        # (on a SIGTERM of its own, it exits 0 saying so) is not the end of the job; the
+        # scheduler decides the step. Its joiners join self.children when they start.
+        self.joins = joins
+        for child in children:
+            if joins is not None and child.proc.role == "scheduler":
+                child.on_line = joins.heard  # its "membership N: worker R joined" lines
+        # Why the job stopped below --min-workers, for --max-restarts' line; None otherwise.
+        self.below_min = None
 
     def live(self):
         return [c for c in self.children if c not in self.lost]
@@ -123,17 +132,66 @@ class Job:
     def leaves(self, child):
         """--elastic: whether `child`, which just ended, left the job (noted and said) rather
         than ending it."""
-        if not self.elastic or child.proc.role != "worker" or child.proc.rank == 0:
+        if self.joins is None or child.proc.role != "worker" or child.proc.rank == 0:
             return False
         if child.poll() == 0:
             if "left the job" not in (child.last_lines.get(sys.stdout) or ""):
                 return False
-            say(f"{child.label} left the job (exited 0 after its SIGTERM); the others go on")
+            said = f"{child.label} left the job (exited 0 after its SIGTERM)"
         else:
-            say(f"{child.label} {describe_status(child.poll())}; it leaves the job (--elastic): the "
-                f"others go on once the scheduler has decided the step")
+            said = (f"{child.label} {describe_status(child.poll())}; it leaves the job (--elastic) once "
+                    f"the scheduler has decided the step")
         self.lost.append(child)
+        say(f"{said}; {self.joins.left(child, time.monotonic())}")
         return True
+
+    def drop_late_joiners(self, workers):
+        """The scheduler has ended the job: a joiner it never admitted has no job to join."""
+        late = [c for c in workers if c.proc.joins and not getattr(c, "joined", False) and c.poll() is None]
+        for child in late:
+            say(f"{child.label} had not joined when the job ended; stopping it")
+            child.terminate(process_table())
+            self.lost.append(child)
+
+    def live_workers(self):
+        return [c for c in self.live() if c.proc.role == "worker"]
+
+    def tend_joins(self):
+        """--elastic: starts the joiners whose back-off has passed, names the joins the
+        scheduler decided, and stops the job when too few workers are left. Returns the
+        job's status when it must end now, else None."""
+        for epoch, rank, step in self.joins.joined():
+            joiner = next((c for c in reversed(self.live_workers()) if c.proc.rank == rank), None)
+            if joiner is not None:
+                joiner.joined = True
+            where = joiner.label if joiner else f"worker {rank}"
+            say(f"{where} joined the job: from step {step} (membership {epoch})")
+        for joiner in self.joins.due(time.monotonic()):
+            self.children.append(joiner)
+            try:
+                joiner.start()
+            except OSError as e:
+                say(f"cannot start {joiner.label}: {e}; stopping the job")
+                return 127
+            say(f"started {joiner.label} to join the job (TALLY_JOIN=1, join {joiner.proc.joins} of "
+                f"at most {self.joins.policy.max_joins} for its rank)")
+        live = [c for c in self.live_workers() if c.poll() in (None, 0)]
+        if len(live) < self.joins.policy.min_workers:
+            return self.stop_below_min(live)
+        return None
+
+    def stop_below_min(self, live):
+        """Fewer live workers than --min-workers: the job stops as a SIGTERM to it stops it
+        (run: the workers agree on a step, worker 0 saves the checkpoint), and ends as failed,
+        so that --max-restarts starts it again whole."""
+        waiting = self.joins.waiting()
+        self.joins.close()
+        self.below_min = (f"{len(live)} live worker{'s' if len(live) != 1 else ''}, fewer than "
+                          f"--min-workers {self.joins.policy.min_workers}")
+        say(f"{self.below_min}" + (f" (the joiner of worker {', '.join(map(str, waiting))} not started yet)"
+                                   if waiting else "")
+            + "; stopping the job at an agreed step with its checkpoint")
+        return 1
 
     @property
     def received(self):
@@ -141,10 +199,27 @@ class Job:
 
     def run(self):
         status = self.watch()
+        if self.joins is not None:
+            self.joins.close()
         self.stop()
         if self.received == signal.SIGTERM and self.report_stop():
             return 0
+        if self.below_min is not None:
+            return self.report_stop_below_min()
         return status
+
+    def report_stop_below_min(self):
+        """After the stop below --min-workers: EX_TEMPFAIL (SAVED_STOP_STATUS) when the live
+        workers stopped with the checkpoint saved, else 1."""
+        workers = [c for c in self.live_workers() if c.popen is not None]
+        if workers and saved_stop(workers):
+            say("the job stopped below --min-workers at the workers' agreed step, the checkpoint saved: "
+                "the same command with --resume auto continues it (--max-restarts does)")
+            return SAVED_STOP_STATUS
+        say("the job stopped below --min-workers without a checkpoint saved: " + ", ".join(
+            f"{c.label} {describe_status(c.poll()) if c.poll() is not None else 'still ran'}"
+            for c in workers))
+        return 1
 
     def report_stop(self):
         """After a SIGTERM to the launcher (Slurm's `--signal=B:TERM@60`, say): whether
@@ -180,7 +255,6 @@ class Job:
         if status is not None:
             return status
         began = time.monotonic()
-        workers = [c for c in self.children if c.proc.role == "worker"]
         others = [c for c in self.children if c.proc.role != "worker"]
         workers_done_at = others_done_at = None
         noted_waiting = False
@@ -188,8 +262,12 @@ class Job:
             if self.received is not None:
                 return self.interrupted()
             if any(self.leaves(c) for c in self.live() if c.poll() is not None):
-                workers = [c for c in workers if c not in self.lost]
                 continue
+            if self.joins is not None:
+                status = self.tend_joins()
+                if status is not None:
+                    return status
+            workers = self.live_workers()
             ended = [c for c in self.live() if c.poll() not in (None, 0)]
             if ended:
                 first = min(ended, key=lambda c: c.exited_at or 0)
@@ -207,6 +285,8 @@ class Job:
                     f"{time.monotonic() - began:.1f} s{lost}")
                 return 0
             now = time.monotonic()
+            if self.joins is not None and any(c.poll() == 0 for c in workers):
+                self.joins.close()  # a worker finished its training: nobody joins any more
             if workers_done_at is None and all(c.poll() == 0 for c in workers):
                 workers_done_at = now
             if workers_done_at is not None and now - workers_done_at > self.shutdown_timeout:
@@ -219,6 +299,7 @@ class Job:
             # a worker is still running long after.
             if others_done_at is None and all(c.poll() == 0 for c in others):
                 others_done_at = now
+                self.drop_late_joiners(workers)
             if not noted_waiting and others_done_at is not None and \
                     now - others_done_at > self.shutdown_timeout:
                 noted_waiting = True
@@ -309,10 +390,11 @@ class Job:
             child.finish(timeout=max(0.1, deadline - time.monotonic()))
 
 
-def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, server_replicas=0, elastic=False):
+def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, server_replicas=0, make_joins=None):
     """Runs the job and, after a process fails, stops it and starts it whole again, up to
     max_restarts times; make_children(attempt) gives each attempt's children (attempt 0
-    is the first). Returns the exit status of the last attempt.
+    is the first), make_joins(attempt), under --elastic, its elastic.Joins. Returns the exit
+    status of the last attempt.
 
     Only a failed process leads to a restart: a signal to the launcher, a process that
     cannot be started or a scheduler or server that outlives the workers end the run.
@@ -320,15 +402,16 @@ def run_with_restarts(make_children, shutdown_timeout, grace, max_restarts, serv
     interrupts = Interrupts()
     attempt = 0
     while True:
-        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts, server_replicas, elastic)
+        job = Job(make_children(attempt), shutdown_timeout, grace, interrupts, server_replicas,
+                  make_joins(attempt) if make_joins else None)
         status = job.run()
         if status == 0:
             if attempt:
                 say(f"the job completed on attempt {attempt + 1} of {max_restarts + 1}")
             return status
-        if job.failed is None or interrupts.received is not None:
+        if (job.failed is None and job.below_min is None) or interrupts.received is not None:
             return status
-        failure = f"{job.failed.label} {describe_status(job.failed.returncode)}"
+        failure = job.below_min or f"{job.failed.label} {describe_status(job.failed.returncode)}"
         if attempt == max_restarts:
             if max_restarts:
                 say(f"no restarts left ({max_restarts} used); the last failure: {failure}")

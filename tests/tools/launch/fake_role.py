@@ -19,6 +19,15 @@ the most specific entry wins, and with no entry the process exits 0. Actions:
     stop             stop itself with SIGSTOP; once continued, sleep until killed
     once:ACTION      ACTION the first time this role and rank runs, exit 0 after that
                      (a restarted job); a file under FAKE_STATE_DIR remembers the runs
+    leave[:SECONDS]  wait SECONDS, say `worker R left the job` as `tally train --elastic` does
+                     after its SIGTERM, touch FAKE_STATE_DIR/left-R.N (its rank's Nth leave)
+                     and exit 0
+    waitfile:NAME[:SECONDS]  wait until FAKE_STATE_DIR/NAME exists, then SECONDS, then exit 0
+    announce:R[:SECONDS]  (the scheduler) wait until a joiner of worker R has started, say
+                     the scheduler's line for a decided join, touch FAKE_STATE_DIR/joined-R,
+                     wait SECONDS, exit 0
+A process with TALLY_JOIN=1 (a joiner, --max-workers) touches FAKE_STATE_DIR/joining-R and
+takes the entry `join<who>` before the others (`joinworker1=...`, `joinworker=...`).
 FAKE_PRINT_VARS="A,B" also prints those variables, one `var NAME=VALUE` line each.
 FAKE_SECRET_REPORT=1 prints how the job's secret reached the process (secret_report).
 """
@@ -97,15 +106,52 @@ def secret_report():
             f"mine={mine} digest={digest} inline={inline}")
 
 
-def action_for(role, rank, plan):
+def action_for(role, rank, plan, joiner=False):
     actions = {}
     for entry in filter(None, plan.split(",")):
         who, _, action = entry.partition("=")
         actions[who] = action
-    for who in (f"{role}{rank}", role, "*"):
+    own = (f"join{role}{rank}", f"join{role}") if joiner else ()
+    for who in own + (f"{role}{rank}", role, "*"):
         if who in actions:
             return actions[who]
     return "exit0"
+
+
+def state_path(name):
+    return os.path.join(os.environ["FAKE_STATE_DIR"], name)
+
+
+def wait_for_file(name):
+    deadline = time.monotonic() + SLEEP_SECONDS
+    while not os.path.exists(state_path(name)):
+        if time.monotonic() > deadline:
+            fail(f"{name} did not appear in {SLEEP_SECONDS} s")
+        time.sleep(0.05)
+
+
+def elastic_action(rank, action):
+    """Does the --elastic actions (leave, waitfile, announce): True if `action` was one."""
+    kind, _, rest = action.partition(":")
+    if kind == "leave":
+        time.sleep(float(rest or 0))
+        leaves = len([n for n in os.listdir(os.environ["FAKE_STATE_DIR"]) if n.startswith(f"left-{rank}.")])
+        open(state_path(f"left-{rank}.{leaves + 1}"), "w").close()
+        print(f"fake_role: worker {rank} left the job", flush=True)
+    elif kind == "waitfile":
+        name, _, delay = rest.partition(":")
+        wait_for_file(name)
+        time.sleep(float(delay or 0))
+    elif kind == "announce":
+        joiner, _, delay = rest.partition(":")
+        wait_for_file(f"joining-{joiner}")
+        print(f"I1129 00:00:00.000000 1 scheduler.cc:392] membership 1: worker {joiner} joined "
+              f"(127.0.0.1:1, pid 1); from step 7 the live workers are ...", file=sys.stderr, flush=True)
+        open(state_path(f"joined-{joiner}"), "w").close()
+        time.sleep(float(delay or 0))
+    else:
+        return False
+    return True
 
 
 def main():
@@ -120,11 +166,16 @@ def main():
     if os.environ.get("FAKE_SECRET_REPORT"):
         print(secret_report(), flush=True)
     print(f"{role} {rank} on stderr", file=sys.stderr, flush=True)
-    action = action_for(role, rank, os.environ.get("FAKE_ROLE_PLAN", ""))
+    joiner = os.environ.get("TALLY_JOIN") == "1"
+    if joiner:
+        open(state_path(f"joining-{rank}"), "w").close()
+    action = action_for(role, rank, os.environ.get("FAKE_ROLE_PLAN", ""), joiner)
     if action.startswith("once:"):
         marker = os.path.join(os.environ["FAKE_STATE_DIR"], f"{role}{rank}.ran")
         action = "exit0" if os.path.exists(marker) else action[5:]
         open(marker, "w").close()
+    if elastic_action(rank, action):
+        sys.exit(0)
     if action.startswith("exit"):
         status, _, delay = action[4:].partition(":")
         time.sleep(float(delay or 0))

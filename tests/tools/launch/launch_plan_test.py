@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 LAUNCH = os.path.join(ROOT, "tools", "launch.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from launcher import commands, hosts, job  # noqa: E402
+from launcher import commands, elastic, hosts, job  # noqa: E402
 
 
 class HostfileCase(unittest.TestCase):
@@ -337,6 +337,32 @@ class DryRunTest(HostfileCase):
     def test_elastic_reaches_remote_processes(self):
         for argv in self.dry_run("mpi", "m1\n", "-n", "2", "-s", "1", "--elastic"):
             self.assertEqual(argv[argv.index("TALLY_ELASTIC=1") - 1], "-x")
+
+    def test_elastic_worker_counts(self):
+        # -n may be left out for --max-workers, which then gives it.
+        lines = self.dry_run("ssh", "m1\n", "--elastic", "--max-workers", "3")
+        self.assertEqual(sum("DMLC_ROLE=worker" in argv[-1] and "DMLC_NUM_WORKER=3" in argv[-1] for argv in lines), 3)
+        for args, why in ((["-n", "2", "--min-workers", "1"], "--min-workers needs --elastic"),
+                          (["-n", "2", "--max-workers", "2"], "--max-workers needs --elastic"),
+                          (["-n", "2", "--elastic", "--max-joins", "2"], "--max-joins bounds the new processes "
+                                                                         "of --max-workers, which is not given"),
+                          (["--elastic"], "-n/--num-workers is required (or --elastic --max-workers N)"),
+                          (["-n", "2", "--elastic", "--max-workers", "3"], "--max-workers 3 and -n 2 differ"),
+                          (["--elastic", "--max-workers", "3", "--min-workers", "4"],
+                           "--min-workers 4: from 1 to the job's workers (3, --max-workers)"),
+                          (["-n", "2", "--elastic", "--min-workers", "0"], "--min-workers 0: from 1 to the job's "
+                                                                          "workers (2, -n)"),
+                          (["--elastic", "--max-workers", "2", "--max-joins", "0"], "--max-joins 0: at least 1")):
+            with self.subTest(args=args):
+                err, _ = self.refused("ssh", "m1\n", *args)
+                self.assertIn(f"launch.py: error: {why}", err)
+
+    def test_a_joiners_step_has_a_name_of_its_own(self):
+        proc = job.plan_job(3, 1, [hosts.Host("n1")], "n1", 9000, {})[-1]
+        self.assertEqual(commands.step_name(proc), "worker-2")
+        self.assertEqual(commands.step_name(elastic.joiner_proc(proc, 2)), "worker-2-join2")
+        self.assertEqual(elastic.joiner_proc(proc, 2).env, dict(proc.env, TALLY_JOIN="1"))
+        self.assertNotIn("TALLY_JOIN", proc.env)
 
     def test_plain_has_no_secret(self):
         lines = self.dry_run("mpi", "m1\n", "-n", "1", "-s", "1", "--plain")
