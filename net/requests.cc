@@ -126,6 +126,16 @@ void Requests::Send(int node, Message msg, int priority, PendingRequest pending)
   }
 }
 
+Status Requests::Post(int node, Message msg) {
+  SendQueue::Item item;
+  item.node = node;
+  item.posted = true;
+  const int priority = msg.meta.priority();
+  item.msg = std::move(msg);
+  std::unique_lock<std::mutex> l(mu());
+  return queue_.Send(l, std::move(item), priority);
+}
+
 void Requests::Gather(SendQueue::Item* first, std::vector<SendQueue::Item>* more) {
   std::vector<uint64_t> ids{first->msg.meta.request_id()};
   for (SendQueue::Item& item : *more) {
@@ -147,6 +157,8 @@ std::vector<uint64_t> Requests::Gathered(uint64_t id) {
 }
 
 Status Requests::Transmit(SendQueue::Item&& out) {
+  // Not a request of this node's: nothing to finish, and the queue logs a failure.
+  if (out.posted) return links_.send(out.node, std::move(out.msg));
   const uint64_t id = out.msg.meta.request_id();
   const wire::Command command = out.msg.meta.command();
   profile::Tracer& tracer = profile::Tracer::Get();
@@ -202,6 +214,7 @@ int Requests::NodeLost(int node) {
     std::set<uint64_t> queued;
     queue_.Filter([&](SendQueue::Item* out) {
       const uint64_t id = out->msg.meta.request_id();
+      if (out->posted) return true;
       auto p = pending_.find(id);
       if (out->node != node || p == pending_.end()) return true;
       queued.insert(id);

@@ -1,5 +1,6 @@
-// Requests: the outstanding requests of a node that asks others (the worker's kvstore
-// channel, kvstore/dist_channel.h), ps-lite's Customer. It numbers requests, queues them in
+// Requests: a node's one way out for data, ps-lite's Customer: the outstanding requests of a
+// node that asks others (the worker's kvstore channel, kvstore/dist_channel.h), and the
+// answers of a node that is asked (the server's, server/run_server.cc: Post). It numbers requests, queues them in
 // a SendQueue (net/send_queue.h: priority order within a send credit per receiver, sent from
 // the caller's thread when nothing waits), gathers small ones to one receiver into one
 // message, matches answers to the requests they complete, copies the parts of a pulled array
@@ -22,6 +23,13 @@
 //     for (size_t i = 0; i < a.ids.size(); ++i) requests.Complete(a, m, i);
 //   }
 //   TALLY_RETURN_IF_ERROR(requests.WaitKey(7, timeout_ms));  // op->flat holds the values
+//
+//   // A server answers through the same queue (no id of its own, no answer awaited):
+//   Status s = requests.Post(worker_id, std::move(answer));  // by answer.meta.priority()
+//
+// Answers and requests share one queue, one credit per receiver and one sending thread: the
+// first layers' weights a server answers overtake the last layers' queued behind a loaded
+// link, as a worker's first layers' pulls do.
 //
 // Gathering: a small PUSH, PULL or PUSHPULL of one slice (64 KB at most) waiting for the
 // sending thread leaves with the others queued for its receiver whose Meta is the same but
@@ -123,6 +131,13 @@ class Requests {
   // Queues msg for `node`, its request id and priority filled in; higher priority first.
   // A failure to send finishes the request with an error (WaitAll reports it).
   void Send(int node, Message msg, int priority, PendingRequest pending);
+  // Queues msg for `node` as it is: a message that is no request of this node's (an answer
+  // to another's request, or one its receiver acknowledges by its own means, a server's
+  // REPLICATE). No id is given and no answer awaited; it leaves by msg.meta.priority()
+  // within the receiver's credit, at once from this thread when nothing waits, never
+  // gathered, and NodeLost leaves it alone. Returns the failure of a send made now; one
+  // made later by the sending thread is logged.
+  Status Post(int node, Message msg);
   // Node `node` is lost: what is queued for it or unanswered by it goes where the reroute
   // hook says, or is dropped (finished). Returns how many were dropped.
   int NodeLost(int node);

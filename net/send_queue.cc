@@ -32,13 +32,6 @@ int64_t SendCreditBytes(int sharers) {
   return static_cast<int64_t>(v) << 10;
 }
 
-SendQueue::SendQueue(Cluster* cluster, int64_t credit)
-    : SendQueue([cluster](int node) { return cluster->UnacknowledgedBytes(node); }, credit,
-                [cluster](Item&& item) { return cluster->Send(item.node, std::move(item.msg)); }, nullptr,
-                GatherLimits(), nullptr) {
-  WakeOnAcknowledgements(cluster);
-}
-
 SendQueue::SendQueue(UnackedFn unacked, int64_t credit, TransmitFn transmit, GatherFn gather, GatherLimits limits,
                      const char* thread_name)
     : unacked_(std::move(unacked)),
@@ -104,14 +97,6 @@ Status SendQueue::Send(std::unique_lock<std::mutex>& l, Item item, int priority,
   sending_ = false;
   if (!queue_.empty() || stop_) cv_.notify_one();
   return s;
-}
-
-Status SendQueue::Send(int node, Message msg, int priority) {
-  Item item;
-  item.node = node;
-  item.msg = std::move(msg);
-  std::unique_lock<std::mutex> l(mu_);
-  return Send(l, std::move(item), priority);
 }
 
 void SendQueue::Enqueue(Item item, int priority) {

@@ -1,20 +1,21 @@
-// SendQueue: a node's outgoing messages, highest priority first, each connection let in
-// only a credit of unacknowledged bytes, so that a backlog waits here, where priorities
-// still apply, rather than in the connection, where they no longer do. The server answers
-// through one (the first layers' weights, which the workers' next forward pass needs
-// first, overtake the answers of the last layers' queued behind a loaded link), and so
-// do the worker's requests (net/requests.h).
+// SendQueue: the queue inside the request layer (net/requests.h), used only through it: a
+// node's outgoing messages, highest priority first, each connection let in only a credit of
+// unacknowledged bytes, so that a backlog waits here, where priorities still apply, rather
+// than in the connection, where they no longer do. Requests puts a worker's requests and a
+// server's answers through it alike (the first layers' weights, which the workers' next
+// forward pass needs first, overtake the answers of the last layers' queued behind a
+// loaded link).
 //
-//   SendQueue queue(cluster, SendCreditBytes(cluster->num_workers()));
+//   SendQueue queue(unacked, credit, transmit, gather, limits, "sender");  // Requests' hooks
 //   queue.Start();
-//   const int priority = answer.meta.priority();
-//   Status s = queue.Send(worker_id, std::move(answer), priority);
+//   std::unique_lock<std::mutex> l(queue.mu());
+//   Status s = queue.Send(l, std::move(item), priority);
 //
 // A message goes at once, from the caller's thread, when nothing waits, nothing is on its
 // way and its receiver has credit; else the queue's sending thread sends it when its turn
 // and the credit come. Acknowledgements free credit (Cluster::UnacknowledgedBytes) without
 // a word to this class; the Cluster's acknowledgement listener wakes the sending thread
-// (WakeOnAcknowledgements, which a queue built on a Cluster sets itself). Messages to one
+// (WakeOnAcknowledgements). Messages to one
 // receiver may leave out of call order (higher priority first); the transport numbers them
 // as they leave.
 //
@@ -58,6 +59,8 @@ class SendQueue {
     std::string group;
     // The bytes this item adds to a gathered message (the owner's measure, its limits).
     int64_t gather_bytes = 0;
+    // The owner's mark: an item that is none of its requests (Requests::Post).
+    bool posted = false;
   };
   // Data bytes sent to a node and not acknowledged yet (Cluster::UnacknowledgedBytes).
   using UnackedFn = std::function<int64_t(int node)>;
@@ -71,8 +74,6 @@ class SendQueue {
     int64_t max_bytes = 0;  // of gather_bytes in one message
   };
 
-  // Sends with Cluster::Send, gathers nothing.
-  SendQueue(Cluster* cluster, int64_t credit);
   // A message may go to a node while less than `credit` bytes sent to it are unacknowledged
   // (at least one always may). gather: null, or the hook that folds queued items into the
   // one leaving; thread_name: the sending thread's name in traces, or null.
@@ -91,8 +92,6 @@ class SendQueue {
   // REQUIRES: l holds mu(); it is released while sending and held again on return.
   Status Send(std::unique_lock<std::mutex>& l, Item item, int priority, bool may_go_now = true,
               bool* sent_now = nullptr);
-  // The same, taking mu() itself.
-  Status Send(int node, Message msg, int priority);
   // Queues item, whatever the credit; call Wake() once mu() is released. REQUIRES: mu() held.
   void Enqueue(Item item, int priority);
   // Calls keep(item) for every queued item in priority order; those it returns false for

@@ -5,7 +5,7 @@
 // timeout (docs/wire.md).
 #include <glog/logging.h>
 
-#include "net/send_queue.h"
+#include "net/requests.h"
 #include "server/server.h"
 
 namespace tally {
@@ -19,14 +19,16 @@ Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport,
             << cluster->num_workers() << " workers, " << cluster->num_servers() << " servers";
   Cluster* c = cluster.get();
   if (observer.joined) observer.joined(*c);
-  // Answers leave by priority (the request's) within a credit per worker, so that the
-  // first layers' weights overtake a backlog of the others' (net/send_queue.h).
-  SendQueue sender(c, SendCreditBytes(c->num_workers()));
-  sender.Start();
-  KVServer server(c->num_servers(), c->num_workers(), [&sender, c](int id, Message m) {
-    if (id == kSchedulerId) return c->Send(id, std::move(m));  // REPLICA_READY
-    const int priority = m.meta.priority();
-    return sender.Send(id, std::move(m), priority);
+  // Answers leave through the request layer, by priority (the request's) within a credit
+  // per worker, so that the first layers' weights overtake a backlog of the others'
+  // (net/requests.h). The server asks nothing itself: Post only.
+  RequestOptions options;
+  options.prefix = "server";
+  Requests out(c, options, nullptr);
+  out.Start();
+  KVServer server(c->num_servers(), c->num_workers(), [&out, c](int id, Message m) {
+    if (id == kSchedulerId) return c->Send(id, std::move(m));  // REPLICA_READY, MEMBERSHIP_REPORT
+    return out.Post(id, std::move(m));
   }, c->spare_servers());
   server.SetReplication(c->me().rank(), c->server_replicas());
   if (elastic.elastic) server.SetElastic(elastic.keep_lr);

@@ -1,7 +1,7 @@
 // Requests (net/requests.h): answers matched to their requests (alone and gathered), pulled
 // parts copied into place, per-key waits, answers out of order, refusals and malformed
 // answers, a failed send, the job's failure, and requests to a lost node rerouted (same ids)
-// or dropped. The links are the test's: it records what is sent and answers by hand.
+// or dropped; a server's answers posted through the same queue. The links are the test's: it records what is sent and answers by hand.
 #include "net/requests.h"
 
 #include <gtest/gtest.h>
@@ -338,6 +338,40 @@ TEST_F(RequestsTest, QueuedRequestsForALostNodeAreRedirectedBeforeTheyLeave) {
   Deliver(r.get(), Answer(sent, 0));
   EXPECT_TRUE(r->WaitAll(kBoundMs).ok());
   EXPECT_EQ(job_.sent_count(), 1u);  // once: not also to A
+}
+
+// A server's answers (Post) share the queue and the credit with requests, in priority order,
+// keep the ids they carry, are never matched, finished or rerouted, and a failed one is the
+// caller's to log: no wait fails for it.
+TEST_F(RequestsTest, PostedAnswersQueueByPriorityWithRequestsAndAreNoneOfItsOwn) {
+  constexpr int kServerC = 3;
+  job_.SetUnacked(kServerA, kCredit + 1);  // over the credit: everything for A waits
+  auto r = NewRequests([](PendingRequest*, int*) { return true; });
+  r->Start();
+  auto answer = [](uint64_t id, int priority) {
+    Message m = Answer(Pull(id, 0, 1), 0);
+    m.meta.set_request_id(id);
+    m.meta.set_priority(priority);
+    return m;
+  };
+  ASSERT_TRUE(r->Post(kServerA, answer(70, 1)).ok());
+  r->Send(kServerA, Pull(5, 0, 1), 5, PullRecord(5, 0, 1, NewPull(1, 1)));
+  ASSERT_TRUE(r->Post(kServerA, answer(71, 9)).ok());
+  ASSERT_TRUE(r->Post(kServerB, answer(72, 0)).ok());  // B has credit: at once
+  auto [to_b, first] = job_.Sent(0);
+  EXPECT_EQ(to_b, kServerB);
+  EXPECT_EQ(first.meta.request_id(), 72u);
+  EXPECT_EQ(r->outstanding(), 1u);  // the request alone
+  EXPECT_EQ(r->NodeLost(kServerA), 1);  // drops the request, not the answers
+  job_.SetUnacked(kServerA, 0);
+  EXPECT_EQ(job_.Sent(1).second.meta.request_id(), 71u);  // priority 9 first
+  EXPECT_EQ(job_.Sent(2).second.meta.request_id(), 70u);
+  job_.Refuse(kServerC);
+  const Status failed = r->Post(kServerC, answer(73, 0));
+  EXPECT_NE(failed.message().find("node 3 is gone"), std::string::npos) << failed;
+  EXPECT_TRUE(r->WaitAll(kBoundMs).ok());
+  r->Stop();
+  EXPECT_EQ(job_.sent_count(), 3u);
 }
 
 }  // namespace
