@@ -38,12 +38,20 @@
 //
 // A joiner (a rank live in a change and not in the one before) reads from the step its change
 // is applied on (changes_applied() counts it), not before, even where BatchOf gives it a
-// part (a rank back before its leave was applied): that part goes to the others.
+// part (a rank back before its leave was applied): that part goes to the others. Until then
+// it reads NoPartBatch(), a batch of pads (the segment's first positions, not a visit), so
+// that it still pushes a gradient at every step the servers count it in.
+//
+// A resumed run (a checkpoint inside an epoch) starts at its epoch's first step (StartAt),
+// adds the changes recorded from that step on, and then the job it gathered as a change
+// applied at once (AddChangeAtOnce: nobody read anything from the resume step on), and
+// advances to the resume step: the rest of the epoch is cut over the gathered workers.
 //
 // Not thread-safe: one thread drives it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/status.h"
@@ -70,6 +78,16 @@ class ElasticShards {
   // late (its step of application already passed).
   Status AddChange(int64_t from_step, std::vector<int> live);
 
+  // The same, applied at from_step itself instead of from_step + lag: the workers a resumed
+  // run gathered, at its first step (nobody has read a batch from from_step on). Fails as
+  // AddChange does, and when from_step is not after the current step.
+  Status AddChangeAtOnce(int64_t from_step, std::vector<int> live);
+
+  // Before the first Advance: that Advance starts epoch `epoch` at step `step` (a resumed run
+  // or a joiner starts at its epoch's first step) instead of epoch 0 at step 0. Changes from
+  // a step before `step` are not taken: the epoch's cut starts over the constructor's `live`.
+  void StartAt(int64_t epoch, int64_t step);
+
   // Whether the next Advance, to `step`, ends a segment: the caller must then have added
   // every change with from_step < step (else those with from_step <= step - lag suffice).
   bool NeedsChangesBefore(int64_t step) const { return step >= segment_end_; }
@@ -86,19 +104,56 @@ class ElasticShards {
   const std::vector<int>& live() const { return live_; }
   int64_t changes_applied() const { return applied_; }  // the first that many added
   ShardBatch BatchOf(int rank) const;
+  // A batch of pads for a rank without a part (a joiner before its change is applied): the
+  // segment's first positions, pad == batch_size.
+  ShardBatch NoPartBatch() const;
+  // Positions of the current epoch given out before the current step (pads left out): the
+  // epoch's progress, for a learning-rate schedule. A re-cut may take it back by the
+  // leavers' unread share (at most lag batches each).
+  int64_t given() const;
+
+  // The batches of a segment of r positions over k ranks (an epoch's first: r = num_examples).
+  static int64_t Batches(int64_t r, int64_t k, int batch_size);
+
+  // The batches rank `rank` reads from the current step on if no change is applied (a
+  // loader decodes them ahead): immutable, safe to share between threads.
+  class Forecast {
+   public:
+    // The batch of step `step` (>= the step it was made at), and its epoch and batch index.
+    ShardBatch At(int64_t step, int64_t* epoch, int64_t* index) const;
+
+   private:
+    friend class ElasticShards;
+    int64_t n_ = 0, k_ = 0;
+    int batch_size_ = 0;
+    int part_ = -1;  // -1: no part
+    std::shared_ptr<const std::vector<int64_t>> remaining_;
+    std::vector<int64_t> offsets_;
+    int64_t segment_start_ = 0, segment_end_ = 0, epoch_ = 0, epoch_start_ = 0;
+  };
+  std::shared_ptr<const Forecast> ForecastOf(int rank) const;
 
  private:
   struct Change {
     int64_t from_step;
     std::vector<int> live;
+    bool at_once;
   };
+  Status Add(int64_t from_step, std::vector<int> live, bool at_once);
+  bool Due(const Change& c, int64_t at) const;
   struct Given {  // what a rank was given at one step (pads left out)
     int64_t step;
     std::vector<int64_t> positions;
   };
   void StartSegment(std::vector<int64_t> remaining, int64_t at);
   void ApplyDue(int64_t at);
-  ShardBatch Batch(size_t part, int64_t b) const;
+  ShardBatch Batch(size_t part, int64_t b) const {
+    return CutBatch(remaining_->data(), static_cast<int64_t>(remaining_->size()), offsets_, part, b, batch_size_);
+  }
+  // Batch b of `part` of r positions cut at `offsets` (remaining: nullptr for 0..r-1).
+  static ShardBatch CutBatch(const int64_t* remaining, int64_t r, const std::vector<int64_t>& offsets, size_t part,
+                             int64_t b, int batch_size);
+  static std::vector<int64_t> Offsets(int64_t r, int64_t k);
   const std::vector<Given>* History(int rank) const;
 
   const int64_t n_;
@@ -111,7 +166,7 @@ class ElasticShards {
   int64_t settled_before_ = 0;  // every change from a step before it was due by now
   int64_t step_ = -1, epoch_ = -1, epoch_start_ = 0;
   // The segment in progress: `remaining_` cut into live_.size() parts at offsets_.
-  std::vector<int64_t> remaining_;
+  std::shared_ptr<const std::vector<int64_t>> remaining_;  // shared with Forecasts
   std::vector<int64_t> offsets_;
   int64_t segment_start_ = 0, segment_end_ = 0;
   // Per rank, what it was given in the epoch's last `lag` steps (a leaver's unread share).

@@ -125,13 +125,19 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
   const DType dtype = config_.output == OutputType::kF32   ? DType::kF32
                       : config_.output == OutputType::kF16 ? DType::kF16
                                                            : DType::kU8;
-  const BatchPosition at = PositionOf(seq, config_.first_epoch, config_.first_batch, batches_per_epoch_);
+  BatchPosition at;
+  ShardBatch planned;
+  if (config_.plan != nullptr) {
+    planned = config_.plan->At(config_.plan_first_step + seq, &at.epoch, &at.index);
+  } else {
+    at = PositionOf(seq, config_.first_epoch, config_.first_batch, batches_per_epoch_);
+  }
   batch->epoch = at.epoch;
   batch->index = at.index;
   batch->images = Tensor::Empty({bs, ap.data_h, ap.data_w, 3}, dtype);
   batch->labels = Tensor::Empty({bs}, DType::kI32);
   if (config_.label_width > 1) batch->label_matrix = Tensor::Empty({bs, config_.label_width}, DType::kF32);
-  batch->pad = 0;
+  batch->pad = config_.plan != nullptr ? planned.pad : 0;
 
   std::shared_ptr<const std::vector<uint32_t>> perm = perms_.Get(batch->epoch);
   const int64_t n = static_cast<int64_t>(perm->size());
@@ -140,10 +146,12 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
   const size_t sample_bytes = augmenter_.SampleBytes(config_.output);
   std::vector<float> labels(config_.label_width);
   for (int j = 0; j < bs; ++j) {
-    const int64_t k = PartSlot(batch->index * bs + j, per_part_, part_start, n, &batch->pad);
+    int64_t k = 0;
+    if (config_.plan == nullptr) k = PartSlot(batch->index * bs + j, per_part_, part_start, n, &batch->pad);
     Status s;
     for (int64_t tries = 0; tries < per_part_; ++tries) {
-      const int64_t record = RecordAt(*perm, part_start, k, tries, per_part_);
+      const int64_t record = config_.plan != nullptr ? (*perm)[(planned.positions[j] + tries) % n]
+                                                     : RecordAt(*perm, part_start, k, tries, per_part_);
       s = LoadSample(batch->epoch, record, images + j * sample_bytes, labels.data());
       if (s.ok()) break;
       TALLY_RETURN_IF_ERROR(NoteBadRecord(batch->epoch, record, s));

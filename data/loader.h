@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "data/augment.h"
+#include "data/elastic_shard.h"
 #include "data/recordio.h"
 #include "data/shard.h"
 #include "base/tensor.h"
@@ -67,6 +68,12 @@ struct LoaderConfig {
   AugmentParams augment;
   int label_width = 1;      // > 1: Batch::label_matrix holds every label
   double max_bad_fraction = 0.01;
+  // --elastic (data/elastic_shard.h): batch number seq is the forecast's batch of step
+  // plan_first_step + seq, its positions mapped through the epoch's permutation, instead of
+  // the part's (num_parts and part_index then size the bad-record allowance only). A bad
+  // record is replaced by the next one in the epoch's order.
+  std::shared_ptr<const ElasticShards::Forecast> plan;
+  int64_t plan_first_step = 0;
 };
 
 struct Batch {

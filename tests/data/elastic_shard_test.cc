@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -200,6 +201,67 @@ TEST(ElasticShards, RefusesChangesOutOfOrderEmptyOrTooLate) {
   const Status late = shards.AddChange(6, {0, 1});
   EXPECT_FALSE(late.ok());
   EXPECT_NE(late.message().find("after it was due"), std::string::npos) << late.message();
+}
+
+TEST(ElasticShards, TheForecastIsWhatEachRankReadsWithoutAChangeAcrossEpochs) {
+  ElasticShards shards(103, 4, {0, 2, 5});
+  shards.AddChange(3, {0, 5}).ok();
+  for (int i = 0; i < 8; ++i) shards.Advance();  // the leave applied at step 5
+  std::vector<std::shared_ptr<const ElasticShards::Forecast>> forecasts;
+  for (int rank : {0, 2, 5}) forecasts.push_back(shards.ForecastOf(rank));
+  for (int64_t step = 7; step < 80; ++step) {
+    if (step > 7) shards.Advance();
+    for (size_t i = 0; i < forecasts.size(); ++i) {
+      const int rank = std::vector<int>{0, 2, 5}[i];
+      int64_t epoch = -1, index = -1;
+      const ShardBatch f = forecasts[i]->At(step, &epoch, &index);
+      const ShardBatch real = rank == 2 ? shards.NoPartBatch() : shards.BatchOf(rank);
+      ASSERT_EQ(epoch, shards.epoch()) << "step " << step;
+      ASSERT_EQ(index, shards.index()) << "step " << step;
+      ASSERT_EQ(f.positions, real.positions) << "step " << step << " rank " << rank;
+      ASSERT_EQ(f.pad, real.pad) << "step " << step << " rank " << rank;
+    }
+  }
+}
+
+TEST(ElasticShards, StartAtAnEpochAndAChangeAtOnceCutTheRestAtItsStep) {
+  // The run of ranks 0..3 to step 6, and one started at epoch 0's first step with the
+  // gathered ranks 0, 1 at once from step 6: the same batches before, and from step 6 the
+  // rest over 0 and 1.
+  ElasticShards run(200, 5, {0, 1, 2, 3});
+  ElasticShards resumed(200, 5, {0, 1, 2, 3});
+  resumed.StartAt(0, 0);
+  ASSERT_TRUE(resumed.AddChangeAtOnce(6, {0, 1}).ok());
+  EXPECT_FALSE(resumed.AddChangeAtOnce(6, {}).ok());
+  std::vector<int> seen(200);
+  for (int64_t step = 0; step < 6; ++step) {
+    run.Advance();
+    resumed.Advance();
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(run.BatchOf(r).positions, resumed.BatchOf(r).positions);
+      for (int64_t p : run.BatchOf(r).positions) ++seen[p];
+    }
+  }
+  resumed.Advance();
+  EXPECT_EQ(resumed.live(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(resumed.changes_applied(), 1);
+  EXPECT_EQ(resumed.given(), 4 * 6 * 5);
+  while (resumed.epoch() == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const ShardBatch b = resumed.BatchOf(r);
+      for (size_t j = 0; j + b.pad < b.positions.size(); ++j) ++seen[b.positions[j]];
+    }
+    resumed.Advance();
+  }
+  for (int p = 0; p < 200; ++p) ASSERT_EQ(seen[p], 1) << "position " << p;
+  // A later run that starts inside epoch 3, at step 40.
+  ElasticShards later(200, 5, {1, 2});
+  later.StartAt(3, 40);
+  later.Advance();
+  EXPECT_EQ(later.epoch(), 3);
+  EXPECT_EQ(later.index(), 0);
+  EXPECT_EQ(later.step(), 40);
+  EXPECT_FALSE(later.AddChange(39, {1}).ok());
 }
 
 }  // namespace

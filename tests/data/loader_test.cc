@@ -143,6 +143,34 @@ TEST(Loader, EveryRecordOncePerEpochAcrossParts) {
   }
 }
 
+TEST(Loader, APlanReadsTheForecastPositionsThroughTheEpochsPermutation) {
+  // --elastic: a part's batches as ElasticShards forecasts them from step 4 of a cut over
+  // ranks 0 and 3, the records being the epoch's permutation at those positions.
+  ScopedTempDir dir("loader_test");
+  const std::string pack = WritePack(dir, "plan", 50);
+  ElasticShards shards(50, 8, {0, 3});
+  for (int i = 0; i < 5; ++i) shards.Advance();
+  LoaderConfig c = SmallConfig(pack);
+  c.num_parts = 2, c.part_index = 1;
+  c.plan = shards.ForecastOf(3);
+  c.plan_first_step = 4;
+  std::unique_ptr<Loader> loader;
+  ASSERT_TRUE(Loader::Create(c, &loader).ok());
+  for (int64_t step = 4; step < 12; ++step) {
+    int64_t epoch = 0, index = 0;
+    const ShardBatch want = c.plan->At(step, &epoch, &index);
+    Batch batch;
+    ASSERT_TRUE(loader->NextBatch(&batch).ok());
+    EXPECT_EQ(batch.epoch, epoch);
+    EXPECT_EQ(batch.index, index);
+    EXPECT_EQ(batch.pad, want.pad);
+    const std::vector<uint32_t> perm = EpochPermutation(50, true, c.seed, epoch);
+    for (int j = 0; j < 8; ++j) {
+      ASSERT_EQ(batch.labels.data<int32_t>()[j], static_cast<int32_t>(perm[want.positions[j]])) << "step " << step;
+    }
+  }
+}
+
 TEST(Loader, ShuffleIsPerEpochAndDeterministicWhateverTheThreads) {
   ScopedTempDir dir("loader_test");
   const std::string pack = WritePack(dir, "shuffle", 64);
