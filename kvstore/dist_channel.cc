@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <memory>
 #include <string>
 
 #include <glog/logging.h>
@@ -21,6 +23,33 @@ RequestOptions ChannelOptions(Cluster* cluster) {
 }
 
 }  // namespace
+
+wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
+  wire::OptimizerConfig w;
+  w.set_type(c.type);
+  w.set_lr(c.lr);
+  w.set_momentum(c.momentum);
+  w.set_wd(c.wd);
+  w.set_rescale_grad(c.rescale_grad);
+  w.set_clip_gradient(c.clip_gradient);
+  w.set_multi_precision(c.multi_precision);
+  for (int key : c.no_wd_keys) w.add_no_wd_keys(key);
+  w.set_beta1(c.beta1);
+  w.set_beta2(c.beta2);
+  w.set_epsilon(c.epsilon);
+  w.set_gamma1(c.gamma1);
+  w.set_gamma2(c.gamma2);
+  w.set_centered(c.centered);
+  w.set_clip_weights(c.clip_weights);
+  w.set_eta(c.eta);
+  w.set_no_momentum_correction(!c.momentum_correction);
+  w.set_wd_lh(c.wd_lh);
+  w.set_lower_bound(c.lower_bound);
+  w.set_upper_bound(c.upper_bound);
+  w.set_no_bias_correction(!c.bias_correction);
+  w.set_no_lazy_update(!c.lazy_update);
+  return w;
+}
 
 DistChannel::DistChannel(Cluster* cluster, bool spares_take_places)
     : cluster_(cluster),
@@ -57,6 +86,7 @@ void DistChannel::OnMessage(Message&& m) {
       const bool known = std::any_of(changes_.begin(), changes_.end(),
                                      [&](const KVStore::Membership& c) { return c.epoch == change.epoch; });
       if (!known) {
+        applied_[change.epoch] = meta.applied_max();
         if (change.epoch > membership_.epoch) membership_ = change;
         changes_.push_back(change);
         std::sort(changes_.begin(), changes_.end(),
@@ -102,6 +132,61 @@ Status DistChannel::HeardMembership(std::vector<KVStore::Membership>* out, int t
                                " ms, though a server's answer named it");
   }
   *out = changes_;
+  return Status::Ok();
+}
+
+Status DistChannel::JoinedFrom(int rank, int64_t after, int timeout_ms, int64_t* from_step, int64_t* applied) {
+  std::unique_lock<std::mutex> l(membership_mu_);
+  const KVStore::Membership* joined = nullptr;
+  membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] {
+    for (const KVStore::Membership& c : changes_) {
+      if (c.epoch > after && std::find(c.live.begin(), c.live.end(), rank) != c.live.end()) {
+        joined = &c;
+        return true;
+      }
+    }
+    return !failure_.ok();
+  });
+  if (joined != nullptr) {
+    *from_step = joined->from_step;
+    auto it = applied_.find(joined->epoch);
+    *applied = it == applied_.end() ? -1 : it->second;
+    return Status::Ok();
+  }
+  if (!failure_.ok()) return failure_;
+  return Status::Unavailable("kvstore: worker " + std::to_string(rank) + " joined the running job after membership " +
+                             std::to_string(after) + ", but no MEMBERSHIP naming it live came within " +
+                             std::to_string(timeout_ms) + " ms");
+}
+
+Status DistChannel::ReachStep(int key, const std::vector<Placement::Slice>& slices, int64_t applied, int64_t step,
+                              int timeout_ms) {
+  int64_t length = 0;
+  for (const Placement::Slice& sl : slices) length = std::max(length, sl.offset + sl.length);
+  for (int64_t reach = applied + 3; step > reach; reach += 3) {
+    auto op = std::make_shared<PullOp>();
+    op->flat = Tensor::Empty({length}, DType::kF32);
+    op->remaining = static_cast<int>(slices.size());
+    for (const Placement::Slice& sl : slices) {
+      Message m;
+      m.meta.set_command(wire::PULL);
+      m.meta.set_step(reach);
+      m.meta.set_num_workers(cluster_->num_workers());
+      m.meta.set_pull_dtype(wire::F32);
+      wire::KeySlice* ks = m.meta.add_slices();
+      ks->set_key(key);
+      ks->set_offset(sl.offset);
+      ks->set_length(sl.length);
+      PendingRequest p;
+      p.command = wire::PULL;
+      p.key = key;
+      p.pull = op;
+      p.offset = sl.offset;
+      p.length = sl.length;
+      EnqueueToChain(sl.server, std::move(m), INT_MAX, std::move(p));
+    }
+    TALLY_RETURN_IF_ERROR(WaitAll(timeout_ms));
+  }
   return Status::Ok();
 }
 

@@ -31,15 +31,20 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <vector>
 
 #include "kvstore/chain_router.h"
 #include "kvstore/kvstore.h"
+#include "kvstore/placement.h"
 #include "net/cluster.h"
 #include "net/requests.h"
 
 namespace tally {
+
+// The optimizer's settings as SET_OPTIMIZER carries them (docs/wire.md).
+wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c);
 
 class DistChannel {
  public:
@@ -110,6 +115,21 @@ class DistChannel {
   // membership_epoch) is among them: all the changes the answers so far were decided
   // under. Returns the cluster's failure, or Unavailable after timeout_ms.
   Status HeardMembership(std::vector<KVStore::Membership>* out, int timeout_ms);
+  // A worker that joined the running job after membership epoch `after`
+  // (Cluster::joined_after_epoch): waits for the first later MEMBERSHIP naming worker
+  // `rank` live and gives its from_step, the step of the worker's first push. Returns the
+  // cluster's failure, or Unavailable after timeout_ms.
+  // A server refuses a pull more than 4 steps past its slice's last step applied
+  // (docs/wire.md, "Steps"), and a slice is at most one step behind another (the pushes of
+  // step t + 1 wait for every pull of step t): with `applied` the newest step some slice had
+  // applied, every slice takes a pull of applied + 3. A join replayed from a file
+  // (--membership-replay) may start further on: pulls of `key`'s `slices`, each answered
+  // once its step is applied, move that reach on by 3 until `step` is within it.
+  Status ReachStep(int key, const std::vector<Placement::Slice>& slices, int64_t applied, int64_t step,
+                   int timeout_ms);
+  // *applied: the change's applied_max, the newest step a slice had applied when it was
+  // decided (-1: none said).
+  Status JoinedFrom(int rank, int64_t after, int timeout_ms, int64_t* from_step, int64_t* applied);
 
  private:
   // Records a RESPONSE's Meta.skipped for TakeSkip.
@@ -125,6 +145,7 @@ class DistChannel {
   std::condition_variable membership_cv_;
   KVStore::Membership membership_;  // GUARDED_BY(membership_mu_); epoch 0: none heard of
   std::vector<KVStore::Membership> changes_;  // GUARDED_BY(membership_mu_); by epoch
+  std::map<int64_t, int64_t> applied_;        // GUARDED_BY(membership_mu_); a join's applied_max, by epoch
   int64_t answered_epoch_ = 0;                // GUARDED_BY(membership_mu_); the highest named
   Status failure_;                            // GUARDED_BY(membership_mu_)
   std::atomic<int> summed_workers_{0};

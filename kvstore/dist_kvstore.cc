@@ -19,33 +19,6 @@
 namespace tally {
 namespace {
 
-wire::OptimizerConfig ToWireOptimizer(const OptimizerConfig& c) {
-  wire::OptimizerConfig w;
-  w.set_type(c.type);
-  w.set_lr(c.lr);
-  w.set_momentum(c.momentum);
-  w.set_wd(c.wd);
-  w.set_rescale_grad(c.rescale_grad);
-  w.set_clip_gradient(c.clip_gradient);
-  w.set_multi_precision(c.multi_precision);
-  for (int key : c.no_wd_keys) w.add_no_wd_keys(key);
-  w.set_beta1(c.beta1);
-  w.set_beta2(c.beta2);
-  w.set_epsilon(c.epsilon);
-  w.set_gamma1(c.gamma1);
-  w.set_gamma2(c.gamma2);
-  w.set_centered(c.centered);
-  w.set_clip_weights(c.clip_weights);
-  w.set_eta(c.eta);
-  w.set_no_momentum_correction(!c.momentum_correction);
-  w.set_wd_lh(c.wd_lh);
-  w.set_lower_bound(c.lower_bound);
-  w.set_upper_bound(c.upper_bound);
-  w.set_no_bias_correction(!c.bias_correction);
-  w.set_no_lazy_update(!c.lazy_update);
-  return w;
-}
-
 Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
 
 class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStore, public PackedPushes {
@@ -82,6 +55,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     const int n = channel_->summed_workers();
     return n > 0 ? n : num_workers();
   }
+  int64_t first_step() const override { return first_step_; }
   Status Barrier() override { return cluster_->Barrier(kGroupWorkers, kDistWaitTimeoutMs); }
 
   Status SetOptimizer(const OptimizerConfig& config) override {
@@ -157,6 +131,9 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     Tensor residual;  // gradient compression: fp32, what the pushed bits have not carried yet
   };
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
+  // Init of a worker that joined the running job (dist_kvstore.h): its first step, and the
+  // job's weights after the step before into values.
+  Status InitJoiner(const std::vector<int>& keys, const std::vector<Tensor>& values);
   // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
   // keys, one message per server; WaitAll waits for the answers.
   // With optimizer_state, values are slot state_slot of the keys' optimizer state.
@@ -223,6 +200,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   int64_t rolled_back_ = -1;  // the last step RollBack undid: later answers of it are no news
   SkippedStep skipped_;       // for TakeSkippedStep
   bool has_skipped_ = false;
+  int64_t first_step_ = 0;    // first_step()
 };
 
 Status DistKVStore::WaitAll() {
@@ -280,6 +258,7 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
     info.slices = placement.slices(static_cast<int>(k));
   }
   initialised_ = true;
+  if (cluster_->joined_after_epoch() > 0) return InitJoiner(keys, values);
 
   if (rank() == 0) {
     if (has_optimizer_) {
@@ -297,6 +276,30 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
     TALLY_RETURN_IF_ERROR(WaitAll());
   }
   return Barrier();
+}
+
+// The servers hold the job's weights and optimizer, and the others passed the start's barrier
+// long ago: nothing is sent but pulls. A pull of step F - 1 is answered once every slice has
+// applied step F - 1, and none applies step F without this worker's push: the values are
+// exactly those after step F - 1. Were that step skipped, WaitAll rolls it back here as
+// everywhere, and the skip, a step before this worker's first, is not reported.
+Status DistKVStore::InitJoiner(const std::vector<int>& keys, const std::vector<Tensor>& values) {
+  const int64_t after = cluster_->joined_after_epoch();
+  int64_t applied = -1;
+  TALLY_RETURN_IF_ERROR(channel_->JoinedFrom(rank(), after, kDistWaitTimeoutMs, &first_step_, &applied));
+  const auto& [probe, k0] = *keys_.begin();
+  TALLY_RETURN_IF_ERROR(channel_->ReachStep(probe, k0.slices, applied, first_step_ - 1, kDistWaitTimeoutMs));
+  for (auto& [key, k] : keys_) k.next_step = first_step_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Key& k = keys_.at(keys[i]);
+    k.outs = {values[i]};
+    PullSlices(wire::PULL, keys[i], k, Flat(values[i]), {}, INT_MAX, /*optimizer_state=*/false);
+  }
+  TALLY_RETURN_IF_ERROR(WaitAll());
+  has_skipped_ = false;
+  LOG(INFO) << "kvstore: worker " << rank() << " joined the running job after membership " << after
+            << ": it pushes from step " << first_step_ << ", with the weights after step " << first_step_ - 1;
+  return Status::Ok();
 }
 
 Status DistKVStore::SendInit(const std::vector<int>& keys, const std::vector<Tensor>& values, bool optimizer_state,

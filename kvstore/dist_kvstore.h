@@ -24,6 +24,15 @@
 // dist_sync here (CPU devices are summed in memory). PushPull sends one PUSHPULL per slice,
 // a push the server answers with the values after its update: one round trip, not two.
 //
+// A worker that joined a running --elastic job (TALLY_JOIN=1: Cluster::joined_after_epoch
+// > 0; docs/faults.md, "A worker joins") calls the same Init: it sends no optimizer, no INIT
+// and passes no barrier (the servers hold the job's weights and the others are long past
+// theirs), waits for the scheduler's MEMBERSHIP naming it live, and writes into `values`
+// the job's weights after the step before that change's from_step, exactly those (a pull of
+// that step, which no server can pass without this worker's push). Its pushes then count
+// from that step (first_step()), and HeardMembership holds every change from the job's
+// start (the scheduler tells a joiner the past ones).
+//
 // Skipped steps (trainer_hooks.h, docs/wire.md): when an answer of step t says a server skipped
 // it for a non-finite gradient, WaitAll sends one ROLLBACK per slice of every key last
 // pushed at step t, writes the values the servers restored into the keys' last pull

@@ -73,6 +73,11 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   KVStoreType type() const override { return inner_->type(); }
   int rank() const override { return inner_->rank(); }
   int num_workers() const override { return inner_->num_workers(); }
+  // --elastic: the DistKVStore's (a joiner's first step and weights come from its Init).
+  Membership membership() const override { return inner_->membership(); }
+  Status HeardMembership(std::vector<Membership>* out) override { return inner_->HeardMembership(out); }
+  int summed_workers() const override { return inner_->summed_workers(); }
+  int64_t first_step() const override { return inner_->first_step(); }
   Status Barrier() override { return inner_->Barrier(); }
   Status SetOptimizer(const OptimizerConfig& config) override { return inner_->SetOptimizer(config); }
   // Quantised on device 0 (above); the DistKVStore sends the bits.

@@ -116,6 +116,10 @@ class KVStore {
     return Status::Ok();
   }
   virtual int summed_workers() const { return num_workers(); }
+  // The job's step of this worker's first push: 0, or, for a worker that joined a running
+  // --elastic job (TALLY_JOIN=1), its join's from_step; Init gave it the job's weights after
+  // the step before (dist_kvstore.h).
+  virtual int64_t first_step() const { return 0; }
   virtual Status Barrier() { return Status::Ok(); }
 
   // REQUIRES: called before Init.

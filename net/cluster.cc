@@ -106,7 +106,8 @@ class Cluster::Impl {
 
   const wire::Node& me() const { return me_; }
   int64_t joined_after_epoch() const { return joined_after_epoch_; }
-  const wire::Node& node(int id) const {
+  wire::Node node(int id) const {
+    std::lock_guard<std::mutex> lock(mu_);
     CHECK(id >= 0 && id < static_cast<int>(nodes_.size())) << "no node " << id;
     return nodes_[id];
   }
@@ -492,7 +493,7 @@ class Cluster::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   // GUARDED_BY(mu_), by id; set by the node table, and a joined worker's entry replaced
-  // (ConnectJoined). node() reads without the lock, which holds only while no worker joins.
+  // (ConnectJoined) on the receiving thread: node() hands out copies taken under mu_.
   std::vector<wire::Node> nodes_;
   wire::Node me_;
   int64_t joined_after_epoch_ = 0;  // set with nodes_, before Join returns
@@ -540,7 +541,7 @@ const wire::Node& Cluster::me() const { return impl_->me(); }
 int Cluster::num_workers() const { return impl_->num_workers(); }
 int Cluster::num_servers() const { return impl_->num_servers(); }
 int Cluster::spare_servers() const { return impl_->spare_servers(); }
-const wire::Node& Cluster::node(int id) const { return impl_->node(id); }
+wire::Node Cluster::node(int id) const { return impl_->node(id); }
 void Cluster::SetDataHandler(std::function<void(Message&&)> h) { impl_->SetDataHandler(std::move(h)); }
 Status Cluster::Send(int id, Message msg) { return impl_->Send(id, std::move(msg)); }
 Status Cluster::Barrier(uint32_t group, int timeout_ms) { return impl_->Barrier(group, timeout_ms); }

@@ -71,8 +71,9 @@ struct ClusterConfig {
   // server's place in its chains (docs/faults.md); ranks num_servers.., ids after the workers.
   int spare_servers = 0;
   FaultSpec faults;      // TALLY_TEST_FAULTS: test-only fault injection (docs/faults.md)
-  // A worker that can join a running --elastic job (REGISTER says so: docs/wire.md, "A
-  // worker joins"); the scheduler admits no other worker after the job gathered.
+  // TALLY_JOIN=1: a worker that can join a running --elastic job (REGISTER says so:
+  // docs/wire.md, "A worker joins"); the scheduler admits no other worker after the job
+  // gathered. Such a worker may also start with the job, as any other.
   bool can_join = false;
 };
 
@@ -107,7 +108,9 @@ class Cluster {
   NodeIds ids() const { return NodeIds{num_servers(), num_workers(), spare_servers()}; }
   int ServerId(int server_rank) const { return ids().Server(server_rank); }
   int WorkerId(int worker_rank) const { return ids().Worker(worker_rank); }
-  const wire::Node& node(int id) const;
+  // A copy of node `id`'s entry, taken under the lock: a worker's entry is replaced when
+  // a new process joins at its rank (--elastic), on the receiving thread.
+  wire::Node node(int id) const;
 
   // Data messages (everything but membership) are handed to `handler` in arrival order on
   // a thread of their own (the receiving thread goes on taking acknowledgements and

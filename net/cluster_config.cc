@@ -194,6 +194,11 @@ Status ClusterConfigFromEnv(ClusterConfig* cfg) {
     return Status::InvalidArgument("TALLY_SPARE_SERVERS=" + std::to_string(cfg->spare_servers) +
                                    ": a spare takes a lost server's place, which needs TALLY_SERVER_REPLICAS >= 1");
   }
+  // TALLY_JOIN=1: a worker started into a running --elastic job (docs/faults.md, "A worker
+  // joins"). Only workers join; a scheduler or server that inherits it ignores it.
+  int join = 0;
+  TALLY_RETURN_IF_ERROR(ReadInt("TALLY_JOIN", 0, 1, false, &join));
+  cfg->can_join = join == 1 && cfg->role == wire::WORKER;
   TALLY_RETURN_IF_ERROR(ReadSecret(cfg));
   if (!cfg->job_secret.empty() && cfg->role != wire::SCHEDULER && cfg->rank < 0) {
     return Status::InvalidArgument("with a job secret every node needs its rank: set TALLY_RANK "

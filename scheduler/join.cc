@@ -42,6 +42,13 @@ Status JoinRank(const ClusterConfig& cfg, const ElasticMembership& members, cons
   return Status::Ok();
 }
 
+wire::Meta RetoldMembership(const wire::Meta& change, const std::vector<wire::Node>& nodes, const NodeIds& ids) {
+  wire::Meta told = change;
+  told.clear_nodes();
+  for (const wire::Node& n : change.nodes()) *told.add_nodes() = nodes[ids.Worker(n.rank())];
+  return told;
+}
+
 bool RepeatsRegister(const std::vector<wire::Node>& nodes, const Message& m) {
   if (m.meta.nodes_size() != 1 || m.meta.nodes(0).role() != wire::WORKER) return false;
   const wire::Node& asked = m.meta.nodes(0);

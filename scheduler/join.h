@@ -22,6 +22,12 @@ namespace tally {
 
 Status JoinRank(const ClusterConfig& cfg, const ElasticMembership& members, const Message& m, int* rank);
 
+// The MEMBERSHIP `change` told again to a worker that joins later (docs/wire.md, "A worker
+// joins"), so that its list of changes starts with the job's: the same epoch, steps and live
+// ranks, each live worker named by its entry in `nodes` (by id) now, which the joiner's node
+// table holds already, so that the joiner connects to no process that has gone since.
+wire::Meta RetoldMembership(const wire::Meta& change, const std::vector<wire::Node>& nodes, const NodeIds& ids);
+
 // Whether REGISTER `m` repeats that of a worker in `nodes` (the same address and pid):
 // the joiner sends it until the node table reaches it.
 bool RepeatsRegister(const std::vector<wire::Node>& nodes, const Message& m);

@@ -65,6 +65,7 @@ Status ElasticMembership::Decide(int64_t* from_step, int64_t* skip_step) {
     applied = std::max(applied, r.second);
   }
   deciding_ = false;
+  last_applied_ = applied;
   *skip_step = -1;
   if (joining_) return DecideJoin(through == std::numeric_limits<int64_t>::max(), applied, from_step);
   if (through == std::numeric_limits<int64_t>::max()) {

@@ -74,6 +74,9 @@ class ElasticMembership {
   void Replay(std::map<int64_t, std::pair<int64_t, int64_t>> changes) { replay_ = std::move(changes); }
 
   int64_t epoch() const { return epoch_; }
+  // The last decided change's max(applied) over the reports (-1: none applied): a joiner's
+  // MEMBERSHIP carries it (docs/wire.md, "A worker joins").
+  int64_t last_applied() const { return last_applied_; }
   const std::set<int>& live() const { return live_; }
   int leaver() const { return leaver_; }
   const std::string& why() const { return why_; }
@@ -98,6 +101,7 @@ class ElasticMembership {
   std::set<int> expected_;
   std::map<int, std::pair<int64_t, int64_t>> reports_;  // by server id: (through, applied)
   std::map<int64_t, std::pair<int64_t, int64_t>> replay_;
+  int64_t last_applied_ = -1;
 };
 
 }  // namespace tally

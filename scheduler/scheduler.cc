@@ -321,6 +321,12 @@ class Scheduler {
       nodes_[id] = before;  // it sends REGISTER again
       return Status::Ok();
     }
+    for (const wire::Meta& past : changes_) {  // its list of changes starts with the job's
+      Message told;
+      told.meta = RetoldMembership(past, nodes_, ids_);
+      told.meta.set_receiver_id(id);
+      transport_->Send(id, told).ok();
+    }
     for (std::set<int>* gone : {&dead_, &left_, done}) gone->erase(id);
     last_heard_[id] = Clock::now();
     members_.QueueJoin(rank, "worker " + std::to_string(rank) + " joined (" + nodes_[id].host() + ":" +
@@ -382,6 +388,7 @@ class Scheduler {
     m.set_membership_epoch(members_.epoch());
     m.set_step(from);
     if (skip >= 0) m.set_skipped_step(skip + 1);
+    if (joined) m.set_applied_max(members_.last_applied());  // how far the joiner may pull at once
     m.set_num_workers(static_cast<int>(members_.live().size()));
     std::string live;
     for (int r : members_.live()) {
@@ -389,6 +396,7 @@ class Scheduler {
       live += (live.empty() ? "" : ", ") + std::to_string(r);
     }
     Broadcast(m).ok();
+    changes_.push_back(m);
     LOG(INFO) << "membership " << members_.epoch() << ": " << members_.why() << "; from step " << from << " the "
               << members_.live().size() << " live workers are " << live
               << (skip >= 0 ? "; step " + std::to_string(skip) + " is skipped everywhere: the leaver's push of it " +
@@ -544,6 +552,7 @@ class Scheduler {
   const bool elastic_;
   ElasticMembership members_;      // --elastic: the live workers and the change being decided
   std::set<int> left_;             // workers that said LEAVE (ids): alive, on their way out
+  std::vector<wire::Meta> changes_;  // every MEMBERSHIP sent, by epoch: told again to a joiner
   Clock::time_point change_began_;  // of the change being decided
   const NodeIds ids_;
   std::unique_ptr<Transport> transport_;

@@ -133,7 +133,23 @@ Status Trainer::StartStore(const Checkpoint* resume) {
       values.push_back(params[i]->value);
     }
   }
-  return kv_->Init(trainable_, values);
+  TALLY_RETURN_IF_ERROR(kv_->Init(trainable_, values));
+  return TakeJoinedWeights(values);
+}
+
+// A worker that joined a running --elastic job (KVStore::first_step): Init wrote the job's
+// weights after the step before its first into `values`; every replica takes them, and the
+// job's step count goes on from there.
+Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
+  if (kv_->first_step() == 0) return Status::Ok();
+  step_ = kv_->first_step();
+  for (size_t j = 0; j < trainable_.size(); ++j) {
+    for (auto& replica : replicas_) {
+      Tensor& value = replica->Parameters()[trainable_[j]]->value;
+      if (value.raw_data() != values[j].raw_data()) value.CopyFrom(values[j]);
+    }
+  }
+  return Status::Ok();
 }
 
 Status Trainer::RestoreStore(const Checkpoint& resume) {

@@ -171,6 +171,7 @@ class Trainer {
   Status PickDevices();
   Status StartStore(const Checkpoint* resume);
   Status RestoreStore(const Checkpoint& resume);
+  Status TakeJoinedWeights(const std::vector<Tensor>& values);
   Status KeepStepOnDevice();
   // Over the parameter server: a dist_* type and the job joined.
   bool distributed() const;
