@@ -48,15 +48,20 @@ class FitLoop {
   FitLoop(Trainer* trainer, BatchSource* train, BatchSource* val, const FitOptions& options,
           const FitCallbacks& callbacks, FitResult* result)
       : trainer_(trainer), train_(train), val_(val), o_(options), cb_(callbacks), result_(result),
-        batches_(train->batches_per_epoch()), applied_lr_(options.initial_lr), step_(options.begin_step) {
+        batches_(train->batches_per_epoch()), epoch_batches_(batches_), applied_lr_(options.initial_lr),
+        step_(options.begin_step) {
     run_batches_ = (o_.num_epochs - o_.begin_epoch) * batches_ - o_.begin_batch;
   }
 
   Status Run() {
     run_start_ = Now();
-    for (int epoch = static_cast<int>(o_.begin_epoch); epoch < o_.num_epochs; ++epoch) {
-      TALLY_RETURN_IF_ERROR(RunEpoch(epoch));
-      if (result_->stopped || result_->left) break;
+    if (train_->elastic()) {
+      TALLY_RETURN_IF_ERROR(RunElastic());
+    } else {
+      for (int epoch = static_cast<int>(o_.begin_epoch); epoch < o_.num_epochs; ++epoch) {
+        TALLY_RETURN_IF_ERROR(RunEpoch(epoch));
+        if (result_->stopped || result_->left) break;
+      }
     }
     result_->steps = step_;
     return Status::Ok();
@@ -74,16 +79,58 @@ class FitLoop {
   }
 
   Status RunEpoch(int epoch) {
-    epoch_stats_ = window_ = StepStats();
     const int64_t first = epoch == o_.begin_epoch ? o_.begin_batch : 0;
-    std::fprintf(o_.log, "Epoch[%d] lr=%f\n", epoch, LearningRate(epoch * batches_ + first, o_.lr));
-    epoch_start_ = tic_ = Now();
+    BeginEpoch(epoch, LearningRate(epoch * batches_ + first, o_.lr));
     for (int64_t b = first; b < batches_; ++b) {
       if (o_.leave && o_.leave(step_)) return Leave(epoch, b);
-      TALLY_RETURN_IF_ERROR(RunBatch(epoch, b));
+      TALLY_RETURN_IF_ERROR(RunBatch(epoch, b, epoch * batches_ + b));
       if (trainer_->StopAgreed()) return Stop(epoch, b);
     }
-    TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, batches_));
+    return EndEpoch(epoch, batches_);
+  }
+
+  // --elastic: the source says at each step which epoch and batch it is, and an epoch ends
+  // where the source's next step is in the next epoch (its length can change inside it).
+  Status RunElastic() {
+    int epoch = -1;
+    int64_t b = o_.begin_batch - 1;  // the last batch run
+    BatchSource::Place at;
+    for (;;) {
+      if (o_.leave && o_.leave(step_)) return Leave(epoch < 0 ? static_cast<int>(o_.begin_epoch) : epoch, b + 1);
+      TALLY_RETURN_IF_ERROR(PlaceStep(epoch, b, &at));
+      if (at.epoch != epoch) {
+        if (epoch >= 0) TALLY_RETURN_IF_ERROR(EndEpoch(epoch, b + 1));
+        if (at.epoch >= o_.num_epochs) return Status::Ok();
+        epoch = static_cast<int>(at.epoch);
+        BeginEpoch(epoch, LearningRate(at.lr_batch, o_.lr));
+      }
+      b = at.batch;
+      epoch_batches_ = at.epoch_batches;
+      run_batches_ = run_done_ + (at.epoch_batches - at.batch) + (o_.num_epochs - epoch - 1) * batches_;
+      TALLY_RETURN_IF_ERROR(RunBatch(epoch, b, at.lr_batch));
+      if (trainer_->StopAgreed()) return Stop(epoch, b);
+    }
+  }
+
+  // Moves the elastic source to step_, settling the step in flight (batch b of `epoch`)
+  // when it asks to.
+  Status PlaceStep(int epoch, int64_t b, BatchSource::Place* at) {
+    Status s = train_->PlaceStep(step_, [&] { return FinishInFlight(epoch, b + 1); }, at);
+    if (!s.ok() && result_->failed_at.empty()) {
+      return Fail("worker " + std::to_string(o_.rank) + ", data of step " + std::to_string(step_) + ": ", s);
+    }
+    return s;
+  }
+
+  void BeginEpoch(int epoch, double lr) {
+    epoch_stats_ = window_ = StepStats();
+    std::fprintf(o_.log, "Epoch[%d] lr=%f\n", epoch, lr);
+    epoch_start_ = tic_ = Now();
+  }
+
+  // The epoch's lines, checkpoint and validation, after its last batch (`batches` of them).
+  Status EndEpoch(int epoch, int64_t batches) {
+    TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, batches));
     BeforePrint();
     std::fputs(EpochMetricLines(epoch, "Train-", epoch_stats_, o_.top_k).c_str(), o_.log);
     std::fprintf(o_.log, "Epoch[%d] Time cost=%.3f\n", epoch, Now() - epoch_start_);
@@ -99,9 +146,10 @@ class FitLoop {
     return Status::Ok();
   }
 
-  Status RunBatch(int epoch, int64_t b) {
+  // Batch b of `epoch`, at the schedule's position lr_batch.
+  Status RunBatch(int epoch, int64_t b, int64_t lr_batch) {
     if (o_.stop != nullptr && o_.stop->load()) trainer_->RequestStop();
-    const float lr = static_cast<float>(LearningRate(epoch * batches_ + b, o_.lr));
+    const float lr = static_cast<float>(LearningRate(lr_batch, o_.lr));
     if (lr != applied_lr_) {
       trainer_->SetLearningRate(lr);
       applied_lr_ = lr;
@@ -169,7 +217,7 @@ class FitLoop {
   // The Speedometer and the progress display, after batch b's step.
   Status EndBatch(int epoch, int64_t b) {
     const bool display = (b + 1) % o_.disp_batches == 0;
-    if (display || b + 1 == batches_) {
+    if (display || b + 1 == epoch_batches_) {
       // A window's figures include its last step's skip, which overlap leaves for the next
       // step to find: that step is settled now (one step in disp_batches without overlap).
       TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, b + 1));
@@ -198,7 +246,7 @@ class FitLoop {
     }
     if (cb_.progress) {
       const double per_batch = (now - run_start_) / static_cast<double>(run_done_);
-      cb_.progress(epoch, b + 1, batches_, static_cast<double>(epoch_stats_.samples) / (now - epoch_start_),
+      cb_.progress(epoch, b + 1, epoch_batches_, static_cast<double>(epoch_stats_.samples) / (now - epoch_start_),
                    per_batch * static_cast<double>(run_batches_ - run_done_));
     }
     return Status::Ok();
@@ -208,11 +256,16 @@ class FitLoop {
   // b ended the epoch), and the run ends.
   Status Stop(int epoch, int64_t b) {
     BeforePrint();
-    const bool epoch_done = b + 1 == batches_;
+    bool epoch_done = b + 1 == epoch_batches_;
     std::fprintf(o_.log, "Epoch[%d] Batch [%ld]: stopping, the job was asked to (SIGTERM)\n", epoch,
                  static_cast<long>(b + 1));
     std::fflush(o_.log);
     TALLY_RETURN_IF_ERROR(FinishInFlight(epoch, b + 1));
+    if (train_->elastic()) {  // whether the epoch ends here is known once the next step is placed
+      BatchSource::Place next;
+      TALLY_RETURN_IF_ERROR(PlaceStep(epoch, b, &next));
+      epoch_done = next.epoch != epoch;
+    }
     result_->stopped = true;
     result_->steps = step_;
     if (!cb_.checkpoint) return Status::Ok();
@@ -250,7 +303,8 @@ class FitLoop {
   const FitOptions& o_;
   const FitCallbacks& cb_;
   FitResult* const result_;
-  const int64_t batches_;
+  const int64_t batches_;        // of an epoch: the source's, the lr schedule's
+  int64_t epoch_batches_;        // of the epoch in progress (elastic: as far as known now)
   float applied_lr_;
   int64_t step_;
   int64_t run_batches_ = 0, run_done_ = 0;

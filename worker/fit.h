@@ -18,6 +18,13 @@
 // Fit prints MXNet's epoch lines to options.log: "Epoch[E] lr=...", a step skipped for a
 // non-finite gradient, "Epoch[E] Train-accuracy=...", "Epoch[E] Time cost=...",
 // "Epoch[E] Validation-accuracy=..." and the line of a stop. Every callback is optional.
+//
+// An elastic source (`tally train --elastic`, BatchSource::elastic) says at each step which
+// epoch and batch it is and how long the epoch is as far as known (a worker's leave makes
+// the rest of the epoch longer, a join shorter): Fit ends an epoch where the source's next
+// step is in the next one, settling the step in flight when the source asks, and sets the
+// lr at the source's schedule position. begin_epoch and begin_batch then only name the
+// start in a leave's line; begin_step is where the source starts.
 // Driven by one thread; the callbacks run on it.
 #pragma once
 

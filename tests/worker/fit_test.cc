@@ -2,7 +2,9 @@
 // a synthetic source, with every callback recorded.
 #include "worker/fit.h"
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cstdio>
 #include <regex>
 #include <sstream>
@@ -301,6 +303,85 @@ TEST(Fit, ResumesAtItsBeginPosition) {
   ASSERT_FALSE(rec.windows.empty());
   EXPECT_EQ(rec.windows[0].epoch, 1);
   EXPECT_EQ(rec.windows[0].last_batch, 4);
+}
+
+// --elastic's source (BatchSource::PlaceStep): epoch 0 is believed 6 batches long until its
+// step 6, where a leave's re-cut makes it 8; later epochs have 6. It asks for the step in
+// flight to be settled where it was believed to end.
+class ElasticTestSource : public TestSource {
+ public:
+  ElasticTestSource() : TestSource(6, 9) {}
+  bool elastic() const override { return true; }
+  Status PlaceStep(int64_t step, const std::function<Status()>& settle, Place* out) override {
+    EXPECT_EQ(step, next_++);
+    out->epoch = step < 8 ? 0 : 1 + (step - 8) / 6;
+    out->batch = step < 8 ? step : (step - 8) % 6;
+    out->epoch_batches = step < 6 ? 6 : step < 8 ? 8 : 6;
+    out->lr_batch = out->epoch * 6 + std::min<int64_t>(5, out->batch * 6 / out->epoch_batches);
+    if ((out->batch == 0 && step > 0) || step == 6) {
+      ++settles;
+      TALLY_RETURN_IF_ERROR(settle());
+    }
+    places.push_back(*out);
+    return Status::Ok();
+  }
+  int settles = 0;
+  std::vector<Place> places;
+
+ private:
+  int64_t next_ = 0;
+};
+
+TEST(Fit, AnElasticSourceSaysWhereEachEpochEndsAndItsLengthMayChangeInside) {
+  auto trainer = MakeTrainer();
+  ElasticTestSource train;
+  Recorded rec;
+  FitOptions options = Options(2, 6);
+  options.save_period = 1;
+  options.log = rec.log;
+  FitResult result;
+  ASSERT_TRUE(Fit(trainer.get(), &train, nullptr, options, rec.Callbacks(), &result).ok());
+  EXPECT_EQ(result.steps, 14);
+  EXPECT_EQ(train.settles, 3);  // at steps 6, 8 and 14
+  using C = std::tuple<int64_t, int64_t, int64_t>;
+  EXPECT_EQ(rec.checkpoints, (std::vector<C>{C{1, 0, 8}, C{2, 0, 14}}));
+  std::vector<std::pair<int, int64_t>> windows;
+  for (const SpeedometerWindow& w : rec.windows) windows.emplace_back(w.epoch, w.last_batch);
+  EXPECT_EQ(windows, (std::vector<std::pair<int, int64_t>>{{0, 2}, {0, 4}, {0, 6}, {0, 8}, {1, 2}, {1, 4}, {1, 6}}));
+  ASSERT_EQ(rec.records.size(), 14u);
+  EXPECT_EQ(rec.records[7].epoch, 0);
+  EXPECT_EQ(rec.records[7].batch, 7);
+  EXPECT_EQ(rec.records[8].epoch, 1);
+  EXPECT_EQ(rec.records[8].batch, 0);
+  const std::string log = rec.Text();
+  EXPECT_EQ(Count(log, "Epoch[0] Train-accuracy="), 1) << log;
+  EXPECT_EQ(Count(log, "Epoch[1] Train-accuracy="), 1) << log;
+  EXPECT_EQ(Count(log, "Epoch[1] lr=0.025000"), 1) << log;  // the step schedule's drop at epoch 1
+  EXPECT_EQ(Count(log, "Epoch[2]"), 0) << log;
+}
+
+TEST(Fit, AnElasticStopOnTheBatchBelievedLastSavesWhereTheSourceSaysTheNextStepIs) {
+  // The stop agreed after step 5, epoch 0's last batch as believed then: the re-cut at step 6
+  // makes the epoch 8 batches long, so the checkpoint is inside epoch 0, at its batch 6.
+  auto trainer = MakeTrainer();
+  ElasticTestSource train;
+  std::atomic<bool> stop{false};
+  Recorded rec;
+  FitOptions options = Options(2, 6);
+  options.stop = &stop;
+  options.log = rec.log;
+  FitCallbacks cb = rec.Callbacks();
+  cb.step_ends = [&](const profile::StepRecord& r) {
+    if (r.step == 4) stop = true;
+  };
+  FitResult result;
+  ASSERT_TRUE(Fit(trainer.get(), &train, nullptr, options, cb, &result).ok());
+  EXPECT_TRUE(result.stopped);
+  EXPECT_EQ(result.steps, 6);
+  using C = std::tuple<int64_t, int64_t, int64_t>;
+  EXPECT_EQ(rec.checkpoints, (std::vector<C>{C{0, 6, 6}}));
+  ASSERT_EQ(train.places.size(), 7u);  // the stop placed step 6 to know
+  EXPECT_EQ(train.places.back().epoch, 0);
 }
 
 TEST(Fit, SaysWhereItFailed) {
