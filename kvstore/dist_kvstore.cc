@@ -2,6 +2,7 @@
 #include "kvstore/dist_kvstore.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <map>
 #include <memory>
@@ -278,15 +279,16 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
   return Barrier();
 }
 
-// The servers hold the job's weights and optimizer, and the others passed the start's barrier
-// long ago: nothing is sent but pulls. A pull of step F - 1 is answered once every slice has
-// applied step F - 1, and none applies step F without this worker's push: the values are
-// exactly those after step F - 1. Were that step skipped, WaitAll rolls it back here as
-// everywhere, and the skip, a step before this worker's first, is not reported.
+// The servers hold the job's weights and optimizer, the others are long past the start's
+// barrier: only pulls go out. A pull of step F - 1 is answered once every slice applied it,
+// and none applies F without this worker's push: exactly the values after F - 1. Were that
+// step skipped, WaitAll rolls it back here too, unreported (it is before this worker's first).
 Status DistKVStore::InitJoiner(const std::vector<int>& keys, const std::vector<Tensor>& values) {
   const int64_t after = cluster_->joined_after_epoch();
   int64_t applied = -1;
+  const auto t0 = std::chrono::steady_clock::now();
   TALLY_RETURN_IF_ERROR(channel_->JoinedFrom(rank(), after, kDistWaitTimeoutMs, &first_step_, &applied));
+  const auto t1 = std::chrono::steady_clock::now();
   const auto& [probe, k0] = *keys_.begin();
   TALLY_RETURN_IF_ERROR(channel_->ReachStep(probe, k0.slices, applied, first_step_ - 1, kDistWaitTimeoutMs));
   for (auto& [key, k] : keys_) k.next_step = first_step_;
@@ -297,8 +299,10 @@ Status DistKVStore::InitJoiner(const std::vector<int>& keys, const std::vector<T
   }
   TALLY_RETURN_IF_ERROR(WaitAll());
   has_skipped_ = false;
-  LOG(INFO) << "kvstore: worker " << rank() << " joined the running job after membership " << after
-            << ": it pushes from step " << first_step_ << ", with the weights after step " << first_step_ - 1;
+  const std::chrono::milliseconds ms(1);
+  LOG(INFO) << "kvstore: worker " << rank() << " joined after membership " << after << ": pushes from step "
+            << first_step_ << ", weights after step " << first_step_ - 1 << " (MEMBERSHIP in " << (t1 - t0) / ms
+            << " ms, weights " << (std::chrono::steady_clock::now() - t1) / ms << " ms later)";
   return Status::Ok();
 }
 

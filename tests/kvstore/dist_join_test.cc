@@ -66,25 +66,110 @@ void Step(KVStore* kv, int rank, int64_t step, std::vector<Tensor>* w) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
+// The scheduler and the two servers of the job, as threads.
+struct Roles {
+  explicit Roles(int port) {
+    SchedulerOptions options;
+    options.elastic = true;
+    threads.emplace_back([this, port, options] {
+      scheduler = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 2, 2), NewInProcTransport(), nullptr, nullptr,
+                               options);
+    });
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([this, port, r] {
+        ClusterConfig c = TestClusterConfig(wire::SERVER, port, 2, 2);
+        c.rank = r;
+        ElasticOptions e;
+        e.elastic = true;
+        servers[r] = RunServer(c, NewInProcTransport(), ServerObserver(), e);
+      });
+    }
+  }
+  void Join() {
+    for (auto& t : threads) t.join();
+    EXPECT_TRUE(scheduler.ok()) << scheduler;
+    for (const Status& s : servers) EXPECT_TRUE(s.ok()) << s;
+  }
+  Status scheduler, servers[2];
+  std::vector<std::thread> threads;
+};
+
+// What the test watches: worker 0's weights of key 0 after each step and the workers each
+// step summed; the joiner's new port once it registered, its first step and pulled weights.
+struct Seen {
+  std::vector<std::vector<float>> weights = std::vector<std::vector<float>>(kSteps);
+  std::vector<int> summed = std::vector<int>(kSteps);
+  std::atomic<bool> registered{false};
+  std::atomic<int> new_port{-1};
+  int64_t from = -1;
+  std::vector<float> pulled;
+};
+
+// Worker 0: every step, waiting before kHoldAt until the joiner has registered.
+void WorkerZero(Cluster* zero, Seen* seen) {
+  std::unique_ptr<KVStore> kv = Store(zero);
+  ASSERT_TRUE(kv->Init({0, 1}, {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)}).ok());
+  std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (step == kHoldAt && !seen->registered.load() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    Step(kv.get(), 0, step, &w);
+    seen->weights[step].assign(w[0].data<float>(), w[0].data<float>() + kSize);
+    seen->summed[step] = kv->summed_workers();
+  }
+  Status s = zero->Finish(60000);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// Worker 1's first process: steps 0 to kLeaveAt - 1, then LEAVE.
+void FirstProcess(Cluster* one) {
+  std::unique_ptr<KVStore> kv = Store(one);
+  ASSERT_TRUE(kv->Init({0, 1}, {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)}).ok());
+  std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
+  for (int64_t step = 0; step < kLeaveAt; ++step) Step(kv.get(), 1, step, &w);
+  Message leave;
+  leave.meta.set_command(wire::LEAVE);
+  leave.meta.set_step(kLeaveAt);
+  ASSERT_TRUE(one->Send(kSchedulerId, std::move(leave)).ok());
+  EXPECT_TRUE(one->Finish(60000).ok()) << "its SHUTDOWN, once the leave is decided";
+}
+
+// Worker 1's new process: joins, checks what its Init and HeardMembership give, trains on.
+void Joiner(int port, Seen* seen) {
+  std::unique_ptr<Cluster> joiner = JoinAs(port, 1, true);
+  ASSERT_TRUE(joiner);
+  seen->new_port = joiner->me().port();
+  seen->registered = true;
+  EXPECT_EQ(joiner->joined_after_epoch(), 1);
+  std::unique_ptr<KVStore> kv = Store(joiner.get());
+  std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
+  Status s = kv->Init({0, 1}, w);  // writes the job's weights into w
+  ASSERT_TRUE(s.ok()) << s;
+  const int64_t from = kv->first_step();
+  // Two after the newest step applied when decided: worker 0 waits before step kHoldAt
+  // until the joiner registered, and may push that step before the servers hold theirs.
+  ASSERT_GT(from, kLeaveAt);
+  ASSERT_LE(from, kHoldAt + 2);
+  std::vector<KVStore::Membership> heard;
+  ASSERT_TRUE(kv->HeardMembership(&heard).ok());
+  ASSERT_EQ(heard.size(), 2u) << "the leave, told again, and the join";
+  EXPECT_EQ(heard[0].epoch, 1);
+  EXPECT_EQ(heard[0].from_step, kLeaveAt);
+  EXPECT_EQ(heard[0].live, std::vector<int>{0});
+  EXPECT_EQ(heard[1].epoch, 2);
+  EXPECT_EQ(heard[1].from_step, from);
+  EXPECT_EQ(heard[1].live, (std::vector<int>{0, 1}));
+  seen->pulled.assign(w[0].data<float>(), w[0].data<float>() + kSize);
+  seen->from = from;
+  for (int64_t step = from; step < kSteps; ++step) Step(kv.get(), 1, step, &w);
+  EXPECT_TRUE(joiner->Finish(60000).ok());
+}
+
 TEST(JoinerStore, PullsTheWeightsAfterTheStepBeforeItsFirstAndHearsEveryChange) {
   const int port = TestPort(false);
-  SchedulerOptions options;
-  options.elastic = true;
-  Status scheduler, servers[2];
-  std::vector<std::thread> roles;
-  roles.emplace_back([&] {
-    scheduler = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 2, 2), NewInProcTransport(), nullptr, nullptr,
-                             options);
-  });
-  for (int r = 0; r < 2; ++r) {
-    roles.emplace_back([&, r] {
-      ClusterConfig c = TestClusterConfig(wire::SERVER, port, 2, 2);
-      c.rank = r;
-      ElasticOptions e;
-      e.elastic = true;
-      servers[r] = RunServer(c, NewInProcTransport(), ServerObserver(), e);
-    });
-  }
+  Roles roles(port);
   std::unique_ptr<Cluster> first[2];
   std::thread gather([&] { first[1] = JoinAs(port, 1, false); });
   first[0] = JoinAs(port, 0, false);
@@ -92,93 +177,28 @@ TEST(JoinerStore, PullsTheWeightsAfterTheStepBeforeItsFirstAndHearsEveryChange) 
   ASSERT_TRUE(first[0] && first[1]);
   Cluster* zero = first[0].get();
   const wire::Node old_one = zero->node(zero->WorkerId(1));
-
-  std::atomic<bool> registered{false};
-  std::atomic<int> new_port{-1};
-  std::vector<std::vector<float>> weights(kSteps);  // worker 0's key 0 after each step
-  std::vector<int> summed(kSteps);
-  std::thread worker0([&] {
-    std::unique_ptr<KVStore> kv = Store(zero);
-    ASSERT_TRUE(kv->Init({0, 1}, {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)}).ok());
-    std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
-    for (int64_t step = 0; step < kSteps; ++step) {
-      const auto deadline = Clock::now() + std::chrono::seconds(120);
-      while (step == kHoldAt && !registered.load() && Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      Step(kv.get(), 0, step, &w);
-      weights[step].assign(w[0].data<float>(), w[0].data<float>() + kSize);
-      summed[step] = kv->summed_workers();
-    }
-    Status s = zero->Finish(60000);
-    EXPECT_TRUE(s.ok()) << s;
-  });
+  Seen seen;
+  std::thread worker0([&] { WorkerZero(zero, &seen); });
   // Reads worker 0's entry of worker 1 while the join replaces it, until it is the new one.
   bool saw_new = false;
   std::thread reader([&] {
     const auto deadline = Clock::now() + std::chrono::seconds(120);
     while (!saw_new && Clock::now() < deadline) {
       const wire::Node n = zero->node(zero->WorkerId(1));
-      saw_new = n.port() == new_port.load() && n.rank() == 1;
+      saw_new = n.port() == seen.new_port.load() && n.rank() == 1;
     }
   });
-
-  // The two processes of worker 1 (lambdas: a failed ASSERT returns from them alone, and
-  // the threads above are joined below).
-  [&] {  // the first: steps 0 to kLeaveAt - 1, then LEAVE
-    std::unique_ptr<KVStore> kv = Store(first[1].get());
-    ASSERT_TRUE(kv->Init({0, 1}, {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)}).ok());
-    std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
-    for (int64_t step = 0; step < kLeaveAt; ++step) Step(kv.get(), 1, step, &w);
-    Message leave;
-    leave.meta.set_command(wire::LEAVE);
-    leave.meta.set_step(kLeaveAt);
-    ASSERT_TRUE(first[1]->Send(kSchedulerId, std::move(leave)).ok());
-    EXPECT_TRUE(first[1]->Finish(60000).ok()) << "its SHUTDOWN, once the leave is decided";
-  }();
+  FirstProcess(first[1].get());
   first[1].reset();
-
-  int64_t from = -1;
-  std::vector<float> pulled;
-  [&] {  // the new process
-    std::unique_ptr<Cluster> joiner = JoinAs(port, 1, true);
-    ASSERT_TRUE(joiner);
-    new_port = joiner->me().port();
-    registered = true;
-    EXPECT_EQ(joiner->joined_after_epoch(), 1);
-    std::unique_ptr<KVStore> kv = Store(joiner.get());
-    std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
-    Status s = kv->Init({0, 1}, w);  // writes the job's weights into w
-    ASSERT_TRUE(s.ok()) << s;
-    from = kv->first_step();
-    // Two after the newest step applied when decided: worker 0 waits before step kHoldAt
-    // until the joiner registered, and may push that step before the servers hold theirs.
-    ASSERT_GT(from, kLeaveAt);
-    ASSERT_LE(from, kHoldAt + 2);
-    std::vector<KVStore::Membership> heard;
-    ASSERT_TRUE(kv->HeardMembership(&heard).ok());
-    ASSERT_EQ(heard.size(), 2u) << "the leave, told again, and the join";
-    EXPECT_EQ(heard[0].epoch, 1);
-    EXPECT_EQ(heard[0].from_step, kLeaveAt);
-    EXPECT_EQ(heard[0].live, std::vector<int>{0});
-    EXPECT_EQ(heard[1].epoch, 2);
-    EXPECT_EQ(heard[1].from_step, from);
-    EXPECT_EQ(heard[1].live, (std::vector<int>{0, 1}));
-    pulled.assign(w[0].data<float>(), w[0].data<float>() + kSize);
-    for (int64_t step = from; step < kSteps; ++step) Step(kv.get(), 1, step, &w);
-    EXPECT_TRUE(joiner->Finish(60000).ok());
-  }();
+  Joiner(port, &seen);
   worker0.join();
   reader.join();
-  for (auto& t : roles) t.join();
-  EXPECT_TRUE(scheduler.ok()) << scheduler;
-  for (const Status& st : servers) EXPECT_TRUE(st.ok()) << st;
-
-  ASSERT_GT(from, kLeaveAt);
-  EXPECT_EQ(pulled, weights[from - 1]) << "the weights after step " << from - 1 << ", no others";
-  EXPECT_NE(pulled, weights[from]);
+  roles.Join();
+  ASSERT_GT(seen.from, kLeaveAt);
+  EXPECT_EQ(seen.pulled, seen.weights[seen.from - 1]) << "the weights after step " << seen.from - 1 << ", no others";
+  EXPECT_NE(seen.pulled, seen.weights[seen.from]);
   for (int64_t step = 0; step < kSteps; ++step) {
-    EXPECT_EQ(summed[step], step < kLeaveAt || step >= from ? 2 : 1) << "step " << step;
+    EXPECT_EQ(seen.summed[step], step < kLeaveAt || step >= seen.from ? 2 : 1) << "step " << step;
   }
   EXPECT_TRUE(saw_new) << "worker 0's node table still names " << DescribeNode(old_one);
 }
