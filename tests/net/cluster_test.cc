@@ -189,6 +189,32 @@ TEST(ClusterConfig, ReadsTheEnvironmentAndNamesBadVariables) {
   EXPECT_NE(s.message().find("DMLC_ROLE"), std::string::npos) << s;
 }
 
+TEST(ClusterConfig, TallyJoinMakesAWorkerOneThatCanJoinARunningJob) {
+  setenv("DMLC_ROLE", "worker", 1);
+  setenv("DMLC_PS_ROOT_URI", "10.1.2.3", 1);
+  setenv("DMLC_PS_ROOT_PORT", "9000", 1);
+  setenv("DMLC_NUM_WORKER", "4", 1);
+  setenv("DMLC_NUM_SERVER", "2", 1);
+  unsetenv("TALLY_JOB_SECRET");
+  setenv("TALLY_PLAIN", "1", 1);
+  ClusterConfig c;
+  ASSERT_TRUE(ClusterConfigFromEnv(&c).ok());
+  EXPECT_FALSE(c.can_join);
+  setenv("TALLY_JOIN", "1", 1);
+  c = ClusterConfig();
+  ASSERT_TRUE(ClusterConfigFromEnv(&c).ok());
+  EXPECT_TRUE(c.can_join);
+  setenv("DMLC_ROLE", "server", 1);  // inherited by another role: only workers join
+  c = ClusterConfig();
+  ASSERT_TRUE(ClusterConfigFromEnv(&c).ok());
+  EXPECT_FALSE(c.can_join);
+  setenv("TALLY_JOIN", "yes", 1);
+  Status s = ClusterConfigFromEnv(&c);
+  EXPECT_NE(s.message().find("TALLY_JOIN='yes' is not an integer in [0, 1]"), std::string::npos) << s;
+  unsetenv("TALLY_JOIN");
+  unsetenv("TALLY_PLAIN");
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ClusterTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "zmq" : "inproc"; });
 

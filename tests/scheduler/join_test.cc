@@ -106,6 +106,42 @@ TEST(JoinRank, ARepeatIsTheSameAddressAndPid) {
   EXPECT_FALSE(RepeatsRegister(nodes, Register(wire::SERVER, 1)));
 }
 
+TEST(RetoldMembership, NamesEachLiveWorkerByItsEntryNowAndKeepsTheRest) {
+  const NodeIds ids{1, 3, 0};  // 1 server, 3 workers
+  std::vector<wire::Node> nodes(ids.size());
+  for (int r = 0; r < 3; ++r) {
+    wire::Node& n = nodes[ids.Worker(r)];
+    n.set_role(wire::WORKER);
+    n.set_rank(r);
+    n.set_id(ids.Worker(r));
+    n.set_host("10.0.0." + std::to_string(r));
+    n.set_port(5000 + r);
+    n.set_pid(100 + r);
+  }
+  wire::Meta then;  // membership 1: worker 1 left; worker 2 was then a process since gone
+  then.set_command(wire::MEMBERSHIP);
+  then.set_membership_epoch(1);
+  then.set_step(30);
+  then.set_skipped_step(31);
+  then.set_num_workers(2);
+  for (int r : {0, 2}) {
+    wire::Node* n = then.add_nodes();
+    *n = nodes[ids.Worker(r)];
+    if (r == 2) n->set_pid(7);  // the old process
+  }
+  const wire::Meta told = RetoldMembership(then, nodes, ids);
+  EXPECT_EQ(told.command(), wire::MEMBERSHIP);
+  EXPECT_EQ(told.membership_epoch(), 1);
+  EXPECT_EQ(told.step(), 30);
+  EXPECT_EQ(told.skipped_step(), 31);
+  EXPECT_EQ(told.num_workers(), 2);
+  ASSERT_EQ(told.nodes_size(), 2);
+  EXPECT_EQ(told.nodes(0).rank(), 0);
+  EXPECT_EQ(told.nodes(1).rank(), 2);
+  EXPECT_EQ(told.nodes(1).pid(), 102) << "the process the table names now, not the one gone";
+  EXPECT_EQ(told.nodes(1).host(), "10.0.0.2");
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
