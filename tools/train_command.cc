@@ -386,7 +386,7 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   const int rank = cluster ? cluster->me().rank() : 0;
   // Every worker draws its own training images; all validate on the same ones.
   std::unique_ptr<BatchSource> train_data, val_data;
-  Status s = MakeTrainSource(cfg, rank, num_workers, DataPosition{resume.epoch, resume.batch}, &train_data);
+  Status s = MakeTrainSource(cfg, rank, num_workers, DataPositionOf(resume, trainer), &train_data);
   if (s.ok()) s = MakeValSource(cfg, &val_data);
   if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr);
   if (!s.ok()) return Fail("", s);
