@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace tally {
 
@@ -41,6 +42,10 @@ struct FaultHooks {
   // Read by KVServer. drop_push_step -1: off.
   int drop_push_server = -1, drop_push_worker = -1;
   int64_t drop_push_step = -1;
+  // TALLY_TEST_READ_LOG=<directory>: under --elastic, each worker of `tally train` appends
+  // a line per step to <directory>/reads-<rank>.txt: the step, epoch, batch of the epoch, the
+  // pads and the positions it read (tools/train_data.h). Empty: off.
+  std::string read_log;
 };
 
 // The hooks in effect (all off unless SetFaultHooks was called).

@@ -15,6 +15,8 @@
 #include "models/mxnet_names.h"
 #include "models/mxnet_symbol.h"
 #include "models/ndarray_file.h"
+#include "tools/train_data.h"
+#include "tools/train_elastic.h"
 
 DECLARE_string(network);
 DECLARE_int32(num_layers);
@@ -48,12 +50,23 @@ std::map<std::string, std::string> RunInfo(int num_workers) {
 
 namespace {
 
+bool Elastic() {
+  ElasticOptions e;
+  return ElasticFlags(&e).ok() && e.elastic;
+}
+
 Status CheckResumable(const Checkpoint& c, int64_t number, int num_workers) {
   const std::string file = CheckpointPath(FLAGS_model_prefix, number, ".params");
   const std::map<std::string, std::string> now = RunInfo(num_workers);
   std::vector<std::string> must_match = {"network", "num_layers", "num_classes", "image_shape"};
   if (c.batch > 0) {  // inside an epoch: the data position means something only for the same split
-    must_match.insert(must_match.end(), {"batch_size", "num_workers", "seed", "data_train"});
+    must_match.insert(must_match.end(), {"batch_size", "seed", "data_train"});
+    // --elastic's record of the position (membership) holds for any workers the run gathers,
+    // and only under --elastic: the epoch's cut changed with the workers.
+    if (c.info.count("membership") && !Elastic()) {
+      return Status::InvalidArgument(file + " was taken inside an epoch of an --elastic run: resume it with --elastic");
+    }
+    if (!c.info.count("membership")) must_match.push_back("num_workers");
   }
   for (const std::string& key : must_match) {
     auto it = c.info.find(key);
@@ -233,6 +246,7 @@ Status SaveAt(Trainer* trainer, int num_workers, int64_t epoch, int64_t batch, i
   c.epoch = epoch;
   c.batch = batch;
   c.step = step;
+  TALLY_RETURN_IF_ERROR(AddElasticCheckpointInfo(step, &c.info));
   TALLY_RETURN_IF_ERROR(trainer->Snapshot(&c));
   TALLY_RETURN_IF_ERROR(SaveCheckpoint(FLAGS_model_prefix, c));
   TALLY_RETURN_IF_ERROR(WriteSymbol(trainer->config().model, c));

@@ -2,14 +2,19 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <gflags/gflags.h>
 
 #include "data/gpu_loader.h"
 #include "data/loader.h"
 #include "data/synthetic_data.h"
+#include "tools/train_elastic.h"
 
 DEFINE_string(data_train, "", "training RecordIO pack (.rec); empty: synthetic data");
 DEFINE_string(data_train_idx, "", "its index (.idx); default: the .rec's name with .idx, if there is one (without, the .rec is read through once to find its records)");
@@ -260,10 +265,149 @@ Status UseGpuDecode(const TrainerConfig& cfg, bool* use) {
   return Status::Ok();
 }
 
+// --elastic's synthetic examples: example p of an epoch is row p % batch of the batch that
+// worker p / (batches x batch) draws at that epoch's batch (p / batch) % batches without
+// --elastic, so that until the workers change every worker reads what it reads without it.
+class SyntheticExamples {
+ public:
+  SyntheticExamples(const TrainerConfig& cfg, int64_t batches, int batch)
+      : cfg_(cfg), batches_(batches), batch_(batch) {}
+  Status Read(const ElasticStep& at, Tensor* images, Tensor* labels) {
+    const int64_t per_worker = batches_ * batch_;
+    for (int j = 0; j < batch_; ++j) {
+      const int64_t p = at.batch.positions[static_cast<size_t>(j)];
+      const uint64_t stream = 2 + static_cast<uint64_t>(p / per_worker);
+      const uint64_t position = static_cast<uint64_t>(at.epoch * batches_ + (p % per_worker) / batch_);
+      const auto& [from_images, from_labels] = Drawn(stream, position);
+      if (j == 0) {
+        Shape shape = from_images.shape();
+        *images = Tensor::Empty(shape, DType::kF32);
+        *labels = Tensor::Empty({batch_}, DType::kI32);
+      }
+      const int64_t row = p % batch_, floats = from_images.numel() / batch_;
+      std::copy_n(from_images.data<float>() + row * floats, floats, images->data<float>() + j * floats);
+      labels->data<int32_t>()[j] = from_labels.data<int32_t>()[row];
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // The batch of (stream, position), drawn once while it is among the last few used.
+  const std::pair<Tensor, Tensor>& Drawn(uint64_t stream, uint64_t position) {
+    const auto key = std::make_pair(stream, position);
+    auto it = drawn_.find(key);
+    if (it != drawn_.end()) return it->second;
+    if (drawn_.size() >= 8) drawn_.erase(order_.front()), order_.erase(order_.begin());
+    SyntheticData data(cfg_.model.image_shape, cfg_.model.num_classes, FLAGS_seed, stream);
+    data.Seek(position);
+    std::pair<Tensor, Tensor>& batch = drawn_[key];
+    data.NextBatch(batch_, &batch.first, &batch.second);
+    order_.push_back(key);
+    return batch;
+  }
+
+  const TrainerConfig& cfg_;
+  const int64_t batches_;
+  const int batch_;
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<Tensor, Tensor>> drawn_;
+  std::vector<std::pair<uint64_t, uint64_t>> order_;
+};
+
+// --elastic's pack reader: a Loader decoding this worker's forecast batches ahead
+// (LoaderConfig::plan), made again from the step whose batch differs from the forecast (a
+// change applied: rare).
+class RecordExamples {
+ public:
+  RecordExamples(LoaderConfig base, int rank, int num_classes)
+      : base_(std::move(base)), rank_(rank), num_classes_(num_classes) {}
+  Status Read(const ElasticReader& reader, const ElasticStep& at, int64_t step, Tensor* images, Tensor* labels) {
+    bool fits = loader_ != nullptr && step == first_step_ + taken_;
+    if (fits) {
+      int64_t epoch = 0, index = 0;
+      const ShardBatch f = base_.plan->At(step, &epoch, &index);
+      fits = epoch == at.epoch && f.positions == at.batch.positions && f.pad == at.batch.pad;
+    }
+    if (!fits) {
+      loader_.reset();
+      base_.plan = reader.shards()->ForecastOf(at.reads ? rank_ : -1);
+      base_.plan_first_step = first_step_ = step;
+      taken_ = 0;
+      Status s = Loader::Create(base_, &loader_);
+      if (!s.ok()) return Status::InvalidArgument("--data-train: " + s.message());
+    }
+    Batch b;
+    TALLY_RETURN_IF_ERROR(loader_->NextBatch(&b));
+    ++taken_;
+    TALLY_RETURN_IF_ERROR(CheckLabels(b.labels, b.images.dim(0), num_classes_));
+    *images = b.images;
+    *labels = b.labels;
+    return Status::Ok();
+  }
+
+ private:
+  LoaderConfig base_;
+  const int rank_, num_classes_;
+  std::unique_ptr<Loader> loader_;
+  int64_t first_step_ = 0, taken_ = 0;
+};
+
+// The examples of an epoch a checkpoint's data position was recorded with (0: none recorded).
+Status RecordedExamples(const DataPosition& start, int64_t* examples) {
+  *examples = 0;
+  auto it = start.info.find("membership");
+  if (it == start.info.end()) return Status::Ok();
+  ElasticRecord record;
+  TALLY_RETURN_IF_ERROR(ElasticRecord::FromJson("the checkpoint", it->second, &record));
+  *examples = record.num_examples;
+  return Status::Ok();
+}
+
+// --elastic: the synthetic set (the starting workers' shares, unchanged for the run and its
+// resumptions) or the pack, read through an elastic source.
+Status MakeElasticTrainSource(const TrainerConfig& cfg, int rank, int workers, const DataPosition& start,
+                              std::unique_ptr<BatchSource>* out) {
+  const int batch = FLAGS_batch_size;
+  if (FLAGS_data_train.empty()) {
+    if (FLAGS_num_examples < batch) return Status::InvalidArgument("--num-examples must be at least --batch-size");
+    const int64_t batches = FLAGS_num_examples / batch;
+    int64_t examples = 0;
+    TALLY_RETURN_IF_ERROR(RecordedExamples(start, &examples));
+    if (examples == 0) examples = workers * batches * batch;
+    if (examples % (batches * batch) != 0) {
+      return Status::InvalidArgument("the checkpoint's epoch of " + std::to_string(examples) +
+                                     " synthetic examples is no whole number of workers' --num-examples");
+    }
+    auto synthetic = std::make_shared<SyntheticExamples>(cfg, batches, batch);
+    return MakeElasticSource(rank, workers, examples, batch, start,
+                             [synthetic](const ElasticReader&, const ElasticStep& at, int64_t, Tensor* images,
+                                         Tensor* labels) { return synthetic->Read(at, images, labels); },
+                             out);
+  }
+  if (!cfg.gpus.empty() && FLAGS_gpu_decode == 1 && !gflags::GetCommandLineFlagInfoOrDie("gpu_decode").is_default) {
+    return Status::InvalidArgument("--gpu-decode 1: --elastic decodes its batches on the CPU; --gpu-decode 0");
+  }
+  LoaderConfig lc;
+  TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx), true,
+                                        rank, workers, DataPosition(), &lc));
+  std::unique_ptr<RecordReader> pack;
+  PartSizes sizes;
+  Status s = OpenLoaderPack(lc, "loader", &pack, &sizes);
+  if (!s.ok()) return Status::InvalidArgument("--data-train: " + s.message());
+  const int64_t examples = static_cast<int64_t>(pack->num_indexed());
+  auto records = std::make_shared<RecordExamples>(lc, rank, cfg.model.num_classes);
+  return MakeElasticSource(rank, workers, examples, batch, start,
+                           [records](const ElasticReader& reader, const ElasticStep& at, int64_t step, Tensor* images,
+                                     Tensor* labels) { return records->Read(reader, at, step, images, labels); },
+                           out);
+}
+
 }  // namespace
 
 Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const DataPosition& start,
                        std::unique_ptr<BatchSource>* out) {
+  ElasticOptions elastic;
+  TALLY_RETURN_IF_ERROR(ElasticFlags(&elastic));
+  if (elastic.elastic) return MakeElasticTrainSource(cfg, rank, workers, start, out);
   if (FLAGS_data_train.empty()) {
     if (FLAGS_num_examples < FLAGS_batch_size) return Status::InvalidArgument("--num-examples must be at least --batch-size");
     const int64_t batches = FLAGS_num_examples / FLAGS_batch_size;

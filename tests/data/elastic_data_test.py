@@ -1,0 +1,176 @@
+"""--elastic's data re-cut through real `tally train` processes (docs/faults.md, "A worker
+leaves", "Data."): a dist_sync job of 3 workers and 1 server on synthetic images, each
+worker logging the positions it reads (TALLY_TEST_READ_LOG).
+
+- SIGTERM to worker 2 inside an epoch: it leaves, the rest of the epoch is cut over workers
+  0 and 1, the epoch gets longer, and every epoch reads each of its examples exactly once
+  across the three workers; MXNet's epoch and Speedometer lines follow the longer epoch.
+- The same, then SIGTERM to worker 0 (the whole job stops at an agreed step with a
+  checkpoint) after the leave; `--resume auto` with all three workers again continues the
+  epoch, and each epoch, over both runs, reads each example exactly once.
+
+Usage: python3 elastic_data_test.py TALLY_BINARY [unittest args]
+"""
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+import fault_job  # noqa: E402 (tests/fault/fault_job.py)
+from fault_job import FaultCase, read, tagged_pids  # noqa: E402
+
+WORKERS = 3
+BATCH, PER_WORKER, EPOCHS = 8, 320, 3  # 40 steps an epoch with 3 workers
+EXAMPLES = WORKERS * PER_WORKER
+STEPS = PER_WORKER // BATCH
+MODEL = ["--kv-store", "dist_sync", "--num-layers", "8", "--image-shape", "3,8,8", "--num-classes", "4",
+         "--batch-size", str(BATCH), "--num-examples", str(PER_WORKER), "--num-epochs", str(EPOCHS),
+         "--disp-batches", "1", "--num-val-examples", "16", "--seed", "3"]
+BOUND_S = 240  # every wait: generous, for a machine 10x slower
+
+
+def reads_of(directory):
+    """{rank: [(step, epoch, index, reads, pad, positions)]} from the workers' read logs."""
+    out = {}
+    for name in os.listdir(directory):
+        m = re.match(r"reads-(\d+)\.txt$", name)
+        if not m:
+            continue
+        rows = []
+        for line in read(os.path.join(directory, name)).splitlines():
+            f = [int(x) for x in line.split()]
+            rows.append((f[0], f[1], f[2], f[3], f[4], f[5:]))
+        out[int(m.group(1))] = rows
+    return out
+
+
+def visits(reads, steps=None):
+    """{epoch: Counter(position)} of what was read (pads left out), from steps in `steps`."""
+    seen = collections.defaultdict(collections.Counter)
+    for rows in reads.values():
+        for step, epoch, _, reading, pad, positions in rows:
+            if reading and (steps is None or step in steps):
+                seen[epoch].update(positions[:len(positions) - pad])
+    return seen
+
+
+class ElasticDataTest(FaultCase):
+    def launch(self, name, extra=(), reads_dir=None):
+        path = os.path.join(self.dir, name + ".log")
+        env = {"TALLY_TEST_READ_LOG": reads_dir} if reads_dir else {}
+        with open(path, "w") as out:
+            proc = subprocess.Popen([sys.executable, fault_job.LAUNCH, "-n", str(WORKERS), "-s", "1", "--elastic",
+                                     "--grace", "10", fault_job.TALLY, "train"] + MODEL + list(extra),
+                                    env=self.environ(env), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.addCleanup(self.stop_launcher, proc)
+        return proc, path
+
+    def wait_for(self, what, done, proc, path):
+        deadline = time.time() + BOUND_S
+        while not done():
+            if proc.poll() is not None:
+                self.fail("the job ended (%s) before %s:\n%s" % (proc.returncode, what, read(path)[-4000:]))
+            if time.time() > deadline:
+                self.fail("no %s within %d s:\n%s" % (what, BOUND_S, read(path)[-4000:]))
+            time.sleep(0.01)
+
+    def pid_of_worker(self, rank):
+        deadline = time.time() + BOUND_S
+        while time.time() < deadline:
+            pids = tagged_pids(self.tag, "worker", rank)
+            if len(pids) == 1:
+                return pids[0]
+            time.sleep(0.05)
+        self.fail("no single process for worker %d" % rank)
+
+    def last_step(self, reads_dir, rank):
+        rows = reads_of(reads_dir).get(rank, [])
+        return rows[-1][0] if rows else -1
+
+    def finish(self, proc, path, codes=(0,)):
+        try:
+            code = proc.wait(timeout=BOUND_S)
+        except subprocess.TimeoutExpired:
+            self.fail("launch.py still running after %d s:\n%s" % (BOUND_S, read(path)[-4000:]))
+        out = read(path)
+        self.assertIn(code, codes, out[-6000:])
+        return out
+
+    def leave_worker_2(self, proc, path, reads_dir):
+        """SIGTERM to worker 2 once it has read 5 batches."""
+        pid = self.pid_of_worker(2)
+        self.wait_for("worker 2's 5th batch", lambda: self.last_step(reads_dir, 2) >= 4, proc, path)
+        os.kill(pid, signal.SIGTERM)
+
+    def assertEachOnce(self, seen, epochs):
+        for epoch in epochs:
+            counts = seen.get(epoch, collections.Counter())
+            twice = sorted(p for p, c in counts.items() if c > 1)
+            missed = sorted(set(range(EXAMPLES)) - set(counts))
+            self.assertEqual((twice[:10], missed[:10]), ([], []), "epoch %d: read twice, never read" % epoch)
+
+    def test_a_leave_inside_an_epoch_reads_each_example_once(self):
+        reads_dir = os.path.join(self.dir, "reads")
+        os.makedirs(reads_dir)
+        proc, path = self.launch("run", reads_dir=reads_dir)
+        self.leave_worker_2(proc, path, reads_dir)
+        out = self.finish(proc, path)
+        reads = reads_of(reads_dir)
+        left_after = reads[2][-1]
+        print("worker 2 read its last batch at step %d (epoch %d, batch %d)" % left_after[:3])
+        self.assertEachOnce(visits(reads), range(EPOCHS))
+        # The epoch of the leave got longer than 20 steps; worker 0's lines say so.
+        epoch = left_after[1]
+        steps = [r for r in reads[0] if r[1] == epoch]
+        if left_after[2] + 1 < STEPS:
+            self.assertGreater(len(steps), STEPS)
+            self.assertRegex(out, r"\[worker 0\] Epoch\[%d\] Batch \[%d-%d\]" % (epoch, len(steps) - 1, len(steps)))
+        for e in range(EPOCHS):
+            self.assertRegex(out, r"\[worker 0\] Epoch\[%d\] Train-accuracy=[0-9.]+\n" % e)
+        # The next epoch is cut over the two live workers from its start.
+        later = [r for r in reads[0] if r[1] == epoch + 1]
+        if later:
+            self.assertEqual(len(later), EXAMPLES // (2 * BATCH))
+
+    def test_a_checkpoint_after_a_leave_resumes_the_epoch_reading_each_example_once(self):
+        first_dir, second_dir = os.path.join(self.dir, "reads1"), os.path.join(self.dir, "reads2")
+        os.makedirs(first_dir)
+        os.makedirs(second_dir)
+        prefix = os.path.join(self.dir, "ckpt", "m")
+        proc, path = self.launch("run", ["--model-prefix", prefix], reads_dir=first_dir)
+        self.leave_worker_2(proc, path, first_dir)
+        membership = os.path.join(self.dir, "ckpt", "membership.jsonl")
+        self.wait_for("membership.jsonl", lambda: os.path.exists(membership) and read(membership).strip(), proc, path)
+        from_step = json.loads(read(membership).splitlines()[0])["from_step"]
+        self.wait_for("3 steps after the leave", lambda: self.last_step(first_dir, 0) >= from_step + 3, proc, path)
+        os.kill(self.pid_of_worker(0), signal.SIGTERM)
+        # A saved stop: launch.py exits 0, or 75 where it takes the stopped workers' exits
+        # as leaves below --min-workers ("the checkpoint saved" either way).
+        out = self.finish(proc, path, codes=(0, 75))
+        self.assertRegex(out, r"\[worker 0\] tally train: stopped on SIGTERM at the job's agreed step, the checkpoint saved")
+        resumed, second = self.launch("resume", ["--model-prefix", prefix, "--resume", "auto"], reads_dir=second_dir)
+        again = self.finish(resumed, second)
+        m = re.search(r"resuming from \S+: epoch (\d+), batch (\d+), step (\d+)", again)
+        self.assertIsNotNone(m, again[-4000:])
+        epoch, batch, step = (int(g) for g in m.groups())
+        print("left from step %d; stopped and resumed at epoch %d, batch %d, step %d" % (from_step, epoch, batch, step))
+        self.assertGreater(step, from_step)
+        self.assertEqual(epoch, 0, "the stop came after the epoch of the leave")
+        first = reads_of(first_dir)
+        self.assertLess(max(r[0] for rows in first.values() for r in rows), step, "the first run read past its stop")
+        seen = visits(first)
+        for e, counts in visits(reads_of(second_dir)).items():
+            seen[e].update(counts)
+        self.assertEachOnce(seen, range(EPOCHS))
+        # The resumed run read with all three workers from its first step.
+        self.assertEqual(reads_of(second_dir)[2][0][0], step)
+
+
+if __name__ == "__main__":
+    fault_job.main()
