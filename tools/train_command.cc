@@ -209,8 +209,9 @@ void CompressInMXNetUnits(int num_workers, TrainerConfig* cfg) {
   cfg->gradient_compression.scale = static_cast<float>(per_push);
 }
 
-// Joins the job as a worker when the kvstore is distributed.
-Status JoinIfDistributed(std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) {
+// Joins the job as a worker when the kvstore is distributed; `rejoin`: this process left it
+// (a --membership-replay) and joins it again as a new process would (TALLY_JOIN=1).
+Status JoinIfDistributed(bool rejoin, std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) {
   if (!IsDistributed(cfg->kv_store)) return Status::Ok();
   if (std::getenv("DMLC_ROLE") == nullptr) {
     return Status::InvalidArgument("--kv-store " + FLAGS_kv_store +
@@ -218,6 +219,7 @@ Status JoinIfDistributed(std::unique_ptr<Cluster>* cluster, TrainerConfig* cfg) 
   }
   ClusterConfig c;
   TALLY_RETURN_IF_ERROR(ClusterConfigFromEnv(&c));
+  c.can_join |= rejoin;
   std::unique_ptr<Transport> transport;
   TALLY_RETURN_IF_ERROR(NewJobTransport(c, &transport));
   TALLY_RETURN_IF_ERROR(Cluster::Join(c, std::move(transport), cluster));
@@ -363,14 +365,15 @@ FitCallbacks WireCallbacks(NodeProfiler* prof, ProgressBar* bar, Trainer* traine
 }
 
 // --elastic: a worker other than 0 leaves on its own SIGTERM (worker 0, which leads the
-// job, still stops the whole job there), or before the step --membership-replay names.
-Status WireLeave(Cluster* cluster, int rank, FitOptions* o) {
+// job, still stops the whole job there), or before the step --membership-replay names
+// (*rejoins: and joins again later).
+Status WireLeave(Cluster* cluster, int rank, FitOptions* o, bool* rejoins) {
   ElasticOptions elastic;
   TALLY_RETURN_IF_ERROR(ElasticFlags(&elastic));
   if (!elastic.elastic) return Status::Ok();
   if (cluster == nullptr) return Status::InvalidArgument("--elastic needs a dist_* --kv-store");
   int64_t replay = -1;
-  TALLY_RETURN_IF_ERROR(ReplayLeaveStep(rank, &replay));
+  TALLY_RETURN_IF_ERROR(ReplayLeaveStep(rank, o->begin_step, &replay, rejoins));
   if (rank == 0 && replay >= 0) return Status::InvalidArgument("--membership-replay: worker 0 cannot leave");
   if (rank == 0) return Status::Ok();
   o->stop = nullptr;
@@ -379,14 +382,22 @@ Status WireLeave(Cluster* cluster, int rank, FitOptions* o) {
 }
 
 // Trains the run's epochs and ends the run: with the job (dist modes) and the profiler's
-// files; on an agreed stop, with 128 + SIGTERM.
+// files; on an agreed stop, with 128 + SIGTERM. *rejoin: this worker left the job before a
+// step --membership-replay names and joins it again later.
 int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resume, Cluster* cluster,
-           Trainer* trainer, NodeProfiler* prof) {
+           Trainer* trainer, NodeProfiler* prof, const JoinTimes& times, bool* rejoin) {
   const int num_workers = cluster ? cluster->num_workers() : 1;
   const int rank = cluster ? cluster->me().rank() : 0;
-  // Every worker draws its own training images; all validate on the same ones.
+  // Every worker draws its own training images; all validate on the same ones. A worker
+  // that joined the running job (always --elastic) starts at its first step: its elastic
+  // source follows the job's cut from the start through the changes heard up to there.
+  const int64_t first = trainer->kvstore().first_step();
   std::unique_ptr<BatchSource> train_data, val_data;
   Status s = MakeTrainSource(cfg, rank, num_workers, DataPositionOf(resume, trainer), &train_data);
+  if (s.ok() && first > 0 && !train_data->elastic()) {  // TALLY_JOIN=1 on a command without --elastic
+    s = Status::InvalidArgument("worker " + std::to_string(rank) + " joined a running job without --elastic "
+                                "(or TALLY_ELASTIC=1): its data would not follow the job's re-cut");
+  }
   if (s.ok()) s = MakeValSource(cfg, &val_data);
   if (s.ok()) s = FinishLrSchedule(num_workers, train_data->batches_per_epoch(), &lr);
   if (!s.ok()) return Fail("", s);
@@ -397,9 +408,11 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   ProgressBar bar(FLAGS_progress);
   const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
   FitOptions options = MakeFitOptions(cfg, lr, resume, rank);
-  s = WireLeave(cluster, rank, &options);
+  if (first > 0) options.begin_step = first;
+  s = WireLeave(cluster, rank, &options, rejoin);
   if (!s.ok()) return Fail("", s);
   FitCallbacks callbacks = WireCallbacks(prof, &bar, trainer, num_workers, saves);
+  if (first > 0) AnnounceJoin(rank, first, times, &callbacks);
   std::unique_ptr<FitBoard> board;
   s = OpenWorkerBoard(trainer, rank, FLAGS_top_k, &board);
   if (!s.ok()) return Fail("", s);
@@ -408,11 +421,12 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   s = Fit(trainer, train_data.get(), val_data.get(), options, callbacks, &result);
   if (!s.ok()) return Fail(result.failed_at, s);
   if (result.left) {
+    *rejoin = *rejoin && !g_terminate.load();
     s = LeaveJob(cluster, result.steps);
     prof->Finish().ok();
     if (!s.ok()) return Fail("worker " + std::to_string(rank) + " leaving: ", s);
-    std::printf("tally train: worker %d left the job before step %lld (--elastic)\n", rank,
-                static_cast<long long>(result.steps));
+    std::printf("tally train: worker %d left the job before step %lld (--elastic)%s\n", rank,
+                static_cast<long long>(result.steps), *rejoin ? "; it joins again (--membership-replay)" : "");
     std::fflush(stdout);
     return 0;
   }
@@ -488,6 +502,10 @@ int RunRole(const ClusterConfig& c) {
   return 0;
 }
 
+namespace {
+int RunWorker(TrainerConfig cfg, const LrScheduleConfig& lr_schedule, bool rejoining, bool* rejoin);
+}  // namespace
+
 int TrainCommand(int argc, char** argv) {
   ParseFlags("tally train [--network=resnet --num-layers=20 --batch-size=128 ...]", &argc, &argv, {__FILE__, "tools/train_data.cc", "tools/train_elastic.cc", "tools/train_board.cc", "profile/node_profiler.cc"});
   const char* role = std::getenv("DMLC_ROLE");
@@ -508,15 +526,31 @@ int TrainCommand(int argc, char** argv) {
   if (s.ok() && elastic.elastic && !IsDistributed(cfg.kv_store)) {
     s = Status::InvalidArgument("--elastic needs a dist_* --kv-store, not " + FLAGS_kv_store);
   }
+  if (!s.ok()) return Fail("", s);
+  bool rejoin = false;
+  int code = RunWorker(cfg, lr_schedule, /*rejoining=*/false, &rejoin);
+  while (code == 0 && rejoin) code = RunWorker(cfg, lr_schedule, /*rejoining=*/true, &rejoin);
+  return code;
+}
+
+namespace {
+
+// One worker's part in the job, from joining it to its end or its leave (*rejoin: a
+// --membership-replay has it join again, through the path a new process takes).
+int RunWorker(TrainerConfig cfg, const LrScheduleConfig& lr_schedule, bool rejoining, bool* rejoin) {
+  *rejoin = false;
+  const double began_s = rejoining ? ProcessSeconds() : 0.0;  // a joiner's figures count from here
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Trainer> trainer;
-  if (s.ok()) s = JoinIfDistributed(&cluster, &cfg);
+  Status s = JoinIfDistributed(rejoining, &cluster, &cfg);
   const int num_workers = cluster ? cluster->num_workers() : 1;
   const int rank = cluster ? cluster->me().rank() : 0;
   CompressInMXNetUnits(num_workers, &cfg);
   Checkpoint resume;
   bool resumed = false, complete = false;
-  if (s.ok()) s = FindResumePoint(num_workers, cfg.model, &resume, &resumed, &complete);
+  // A worker joining a running job takes the job's state from the servers, not a checkpoint.
+  const bool joins = cluster && cluster->joined_after_epoch() > 0;
+  if (s.ok() && !joins) s = FindResumePoint(num_workers, cfg.model, &resume, &resumed, &complete);
   if (s.ok() && complete) {
     if (cluster) s = cluster->Finish(/*timeout_ms=*/60000);
     return s.ok() ? 0 : Fail("", s);
@@ -526,11 +560,15 @@ int TrainCommand(int argc, char** argv) {
     SetNumThreads(FLAGS_num_threads > 0 ? FLAGS_num_threads : ThreadsPerWorker(cluster.get()));
     s = Trainer::Create(cfg, &trainer, resumed ? &resume : nullptr);
   }
+  const double ready_s = ProcessSeconds() - began_s;  // a joiner: its weights are in
   std::unique_ptr<NodeProfiler> prof;  // after `cluster`: destroyed first
   if (s.ok()) s = StartWorkerProfiler(cluster.get(), rank, &prof);
   if (!s.ok()) return Fail("", s);
   PrintBanner();
-  return RunFit(cfg, lr_schedule, resume, cluster.get(), trainer.get(), prof.get());
+  return RunFit(cfg, lr_schedule, resume, cluster.get(), trainer.get(), prof.get(), JoinTimes{began_s, ready_s},
+                rejoin);
 }
+
+}  // namespace
 
 }  // namespace tally

@@ -1,12 +1,18 @@
 // `tally train --elastic`'s flags and a worker's leave (train_elastic.h).
 #include "tools/train_elastic.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
 #include <vector>
 
 #include <gflags/gflags.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 DEFINE_bool(elastic, false, "with a dist_* --kv-store: a worker that dies or gets SIGTERM leaves the job and the "
             "rest go on (docs/faults.md); TALLY_ELASTIC=1 (tools/launch.py --elastic) does the same");
@@ -36,8 +42,19 @@ namespace {
 // One line of membership.jsonl, as far as a replay needs it.
 struct RecordedChange {
   int64_t epoch = 0, from_step = 0, skip_step = -1;
-  std::vector<int64_t> left;
+  std::vector<int64_t> left, joined;
 };
+
+// The ranks of `j[key]`, an array of integers; false when it is something else.
+bool Ranks(const nlohmann::json& j, const char* key, std::vector<int64_t>* out) {
+  if (!j.contains(key)) return true;
+  if (!j[key].is_array()) return false;
+  for (const auto& r : j[key]) {
+    if (!r.is_number_integer()) return false;
+    out->push_back(r.get<int64_t>());
+  }
+  return true;
+}
 
 bool Integer(const nlohmann::json& j, const char* key) { return j.contains(key) && j[key].is_number_integer(); }
 
@@ -51,22 +68,16 @@ Status ReadReplay(std::vector<RecordedChange>* out) {
     if (line.empty()) continue;
     const std::string where = "--membership-replay " + FLAGS_membership_replay + " line " + std::to_string(n);
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("joined")) {
-      return Status::InvalidArgument(where + ": a worker's join (\"joined\") is not replayed yet; only leaves are");
-    }
-    if (j.is_discarded() || !j.is_object() || !Integer(j, "epoch") || !Integer(j, "from_step") ||
-        !j.contains("left") || !j["left"].is_array() || (j.contains("skip_step") && !Integer(j, "skip_step"))) {
-      return Status::InvalidArgument(where + ": not a membership change (epoch, from_step, left)");
-    }
     RecordedChange c;
+    if (j.is_discarded() || !j.is_object() || !Integer(j, "epoch") || !Integer(j, "from_step") ||
+        (j.contains("left") == j.contains("joined")) || !Ranks(j, "left", &c.left) ||
+        !Ranks(j, "joined", &c.joined) || (j.contains("skip_step") && !Integer(j, "skip_step"))) {
+      return Status::InvalidArgument(where + ": not a membership change (epoch, from_step, left or joined ranks)");
+    }
     c.epoch = j["epoch"].get<int64_t>();
     c.from_step = j["from_step"].get<int64_t>();
     if (j.contains("skip_step")) c.skip_step = j["skip_step"].get<int64_t>();
     if (c.from_step < 1) return Status::InvalidArgument(where + ": from_step " + std::to_string(c.from_step));
-    for (const auto& r : j["left"]) {
-      if (!r.is_number_integer()) return Status::InvalidArgument(where + ": a rank in left is not an integer");
-      c.left.push_back(r.get<int64_t>());
-    }
     out->push_back(std::move(c));
   }
   return Status::Ok();
@@ -74,14 +85,18 @@ Status ReadReplay(std::vector<RecordedChange>* out) {
 
 }  // namespace
 
-Status ReplayLeaveStep(int rank, int64_t* step) {
+Status ReplayLeaveStep(int rank, int64_t first_step, int64_t* step, bool* rejoins) {
   *step = -1;
+  *rejoins = false;
   std::vector<RecordedChange> changes;
   TALLY_RETURN_IF_ERROR(ReadReplay(&changes));
   for (const RecordedChange& c : changes) {
-    for (int64_t r : c.left) {
-      if (r == rank) *step = c.from_step;
-    }
+    const bool named = std::find(c.left.begin(), c.left.end(), rank) != c.left.end();
+    if (named && c.from_step > first_step && (*step < 0 || c.from_step < *step)) *step = c.from_step;
+  }
+  for (const RecordedChange& c : changes) {
+    const bool named = std::find(c.joined.begin(), c.joined.end(), rank) != c.joined.end();
+    *rejoins |= named && *step >= 0 && c.from_step > *step;
   }
   return Status::Ok();
 }
@@ -100,6 +115,39 @@ SchedulerOptions ElasticSchedulerOptions() {
     for (const RecordedChange& c : changes) o.replay[c.epoch] = {c.from_step, c.skip_step};
   }
   return o;
+}
+
+double ProcessSeconds() {
+  // Field 22 of /proc/self/stat: the start in clock ticks after boot; /proc/uptime: now.
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  double now = 0;
+  if (paren == std::string::npos || !(uptime >> now)) return 0;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) fields >> field;  // field 3, the state, follows the name
+  const long ticks = sysconf(_SC_CLK_TCK);
+  return ticks > 0 ? now - std::strtod(field.c_str(), nullptr) / static_cast<double>(ticks) : 0;
+}
+
+void AnnounceJoin(int rank, int64_t first_step, const JoinTimes& times, FitCallbacks* callbacks) {
+  std::printf("tally train: worker %d joined the job at step %lld (--elastic): the job's weights after step %lld "
+              "pulled %.2f s after it %s\n",
+              rank, static_cast<long long>(first_step), static_cast<long long>(first_step - 1), times.ready_s,
+              times.began_s > 0 ? "began to join again" : "started");
+  std::fflush(stdout);
+  auto previous = callbacks->step_ends;
+  auto done = std::make_shared<bool>(false);
+  callbacks->step_ends = [previous, done, rank, first_step, times](const profile::StepRecord& record) {
+    if (previous) previous(record);
+    if (*done) return;
+    *done = true;
+    std::printf("tally train: worker %d's first step (%lld) done %.2f s after it %s\n", rank,
+                static_cast<long long>(first_step), ProcessSeconds() - times.began_s,
+                times.began_s > 0 ? "began to join again" : "started");
+    std::fflush(stdout);
+  };
 }
 
 Status LeaveJob(Cluster* cluster, int64_t step) {

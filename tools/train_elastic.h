@@ -4,7 +4,8 @@
 //   ElasticOptions e;
 //   TALLY_RETURN_IF_ERROR(ElasticFlags(&e));           // --elastic, --elastic-lr
 //   int64_t leave_at = -1;                              // --membership-replay: this rank's step
-//   TALLY_RETURN_IF_ERROR(ReplayLeaveStep(rank, &leave_at));
+//   bool rejoins = false;                               // ... and whether it joins again
+//   TALLY_RETURN_IF_ERROR(ReplayLeaveStep(rank, /*first_step=*/0, &leave_at, &rejoins));
 //   ...  // Fit returns FitResult::left before step result.steps
 //   TALLY_RETURN_IF_ERROR(LeaveJob(cluster, result.steps));  // LEAVE, then the scheduler's SHUTDOWN
 #pragma once
@@ -15,6 +16,7 @@
 #include "net/cluster.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
+#include "worker/fit.h"
 
 namespace tally {
 
@@ -26,10 +28,27 @@ Status ElasticFlags(ElasticOptions* out);
 // The scheduler's options: --elastic, and membership.jsonl in --model-prefix's directory.
 SchedulerOptions ElasticSchedulerOptions();
 
-// --membership-replay FILE: the step before which worker `rank` leaves, as the run that
-// wrote FILE decided it (-1: it does not leave). Fails naming the file and line of a
-// malformed line.
-Status ReplayLeaveStep(int rank, int64_t* step);
+// --membership-replay FILE: the step before which worker `rank`, whose first step is
+// `first_step` (0, or a join's from_step), leaves, as the run that wrote FILE decided it
+// (-1: it does not leave), and whether a later change of FILE has it join again: then this
+// process joins the job again after its leave, as a new process would (docs/faults.md,
+// "Replay"). Fails naming the file and line of a malformed line.
+Status ReplayLeaveStep(int rank, int64_t first_step, int64_t* step, bool* rejoins);
+
+// Seconds since this process started (/proc/self/stat; 0 when unreadable).
+double ProcessSeconds();
+
+// A joining worker's figures, in ProcessSeconds: when it began to join (0: at the process's
+// start; later, a --membership-replay's worker joining again) and when its weights were in
+// (seconds after that).
+struct JoinTimes {
+  double began_s = 0, ready_s = 0;
+};
+
+// A worker that joined the running job at `first_step`: prints so ("tally train: worker 2
+// joined the job at step 71 (--elastic) ..."), with its weights' time, and once its first
+// step is done, that step's time after it began to join.
+void AnnounceJoin(int rank, int64_t first_step, const JoinTimes& times, FitCallbacks* callbacks);
 
 // This worker leaves the job before `step`: it tells the scheduler (LEAVE) and waits for
 // the change to be decided (the scheduler's SHUTDOWN to it).
