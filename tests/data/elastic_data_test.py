@@ -7,7 +7,8 @@ worker logging the positions it reads (TALLY_TEST_READ_LOG).
   across the three workers; MXNet's epoch and Speedometer lines follow the longer epoch.
 - The same, then SIGTERM to worker 0 (the whole job stops at an agreed step with a
   checkpoint) after the leave; `--resume auto` with all three workers again continues the
-  epoch, and each epoch, over both runs, reads each example exactly once.
+  epoch, and each epoch, over both runs, reads each example exactly once; without --elastic
+  that checkpoint is refused, naming it.
 
 Usage: python3 elastic_data_test.py TALLY_BINARY [unittest args]
 """
@@ -154,6 +155,14 @@ class ElasticDataTest(FaultCase):
         # as leaves below --min-workers ("the checkpoint saved" either way).
         out = self.finish(proc, path, codes=(0, 75))
         self.assertRegex(out, r"\[worker 0\] tally train: stopped on SIGTERM at the job's agreed step, the checkpoint saved")
+        # Without --elastic the position inside the epoch means nothing: refused, naming the file.
+        alone = [a if a != "dist_sync" else "device" for a in MODEL]
+        refused = subprocess.run([fault_job.TALLY, "train"] + alone + ["--model-prefix", prefix, "--resume", "auto"],
+                                 env=self.environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, timeout=BOUND_S, text=True)
+        self.assertNotEqual(refused.returncode, 0, refused.stdout[-3000:])
+        self.assertRegex(refused.stdout, r"m-0000\.params was taken inside an epoch of an --elastic run: resume it "
+                                         r"with --elastic")
         resumed, second = self.launch("resume", ["--model-prefix", prefix, "--resume", "auto"], reads_dir=second_dir)
         again = self.finish(resumed, second)
         m = re.search(r"resuming from \S+: epoch (\d+), batch (\d+), step (\d+)", again)

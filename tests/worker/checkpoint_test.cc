@@ -17,6 +17,7 @@
 
 #include "models/ndarray_file.h"
 #include "base/fault_hooks.h"
+#include "data/elastic_reader.h"
 #include "tests/temp_dir.h"
 
 namespace tally {
@@ -68,6 +69,31 @@ TEST(Checkpoint, RoundTripsTensorsPositionAndInfo) {
   EXPECT_EQ(c.params[0].tensor.shape(), (Shape{3, 2}));
   EXPECT_EQ(TagOf(c), 5.0f);
   EXPECT_EQ(c.info.count("format"), 0u) << "file bookkeeping leaked into info";
+}
+
+// --elastic's data position (the `membership` metadata, docs/checkpoint.md) comes back as
+// written, from the .params and the .states alike, and parses to the same record.
+TEST(Checkpoint, KeepsAnElasticRunsDataPosition) {
+  ScopedTempDir dir("checkpoint_test");
+  const std::string prefix = dir.Path("m");
+  ElasticRecord record;
+  record.num_examples = 960;
+  record.epoch_live = {0, 1, 2};
+  record.changes = {{35, {0, 2}, false}, {40, {0, 1, 2}, true}};
+  Checkpoint c = Make(0, 12, 2.0f);
+  c.info["membership"] = record.ToJson();
+  ASSERT_TRUE(SaveCheckpoint(prefix, c).ok());
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(prefix, 0, &back).ok());
+  ASSERT_EQ(back.info.count("membership"), 1u);
+  ElasticRecord parsed;
+  ASSERT_TRUE(ElasticRecord::FromJson("m-0000.params", back.info.at("membership"), &parsed).ok());
+  EXPECT_EQ(parsed.ToJson(), record.ToJson());
+  EXPECT_EQ(parsed.changes[0].live, (std::vector<int>{0, 2}));
+  // A checkpoint without it (not --elastic, or older) loads as before.
+  ASSERT_TRUE(SaveCheckpoint(prefix, Make(1, 0, 3.0f)).ok());
+  ASSERT_TRUE(LoadCheckpoint(prefix, 1, &back).ok());
+  EXPECT_EQ(back.info.count("membership"), 0u);
 }
 
 // The .params is MXNet's NDArray file under Module names, its metadata an array MXNet's
