@@ -123,10 +123,10 @@ TEST(ElasticReader, ALeaveHeardAsLateAsTheAnswersAllowIsReadOnce) {
 }
 
 // A job of ranks 0..2; rank 1 leaves from step 5; the whole job stops after step `stop - 1`
-// with a checkpoint, which a job of all three resumes; the epochs read each example once
-// over both runs.
-void CheckpointAfterALeave(int64_t stop) {
-  SCOPED_TRACE("checkpoint at step " + std::to_string(stop));
+// with a checkpoint, which a job of the ranks `gathered` resumes; the epochs read each
+// example once over both runs.
+void CheckpointAfterALeave(int64_t stop, const std::vector<int>& gathered = {0, 1, 2}) {
+  SCOPED_TRACE("checkpoint at step " + std::to_string(stop) + ", resumed by " + std::to_string(gathered.size()));
   const int64_t n = 301;
   Job job;
   job.changes = {{5, {0, 2}, false}};
@@ -146,10 +146,10 @@ void CheckpointAfterALeave(int64_t stop) {
   start.batch = rank0.back().index + 1;
   start.step = stop;
   start.record = record;
-  start.gathered = {0, 1, 2};
+  start.gathered = gathered;
   Job resumed;  // a new job: its scheduler has decided nothing yet
   std::vector<Worker> again;
-  for (int r = 0; r < 3; ++r) again.push_back(MakeWorker(&resumed, n, 8, r, start));
+  for (int r : gathered) again.push_back(MakeWorker(&resumed, n, 8, r, start));
   RunSteps(&resumed, &again, {}, stop, stop + 120, n, &visits);
   ExpectEachOnce(visits, 3);
 }
@@ -158,6 +158,8 @@ TEST(ElasticReader, ACheckpointAfterALeaveResumesWithTheGatheredWorkersAndReadsT
   CheckpointAfterALeave(6);   // the leave not applied yet (from step 5: at step 7)
   CheckpointAfterALeave(10);  // applied
   CheckpointAfterALeave(5);   // the leaver's first missing step
+  CheckpointAfterALeave(6, {0, 1});        // a job of two workers resumes
+  CheckpointAfterALeave(10, {0, 1, 2, 3});  // a job of four
 }
 
 TEST(ElasticReader, AJoinerReadsPadsUntilItsChangeAppliesThenItsPart) {
