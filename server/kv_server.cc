@@ -1,145 +1,42 @@
-// KVServer: the server's side of the data commands (server.h, docs/wire.md).
-#include <algorithm>
-#include <cmath>
+// KVServer: the layer of fault tolerance around the server's core (server.h): it takes the
+// peers' messages itself and hands the workers' requests to the core (server_core.h).
 #include <cstdint>
-#include <set>
 #include <string>
 #include <utility>
 
 #include <glog/logging.h>
 
-#include "compress/compress.h"
 #include "net/command_rules.h"
-#include "optim/reduce.h"
 #include "profile/trace.h"
-#include "server/kv_server_slice.h"
 #include "server/server.h"
 
 namespace tally {
 
-namespace {
-
-std::string SliceName(const wire::KeySlice& s) {
-  return "key " + std::to_string(s.key()) + " [" + std::to_string(s.offset()) + ", +" +
-         std::to_string(s.length()) + ")";
-}
-
-OptimizerConfig FromWireOptimizer(const wire::OptimizerConfig& w) {
-  OptimizerConfig c;
-  c.type = w.type();
-  c.lr = w.lr();
-  c.momentum = w.momentum();
-  c.wd = w.wd();
-  c.rescale_grad = w.rescale_grad();
-  c.clip_gradient = w.clip_gradient();
-  c.multi_precision = w.multi_precision();
-  c.no_wd_keys.insert(w.no_wd_keys().begin(), w.no_wd_keys().end());
-  if (w.has_beta1()) c.beta1 = w.beta1();
-  if (w.has_beta2()) c.beta2 = w.beta2();
-  if (w.has_epsilon()) c.epsilon = w.epsilon();
-  if (w.has_gamma1()) c.gamma1 = w.gamma1();
-  if (w.has_gamma2()) c.gamma2 = w.gamma2();
-  c.centered = w.centered();
-  if (w.has_clip_weights()) c.clip_weights = w.clip_weights();
-  if (w.has_eta()) c.eta = w.eta();
-  c.momentum_correction = !w.no_momentum_correction();
-  c.wd_lh = w.wd_lh();
-  if (w.has_lower_bound()) c.lower_bound = w.lower_bound();
-  if (w.has_upper_bound()) c.upper_bound = w.upper_bound();
-  c.bias_correction = !w.no_bias_correction();
-  c.lazy_update = !w.no_lazy_update();
-  return c;
-}
-
-// Moves the data frames out of msg. A frame whose storage is referenced from outside the
-// message (the in-process transport shares the sender's buffer) is copied, since the
-// sender may write its buffer again once the push is answered.
-std::vector<Tensor> TakeData(Message* msg) {
-  std::vector<Tensor> data = std::move(msg->data);
-  msg->data.clear();
-  std::map<const Storage*, long> refs_here;
-  for (const Tensor& t : data) ++refs_here[t.storage().get()];
-  for (Tensor& t : data) {
-    if (t.storage().use_count() > refs_here[t.storage().get()]) t = t.Clone();
-  }
-  return data;
-}
-
-// The compression a push's packed bits were made with (dtype TWO_BIT or ONE_BIT), from its
-// Meta; a 2bit threshold that is no positive number is refused.
-Status PushCompression(const wire::Meta& m, CompressionConfig* out) {
-  const bool two_bit = m.dtype() == wire::TWO_BIT;
-  Status s = ParseCompression(two_bit ? "2bit" : "1bit", two_bit ? m.gc_threshold() : 0.0f, out);
-  if (!s.ok()) return Status::InvalidArgument("gc_threshold: " + s.message());
-  return Status::Ok();
-}
-
-// A compressed push's frames as the fp32 gradients they stand for: MXNet's servers
-// dequantise each push and sum the results as they would uncompressed ones.
-void Dequantize(const CompressionConfig& gc, const wire::Meta& m, std::vector<Tensor>* data) {
-  for (size_t i = 0; i < data->size(); ++i) {
-    const int64_t n = static_cast<int64_t>(m.slices(static_cast<int>(i)).length());
-    Tensor values = Tensor::Empty({n}, DType::kF32);
-    Dequantize(gc, (*data)[i].data<uint8_t>(), n, values.data<float>());
-    (*data)[i] = std::move(values);
-  }
-}
-
-}  // namespace
-
 KVServer::KVServer(int num_servers, int num_workers, SendFn send, int spare_servers)
-    : ids_{num_servers, num_workers, spare_servers}, send_(std::move(send)) {
-  CHECK_GE(ids_.num_servers, 1);
-  CHECK_GE(ids_.num_workers, 1);
-}
+    : ids_{num_servers, num_workers, spare_servers}, send_(send), core_(ids_, std::move(send), this) {}
 
 KVServer::~KVServer() = default;
 
-void KVServer::Respond(const wire::Meta& request, const std::string& error, bool not_applied) {
-  Message r;
-  r.meta.set_command(wire::RESPONSE);
-  r.meta.set_receiver_id(request.sender_id());
-  r.meta.set_request_id(request.request_id());
-  r.meta.set_priority(request.priority());
-  r.meta.set_step(request.step());
-  if (!error.empty()) r.meta.set_error(error);
-  if (not_applied) {
-    r.meta.set_skipped(true);
-    r.meta.add_nonfinite_workers(ids_.WorkerRank(request.sender_id()));
-  }
-  Status s = send_(request.sender_id(), std::move(r));
-  if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
-}
-
 void KVServer::SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder,
                                std::function<void(int64_t step)> step_begins) {
-  recorder_ = std::move(recorder);
-  step_begins_ = std::move(step_begins);
+  core_.SetStepRecorder(std::move(recorder), std::move(step_begins));
 }
 
-profile::StepRecord* KVServer::StepLoad(int64_t step, int64_t now_us) {
-  auto [it, fresh] = open_steps_.try_emplace(step);
-  profile::StepRecord& r = it->second;
-  if (fresh) {
-    if (step_begins_) step_begins_(step);
-    r.step = step;
-    r.start_us = now_us;
-    // Synchronous steps follow one another: once step t's pushes come, step t - 2 is done
-    // (asynchronous ones overlap more; what is left is recorded by FlushSteps).
-    while (open_steps_.begin()->first < step - 1) {
-      if (recorder_) recorder_(open_steps_.begin()->second);
-      open_steps_.erase(open_steps_.begin());
-    }
-  }
-  r.dur_us = std::max(r.dur_us, now_us - r.start_us);
-  return &r;
+void KVServer::Handle(Message&& msg) {
+  const wire::Meta& m = msg.meta;
+  profile::TraceScope trace(wire::Command_Name(m.command()).c_str(), "server");
+  core_.NoteRequest(msg);
+  if (HandleFromPeers(&msg)) return;
+  if (DroppedForTest(m)) return;  // kv_server_elastic.cc
+  if (HoldForState(&msg)) return;  // kv_server_spare.cc
+  if (m.command() == wire::ROLLBACK) return HandleRequest(&msg);
+  core_.Handle(std::move(msg));
 }
 
-void KVServer::FlushSteps() {
-  if (recorder_) {
-    for (const auto& [step, r] : open_steps_) recorder_(r);
-  }
-  open_steps_.clear();
+void KVServer::HandleRequest(Message* msg) {
+  Status s = core_.AdmitRequest(*msg);
+  if (s.ok()) s = HandleRollback(*msg);  // kv_server_rollback.cc
+  if (!s.ok()) core_.Refuse(msg->meta, s);
 }
 
 bool KVServer::HandleFromPeers(Message* msg) {
@@ -155,7 +52,7 @@ bool KVServer::HandleFromPeers(Message* msg) {
     if (r.ok()) {
       ServerLost(m.nodes(0).rank(), m.nodes_size() > 1 ? m.nodes(1).rank() : -1);
     } else {
-      ++refused_;
+      core_.CountRefused();
       LOG(WARNING) << "server: refused " << r.message();
     }
     return true;
@@ -164,7 +61,7 @@ bool KVServer::HandleFromPeers(Message* msg) {
     if (ids_.IsServer(m.sender_id())) {
       HandleReplicaAck(*msg);  // a backup has applied a step this server forwarded
     } else {
-      ++refused_;
+      core_.CountRefused();
       LOG(WARNING) << "server: ignoring " << what << ": a server sends no requests to it";
     }
     return true;
@@ -175,7 +72,7 @@ bool KVServer::HandleFromPeers(Message* msg) {
     if (r.ok() && EarlyForSpare(msg)) return true;
     if (r.ok()) r = m.command() == wire::REPLICATE ? HandleReplicate(msg) : HandleReplicaState(msg);
     if (!r.ok()) {
-      ++refused_;
+      core_.CountRefused();
       LOG(WARNING) << "server: refused " << what << ": " << r.message();
     }
     return true;
@@ -183,98 +80,8 @@ bool KVServer::HandleFromPeers(Message* msg) {
   return false;
 }
 
-void KVServer::Handle(Message&& msg) {
-  const wire::Meta& m = msg.meta;
-  profile::TraceScope trace(wire::Command_Name(m.command()).c_str(), "server");
-  if (recorder_ && m.step() >= 0 && (m.command() == wire::PUSH || m.command() == wire::PUSHPULL)) {
-    profile::StepRecord* r = StepLoad(m.step(), profile::NowUs());
-    ++r->requests;
-    for (const Tensor& t : msg.data) r->bytes_in += static_cast<int64_t>(t.nbytes());
-  }
-  if (HandleFromPeers(&msg)) return;
-  if (DroppedForTest(m)) return;  // kv_server_elastic.cc
-  const std::string what = wire::Command_Name(m.command()) + " from node " +
-                           std::to_string(m.sender_id());
-  if (HoldForState(&msg)) return;
-  Status s = ValidateMessage(msg);
-  if (s.ok() && !ids_.IsWorker(m.sender_id())) {
-    s = Status::InvalidArgument("the sender is not a worker of this job");
-  }
-  const bool from_worker0 = m.sender_id() == ids_.Worker(0);
-  const bool of_step = m.command() == wire::PUSH || m.command() == wire::PULL || m.command() == wire::PUSHPULL ||
-                       m.command() == wire::ROLLBACK;
-  if (s.ok() && of_step) s = AdmitStep(msg);
-  if (s.ok()) {
-    switch (m.command()) {
-      case wire::SET_OPTIMIZER:
-      case wire::INIT:
-      case wire::SET_LR:
-        if (!from_worker0) {
-          s = Status::InvalidArgument("only worker 0 sends " + wire::Command_Name(m.command()));
-        } else if (m.command() == wire::SET_OPTIMIZER) {
-          s = HandleSetOptimizer(msg);
-        } else if (m.command() == wire::INIT) {
-          s = HandleInit(msg);
-        } else {
-          s = HandleSetLr(msg);
-        }
-        if (s.ok()) Respond(m, "");
-        break;
-      case wire::PUSH: {
-        PushOutcome pushed;
-        s = HandlePush(&msg, &pushed);
-        break;
-      }
-      case wire::PULL:
-        s = HandlePull(msg);
-        break;
-      case wire::PUSHPULL: {
-        // A PUSH that is answered as the PULL of its own step: one round trip instead of
-        // two. The pull's checks are the push's (ValidateMessage checked pull_dtype), so
-        // once the push is taken the pull cannot be refused.
-        PushOutcome pushed;
-        s = HandlePush(&msg, &pushed);
-        if (s.ok() && !pushed.answered_before) s = HandlePull(msg, pushed.not_applied);
-        break;
-      }
-      case wire::ROLLBACK:
-        s = HandleRollback(msg);
-        break;
-      default:
-        s = Status::InvalidArgument("not a data command");
-    }
-  }
-  if (!s.ok()) {
-    ++refused_;
-    if (LogsRefusal(refused_)) {
-      LOG(WARNING) << "server: refused " << what << ": " << s.message() << " (" << refused_ << " refused so far)";
-    }
-    Respond(m, "server " + std::to_string(ids_.ServerRank(m.receiver_id())) + ": " + what + ": " + s.message());
-  }
-}
-
-Status KVServer::HandleSetOptimizer(const Message& msg) {
-  const wire::Meta& m = msg.meta;
-  if (pushed_) return Status::InvalidArgument("the optimizer cannot change after the first push");
-  if (m.num_workers() != ids_.num_workers) {
-    return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
-                                   ", but the job has " + std::to_string(ids_.num_workers));
-  }
-  OptimizerConfig c = FromWireOptimizer(m.optimizer());
-  TALLY_RETURN_IF_ERROR(ValidateOptimizerConfig(c));
-  if (!c.no_wd_keys.empty() && *c.no_wd_keys.begin() < 0) {
-    return Status::InvalidArgument("no_wd_keys holds key " + std::to_string(*c.no_wd_keys.begin()));
-  }
-  updater_ = std::make_unique<Updater>(c);
-  optimizer_ = c;
-  lr_.Reset(c.lr);
-  async_ = m.async();
-  LOG(INFO) << "server: optimizer " << c.type << " lr " << c.lr << " momentum " << c.momentum
-            << " wd " << c.wd << (async_ ? ", async" : ", sync") << " over " << ids_.num_workers << " workers";
-  return Status::Ok();
-}
-
-Status KVServer::CheckChain(int chain) const {
+Status KVServer::AdmitInit(const wire::Meta& init) const {
+  const int chain = init.chain();
   if (replicas_ == 0) {
     if (chain == 0) return Status::Ok();
     return Status::InvalidArgument("chain " + std::to_string(chain) + ", but this job keeps no replicas");
@@ -287,297 +94,19 @@ Status KVServer::CheckChain(int chain) const {
   return Status::Ok();
 }
 
-Status KVServer::HandleInit(const Message& msg) {
-  const wire::Meta& m = msg.meta;
-  TALLY_RETURN_IF_ERROR(CheckChain(m.chain()));
-  if (m.num_workers() != ids_.num_workers) {
-    return Status::InvalidArgument("num_workers " + std::to_string(m.num_workers()) +
-                                   ", but the job has " + std::to_string(ids_.num_workers));
-  }
-  if (pushed_) return Status::InvalidArgument("INIT after the first push");
-  if (m.optimizer_state()) return HandleInitState(msg);
-  std::set<std::pair<uint64_t, uint64_t>> seen;
-  for (const wire::KeySlice& ks : m.slices()) {
-    auto id = std::make_pair(ks.key(), ks.offset());
-    if (slices_.count(id) || !seen.insert(id).second) {
-      return Status::InvalidArgument(SliceName(ks) + " is initialised twice");
-    }
-  }
-  async_ = m.async();
-  for (int i = 0; i < m.slices_size(); ++i) {
-    const wire::KeySlice& ks = m.slices(i);
-    auto s = std::make_unique<Slice>();
-    s->id = static_cast<int>(slices_.size());
-    s->key = ks.key();
-    s->offset = ks.offset();
-    s->length = static_cast<int64_t>(ks.length());
-    s->value = msg.data[i].To(DType::kF32);  // always a copy: the frame may be the sender's buffer
-    s->chain = m.chain() - 1;
-    s->pushes = SliceAggregator(ids_.num_workers, s->length, elastic_ ? &members_ : nullptr);
-    slices_[{ks.key(), ks.offset()}] = std::move(s);
-  }
-  return Status::Ok();
-}
-
-Status KVServer::HandleInitState(const Message& msg) {
-  std::vector<Slice*> slices;
-  TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
-  if (!updater_) return Status::InvalidArgument("optimizer state without an optimizer");
-  const int slots = updater_->state_slots(), slot = msg.meta.state_slot();
-  if (slots == 0) {
-    return Status::InvalidArgument("optimizer state, but --optimizer " + updater_->config().type + " keeps none here");
-  }
-  if (slot < 0 || slot >= slots) {
-    return Status::InvalidArgument("state_slot " + std::to_string(slot) + ", but the optimizer keeps slots 0.." +
-                                   std::to_string(slots - 1));
-  }
-  // Every slice is checked before any is set: a refused INIT changes nothing.
-  for (size_t i = 0; i < slices.size(); ++i) {
-    TALLY_RETURN_IF_ERROR(updater_->CheckStateSlot(slices[i]->id, slices[i]->length, slot, msg.data[i]));
-  }
-  for (size_t i = 0; i < slices.size(); ++i) {
-    TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(slices[i]->id, slices[i]->value, slot, msg.data[i]));
-  }
-  return Status::Ok();
-}
-
-Status KVServer::AdmitStep(const Message& msg) {
-  const wire::Meta& m = msg.meta;
-  TALLY_RETURN_IF_ERROR(AdmitMember(msg));
-  std::vector<Slice*> slices;
-  TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
-  // Only the step being gathered, or the last one applied, can be rolled back.
-  const int64_t window = m.command() == wire::ROLLBACK ? 1 : kStepWindow;
-  for (const Slice* s : slices) {
-    const int64_t last = async_ ? std::max(s->applied, s->newest) : s->applied;
-    const std::string name = "key " + std::to_string(s->key) + " [" + std::to_string(s->offset) + ", +" +
-                             std::to_string(s->length) + ")";
-    if (m.step() > last + window) {
-      return Status::InvalidArgument("step " + std::to_string(m.step()) + " of " + name + " is more than " +
-                                     std::to_string(window) + " after its last step " +
-                                     (async_ ? "taken, " : "applied, ") + std::to_string(last) +
-                                     " (docs/wire.md, \"Steps\")");
-    }
-    // A request that would wait for a step (HandlePull; a PUSH held back, HandlePush).
-    const int64_t wait_for = m.command() != wire::PUSH ? m.step() : replicas_ > 0 ? m.step() : m.step() - kAnsweredAhead;
-    if (async_ || Visible(s) >= wait_for) continue;
-    int waiting = 0;
-    for (const auto& w : s->waiting) waiting += w->request.sender_id() == m.sender_id();
-    if (waiting >= kMaxWaitingPerWorker) {
-      return Status::InvalidArgument(std::to_string(waiting) + " requests of this worker already wait on " + name);
-    }
-  }
-  return Status::Ok();
-}
-
-Status KVServer::FindSlices(const Message& msg, std::vector<Slice*>* out) {
-  out->clear();
-  for (const wire::KeySlice& ks : msg.meta.slices()) {
-    auto it = slices_.find({ks.key(), ks.offset()});
-    if (it == slices_.end()) return Status::InvalidArgument(SliceName(ks) + " is not held here");
-    if (static_cast<int64_t>(ks.length()) != it->second->length) {
-      return Status::InvalidArgument(SliceName(ks) + " has " + std::to_string(it->second->length) +
-                                     " elements here");
-    }
-    out->push_back(it->second.get());
-  }
-  return Status::Ok();
-}
-
-void KVServer::NoteDuplicate(const wire::Meta& m, uint64_t key, int rank) {
-  ++duplicates_;
-  LOG_EVERY_N(WARNING, 1000) << "server: a duplicate " << wire::Command_Name(m.command()) << " of step " << m.step()
-                             << " of key " << key << " from worker " << rank << " is not counted again ("
-                             << google::COUNTER << " so far)";
-}
-
-Status KVServer::HandlePush(Message* msg, PushOutcome* out) {
-  const wire::Meta& m = msg->meta;
-  const int rank = ids_.WorkerRank(m.sender_id());
-  const int64_t step = m.step();
-  if (step < 0) return Status::InvalidArgument("step " + std::to_string(step) + " is negative");
-  const float scale = m.grad_scale() == 0.0f ? 1.0f : m.grad_scale();
-  if (!(scale > 0.0f) || !std::isfinite(scale)) {
-    return Status::InvalidArgument("grad_scale " + std::to_string(m.grad_scale()) + " is not a positive number");
-  }
-  CompressionConfig gc;
-  if (IsPackedWireDType(m.dtype())) TALLY_RETURN_IF_ERROR(PushCompression(m, &gc));
-  std::vector<Slice*> slices;
-  TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
-  std::set<Slice*> distinct(slices.begin(), slices.end());
-  if (distinct.size() != slices.size()) return Status::InvalidArgument("a slice appears twice");
-  // A worker's push of a step counts once per slice: one already counted (waiting for the
-  // other workers', or applied) is a duplicate, answered as the first was and not counted
-  // again (docs/wire.md, "Duplicates").
-  std::vector<bool> counted(slices.size());
-  for (size_t i = 0; i < slices.size(); ++i) {
-    Slice* s = slices[i];
-    counted[i] = s->pushes.Counted(async_, step, rank, s->applied);
-    if (async_) continue;
-    // The answer to its pull went out when step `step` was applied, and a later step has
-    // changed the values since: answering again would send other values than the first time.
-    if (step < s->applied) out->answered_before = true;
-  }
-  // Answer before applying: the worker may reuse its buffer (any frame still shared with
-  // it is copied by TakeData first). A PUSHPULL is answered by its pull instead. Under
-  // dist_async a push that is not finite is not applied, and its answer says so.
-  std::vector<Tensor> data = TakeData(msg);
-  if (gc.enabled()) Dequantize(gc, m, &data);
-  std::vector<bool> finite(slices.size(), true);
-  for (size_t i = 0; i < slices.size(); ++i) {
-    if (async_ && !counted[i]) finite[i] = AllFinite(data[i]);
-    out->not_applied |= !finite[i];
-  }
-  // With replicas, a synchronous PUSH is answered once its step is visible (applied and
-  // replicated): an answered push is never lost with this server. Without, one far ahead
-  // of a slice is answered once the slice has caught up to kAnsweredAhead steps behind it,
-  // so that a worker waiting for its answers stays inside the step window (AdmitStep).
-  bool defer = m.command() == wire::PUSH && !async_ && replicas_ > 0;
-  for (Slice* s : slices) defer |= m.command() == wire::PUSH && !async_ && Visible(s) < step - kAnsweredAhead;
-  if (m.command() == wire::PUSH && !defer) Respond(m, "", out->not_applied);
-  pushed_ = true;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    Slice* s = slices[i];
-    if (counted[i]) {
-      NoteDuplicate(m, s->key, rank);
-      continue;
-    }
-    if (m.stop()) s->stop_from = std::min(s->stop_from, step);
-    if (async_) {
-      s->pushes.NoteAsync(step, rank);
-      s->newest = std::max(s->newest, step);
-      if (!finite[i]) {
-        LogSkip(step, rank, "worker " + std::to_string(rank) + "'s push of key " + std::to_string(s->key) +
-                                " is not finite: not applied (dist_async)");
-        continue;
-      }
-      Apply(s, {data[i]}, step, scale);
-      s->applied = std::max(s->applied, step);
-      continue;
-    }
-    const float step_scale = s->pushes.AddSync(step, rank, std::move(data[i]), scale);
-    if (step_scale != scale) {
-      LOG_EVERY_N(ERROR, 100) << "server: worker " << rank << " pushed step " << step << " of key " << s->key
-                              << " with gradient scale " << scale << ", another worker with " << step_scale
-                              << "; the first is used";
-    }
-    ApplyReadySteps(s);
-  }
-  if (defer) return HandlePull(*msg, false, /*push_only=*/true);
-  return Status::Ok();
-}
-
-Status KVServer::HandlePull(const Message& msg, bool push_not_applied, bool push_only) {
-  const wire::Meta& m = msg.meta;
-  if (m.step() < -1) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is below -1");
-  if (!wire::DType_IsValid(m.pull_dtype())) {
-    return Status::InvalidArgument("pull_dtype " + std::to_string(m.pull_dtype()) + " is unknown");
-  }
-  auto p = std::make_shared<PendingPull>();
-  TALLY_RETURN_IF_ERROR(FindSlices(msg, &p->slices));
-  p->request = m;
-  p->step = push_only && replicas_ == 0 ? m.step() - kAnsweredAhead : m.step();
-  p->push_not_applied = push_not_applied;
-  p->push_only = push_only;
-  // A duplicate of a request still waiting: the first one's answer will do for both.
-  for (Slice* s : p->slices) {
-    for (const auto& w : s->waiting) {
-      if (w->request.sender_id() == m.sender_id() && w->request.request_id() == m.request_id()) return Status::Ok();
-    }
-  }
-  if (!async_) {
-    for (Slice* s : p->slices) {
-      if (Visible(s) < p->step) {
-        s->waiting.push_back(p);
-        ++p->remaining;
-      }
-    }
-  }
-  if (p->remaining == 0) {
-    AnswerPull(*p);
-  } else {
-    ++num_waiting_;
-  }
-  return Status::Ok();
-}
-
-void KVServer::AnswerPull(const PendingPull& p) {
-  if (p.push_only) {
-    Respond(p.request, "");
-    return;
-  }
-  Message r;
-  r.meta.set_command(wire::RESPONSE);
-  r.meta.set_receiver_id(p.request.sender_id());
-  r.meta.set_request_id(p.request.request_id());
-  r.meta.set_priority(p.request.priority());  // the order answers leave in (RunServer)
-  r.meta.set_step(p.request.step());
-  r.meta.set_dtype(p.request.pull_dtype());
-  *r.meta.mutable_slices() = p.request.slices();
-  const DType dtype = FromWire(p.request.pull_dtype());
-  bool stop = false;
-  std::set<int> nonfinite;
-  if (p.push_not_applied) nonfinite.insert(ids_.WorkerRank(p.request.sender_id()));
-  bool skipped = p.push_not_applied;
-  for (Slice* s : p.slices) {
-    stop |= async_ ? s->stop_from != INT64_MAX : s->stop_from <= p.request.step();
-    if (!async_ && s->skipped == p.request.step()) {
-      skipped = true;
-      nonfinite.insert(s->nonfinite_ranks.begin(), s->nonfinite_ranks.end());
-    }
-    if (p.request.optimizer_state()) {
-      // Slot state_slot of the state (docs/wire.md); zeros for a slot the optimizer lacks.
-      const int slot = p.request.state_slot();
-      Tensor mom = updater_ && slot >= 0 && slot < updater_->state_slots() ? updater_->StateSlot(s->id, s->value, slot)
-                                                                          : Tensor::Zeros({s->length}, DType::kF32);
-      r.data.push_back(ConvertForWire(mom, dtype));
-    } else {
-      r.data.push_back(ConvertForWire(s->value, dtype));
-    }
-  }
-  r.meta.set_stop(stop);
-  r.meta.set_skipped(skipped);
-  for (int rank : nonfinite) r.meta.add_nonfinite_workers(rank);
-  if (elastic_ && !async_ && p.request.step() >= 0) {
-    // --elastic: the workers the values sum (a Python worker's average) and the membership
-    // they were decided under, which the worker waits to have heard of (docs/wire.md).
-    r.meta.set_num_workers(members_.Count(p.request.step(), ids_.num_workers));
-    r.meta.set_membership_epoch(membership_epoch_);
-  }
-  if (recorder_ && p.request.step() >= 0) {
-    profile::StepRecord* load = StepLoad(p.request.step(), profile::NowUs());
-    for (const Tensor& t : r.data) load->bytes_out += static_cast<int64_t>(t.nbytes());
-  }
-  Status st = send_(p.request.sender_id(), std::move(r));
-  if (!st.ok()) LOG(WARNING) << "server: pull answer to node " << p.request.sender_id() << " failed: " << st;
-}
-
-Status KVServer::HandleSetLr(const Message& msg) {
-  const wire::Meta& m = msg.meta;
-  const float lr = m.lr();
-  if (!(lr >= 0) || !std::isfinite(lr)) return Status::InvalidArgument("lr " + std::to_string(lr));
-  if (!updater_) return Status::InvalidArgument("SET_LR without an optimizer");
-  if (async_) {
-    lr_.Reset(lr);
-    return Status::Ok();
-  }
-  if (m.step() < 0) return Status::InvalidArgument("step " + std::to_string(m.step()) + " is negative");
-  int64_t next = m.step();
-  for (const auto& kv : slices_) next = std::min(next, kv.second->applied + 1);
-  lr_.SetFrom(m.step(), lr, next);
-  return Status::Ok();
+void KVServer::SliceMade(const ServerSlice& s, const wire::Meta& init) {
+  if (recovery_.size() <= static_cast<size_t>(s.id)) recovery_.resize(s.id + 1);
+  Of(s).chain = init.chain() - 1;
 }
 
 Tensor KVServer::Value(uint64_t key, uint64_t offset) const {
-  auto it = slices_.find({key, offset});
-  return it == slices_.end() ? Tensor() : it->second->value;
+  const ServerSlice* s = core_.Find(key, offset);
+  return s == nullptr ? Tensor() : s->value;
 }
 
 int64_t KVServer::AppliedStep(uint64_t key, uint64_t offset) const {
-  auto it = slices_.find({key, offset});
-  return it == slices_.end() ? -1 : it->second->applied;
+  const ServerSlice* s = core_.Find(key, offset);
+  return s == nullptr ? -1 : s->applied;
 }
-
-int KVServer::NumWaitingPulls() const { return num_waiting_; }
 
 }  // namespace tally

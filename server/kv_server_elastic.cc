@@ -11,18 +11,27 @@
 
 #include "base/fault_hooks.h"
 #include "net/command_rules.h"
-#include "server/kv_server_slice.h"
 #include "server/server.h"
 
 namespace tally {
 
 void KVServer::SetElastic(bool keep_lr) {
-  CHECK(slices_.empty()) << "SetElastic after INIT";
+  CHECK(core_.slices().empty()) << "SetElastic after INIT";
   elastic_ = true;
   keep_lr_ = keep_lr;
 }
 
-float KVServer::ElasticScale(int64_t step, float scale) const {
+const WorkerMembership* KVServer::Members() const { return elastic_ ? &members_ : nullptr; }
+
+void KVServer::Annotate(int64_t step, wire::Meta* answer) const {
+  if (!elastic_) return;
+  // The workers the values sum (a Python worker's average) and the membership they were
+  // decided under, which the worker waits to have heard of (docs/wire.md).
+  answer->set_num_workers(members_.Count(step, ids_.num_workers));
+  answer->set_membership_epoch(membership_epoch_);
+}
+
+float KVServer::GradientScale(int64_t step, float scale) const {
   if (!elastic_ || !keep_lr_) return scale;
   const int live = members_.Count(step, ids_.num_workers);
   if (live == ids_.num_workers) return scale;
@@ -31,7 +40,7 @@ float KVServer::ElasticScale(int64_t step, float scale) const {
   return scale * (static_cast<float>(live) / static_cast<float>(ids_.num_workers));
 }
 
-Status KVServer::AdmitMember(const Message& msg) const {
+Status KVServer::AdmitPush(const Message& msg) const {
   const wire::Meta& m = msg.meta;
   if (!elastic_ || (m.command() != wire::PUSH && m.command() != wire::PUSHPULL)) return Status::Ok();
   const int rank = ids_.WorkerRank(m.sender_id());
@@ -58,6 +67,44 @@ bool KVServer::DroppedForTest(const wire::Meta& m) {
   return true;
 }
 
+void KVServer::PrepareMembership(const wire::Meta& m) {
+  // From now on nothing of the leaver's is taken and no step applied, so that what is
+  // reported stays true until the scheduler's decision. A worker not live now joins: it
+  // has pushed nothing, and the steps held keep the report true likewise.
+  const int rank = m.nodes(0).rank();
+  const bool joins = !members_.Live(rank, std::numeric_limits<int64_t>::max());
+  if (!joins) leaving_.insert(rank);
+  members_.hold = !core_.async();
+  int64_t through = std::numeric_limits<int64_t>::max(), applied = -1;
+  const bool async = core_.async();
+  for (const auto& [id, s] : core_.slices()) {
+    // A backup's copy (--server-replicas) takes no pushes: its primary reports the slice.
+    const int chain = Of(*s).chain;
+    if (replicas_ > 0 && chain >= 0 && !async &&
+        (chains_.Holders(chain).empty() || chains_.Holders(chain).front() != my_rank_)) {
+      continue;
+    }
+    if (async) {
+      applied = std::max(applied, std::max(s->applied, s->newest));
+      continue;
+    }
+    through = std::min(through, s->pushes.CountedThrough(rank, s->applied));
+    applied = std::max(applied, s->applied);
+  }
+  LOG(INFO) << "server: worker " << rank
+            << (joins ? " joins" : " leaves: its pushes are counted through step " + std::to_string(through) +
+                                        " on every slice here")
+            << ", the last step applied " << applied;
+  Message report;
+  report.meta.set_command(wire::MEMBERSHIP_REPORT);
+  report.meta.set_receiver_id(kSchedulerId);
+  report.meta.set_membership_epoch(m.membership_epoch());
+  report.meta.set_step(through);
+  report.meta.set_applied_max(applied);
+  Status s = send_(kSchedulerId, std::move(report));
+  if (!s.ok()) LOG(WARNING) << "server: MEMBERSHIP_REPORT: " << s;
+}
+
 void KVServer::HandleMembership(const Message& msg) {
   const wire::Meta& m = msg.meta;
   Status r = CheckCommandSender(ids_, wire::SERVER, m);
@@ -68,46 +115,11 @@ void KVServer::HandleMembership(const Message& msg) {
                                 std::to_string(membership_epoch_));
   }
   if (!r.ok()) {
-    ++refused_;
+    core_.CountRefused();
     LOG(WARNING) << "server: refused " << wire::Command_Name(m.command()) << ": " << r.message();
     return;
   }
-  if (m.command() == wire::MEMBERSHIP_PREPARE) {
-    // From now on nothing of the leaver's is taken and no step applied, so that what is
-    // reported stays true until the scheduler's decision. A worker not live now joins: it
-    // has pushed nothing, and the steps held keep the report true likewise.
-    const int rank = m.nodes(0).rank();
-    const bool joins = !members_.Live(rank, std::numeric_limits<int64_t>::max());
-    if (!joins) leaving_.insert(rank);
-    members_.hold = !async_;
-    int64_t through = std::numeric_limits<int64_t>::max(), applied = -1;
-    for (const auto& [id, s] : slices_) {
-      // A backup's copy (--server-replicas) takes no pushes: its primary reports the slice.
-      if (replicas_ > 0 && s->chain >= 0 && !async_ &&
-          (chains_.Holders(s->chain).empty() || chains_.Holders(s->chain).front() != my_rank_)) {
-        continue;
-      }
-      if (async_) {
-        applied = std::max(applied, std::max(s->applied, s->newest));
-        continue;
-      }
-      through = std::min(through, s->pushes.CountedThrough(rank, s->applied));
-      applied = std::max(applied, s->applied);
-    }
-    LOG(INFO) << "server: worker " << rank
-              << (joins ? " joins" : " leaves: its pushes are counted through step " + std::to_string(through) +
-                                          " on every slice here")
-              << ", the last step applied " << applied;
-    Message report;
-    report.meta.set_command(wire::MEMBERSHIP_REPORT);
-    report.meta.set_receiver_id(kSchedulerId);
-    report.meta.set_membership_epoch(m.membership_epoch());
-    report.meta.set_step(through);
-    report.meta.set_applied_max(applied);
-    Status s = send_(kSchedulerId, std::move(report));
-    if (!s.ok()) LOG(WARNING) << "server: MEMBERSHIP_REPORT: " << s;
-    return;
-  }
+  if (m.command() == wire::MEMBERSHIP_PREPARE) return PrepareMembership(m);
   WorkerMembership::Change change;
   change.from_step = m.step();
   change.live.assign(ids_.num_workers, false);
@@ -116,18 +128,18 @@ void KVServer::HandleMembership(const Message& msg) {
   for (int rank = 0; rank < ids_.num_workers; ++rank) {
     if (change.live[rank] || !members_.Live(rank, change.from_step)) continue;
     gone += (gone.empty() ? "" : ", ") + std::to_string(rank);
-    for (auto& [id, s] : slices_) s->pushes.Drop(rank, change.from_step);
+    for (const auto& [id, s] : core_.slices()) s->pushes.Drop(rank, change.from_step);
   }
   for (int rank = 0; rank < ids_.num_workers; ++rank) {
     if (!change.live[rank]) leaving_.erase(rank);
   }
-  if (m.skipped_step() > 0 && !async_) {
+  if (m.skipped_step() > 0 && !core_.async()) {
     // The leaver's push of this step reached some slices only: no slice counts it.
     const int64_t skip = m.skipped_step() - 1;
-    for (auto& [id, s] : slices_) {
+    for (const auto& [id, s] : core_.slices()) {
       if (s->applied <= skip) RollBack(s.get(), skip);
     }
-    LogSkip(skip, -1, "a worker that left pushed it to some slices only");
+    core_.LogSkip(skip, -1, "a worker that left pushed it to some slices only");
   }
   membership_epoch_ = m.membership_epoch();
   members_.changes.push_back(std::move(change));
@@ -135,8 +147,8 @@ void KVServer::HandleMembership(const Message& msg) {
   LOG(INFO) << "server: membership " << membership_epoch_ << ": from step " << m.step() << ", " << m.nodes_size()
             << " live workers" << (gone.empty() ? "" : "; worker " + gone + " no longer counts")
             << (m.skipped_step() > 0 ? "; step " + std::to_string(m.skipped_step() - 1) + " skipped" : "");
-  if (async_ || members_.hold) return;
-  for (auto& [id, s] : slices_) ApplyReadySteps(s.get());
+  if (core_.async() || members_.hold) return;
+  for (const auto& [id, s] : core_.slices()) core_.ApplyReadySteps(s.get());
 }
 
 }  // namespace tally

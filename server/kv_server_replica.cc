@@ -9,7 +9,6 @@
 
 #include <glog/logging.h>
 
-#include "server/kv_server_slice.h"
 #include "server/server.h"
 
 namespace tally {
@@ -20,19 +19,25 @@ void KVServer::SetReplication(int my_rank, int replicas) {
   chains_ = ServerChains(ids_.num_servers, replicas);
 }
 
-std::vector<int> KVServer::Backups(const Slice* s) const {
-  if (replicas_ == 0 || s->chain < 0 || async_) return {};
-  const std::vector<int>& holders = chains_.Holders(s->chain);
+std::vector<int> KVServer::Backups(const ServerSlice& s) const {
+  const int chain = Of(s).chain;
+  if (replicas_ == 0 || chain < 0 || core_.async()) return {};
+  const std::vector<int>& holders = chains_.Holders(chain);
   if (holders.empty() || holders.front() != my_rank_) return {};
   return std::vector<int>(holders.begin() + 1, holders.end());
 }
 
-int64_t KVServer::Visible(const Slice* s) const {
-  return s->owed.empty() ? s->applied : s->owed.begin()->first - 1;
+int64_t KVServer::Visible(const ServerSlice& s) const {
+  const Recovery& r = Of(s);
+  return r.owed.empty() ? s.applied : r.owed.begin()->first - 1;
 }
 
-void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale, float lr) {
-  const std::vector<int> backups = Backups(s);
+void KVServer::StepDone(ServerSlice* s, int64_t step, const Tensor& sum, float scale) {
+  Forward(s, step, sum, scale);  // to the backups
+}
+
+void KVServer::Forward(ServerSlice* s, int64_t step, const Tensor& sum, float scale, float lr) {
+  const std::vector<int> backups = Backups(*s);
   if (backups.empty()) return;
   for (int r : backups) {
     Message m;
@@ -41,7 +46,7 @@ void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale, f
     m.meta.set_dtype(wire::F32);
     m.meta.set_grad_scale(scale);
     // The backup's own SET_LR of this step travels on another path and may come later.
-    m.meta.set_lr(lr >= 0 ? lr : lr_.For(step));
+    m.meta.set_lr(lr >= 0 ? lr : core_.LearningRate(step));
     m.meta.set_priority(INT32_MAX);  // ahead of answers: the answers of this step wait for it
     wire::KeySlice* ks = m.meta.add_slices();
     ks->set_key(s->key);
@@ -53,7 +58,7 @@ void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale, f
     }
     // Skipped steps carry the values as a placeholder: the backup applies nothing then.
     m.data.push_back(sum.defined() ? sum : s->value);
-    s->owed[step].insert(r);
+    Of(*s).owed[step].insert(r);
     Status st = send_(ids_.Server(r), std::move(m));
     if (!st.ok()) LOG(WARNING) << "server: replicating step " << step << " to server " << r << " failed: " << st;
   }
@@ -62,9 +67,9 @@ void KVServer::Forward(Slice* s, int64_t step, const Tensor& sum, float scale, f
 Status KVServer::HandleReplicate(Message* msg) {
   const wire::Meta& m = msg->meta;
   const int64_t step = m.step();
-  std::vector<Slice*> slices;
-  TALLY_RETURN_IF_ERROR(FindSlices(*msg, &slices));
-  for (Slice* s : slices) {
+  std::vector<ServerSlice*> slices;
+  TALLY_RETURN_IF_ERROR(core_.FindSlices(*msg, &slices));
+  for (ServerSlice* s : slices) {
     if (step > s->applied + 1) {
       return Status::InvalidArgument("REPLICATE of step " + std::to_string(step) + " of key " +
                                      std::to_string(s->key) + ", which has applied step " + std::to_string(s->applied));
@@ -85,19 +90,19 @@ Status KVServer::HandleReplicate(Message* msg) {
   std::vector<Tensor> data = std::move(msg->data);
   const float scale = m.grad_scale() == 0.0f ? 1.0f : m.grad_scale();
   for (size_t i = 0; i < slices.size(); ++i) {
-    Slice* s = slices[i];
+    ServerSlice* s = slices[i];
     if (step <= s->applied) continue;  // a repeat: already applied
     // A step some worker rolled back here before its sum came (the ROLLBACK every worker
     // sends each replica) is skipped, as the primary did.
     Tensor sum;
-    if (m.skipped() || s->skip_when_ready.erase(step) > 0) {
-      Skip(s, step, std::vector<int>(m.nonfinite_workers().begin(), m.nonfinite_workers().end()));
+    if (m.skipped() || Of(*s).skip_when_ready.erase(step) > 0) {
+      core_.Skip(s, step, std::vector<int>(m.nonfinite_workers().begin(), m.nonfinite_workers().end()));
     } else {
       sum = data[i].To(DType::kF32);
-      Apply(s, {sum}, step, scale, m.lr());
+      core_.Apply(s, {sum}, step, scale, m.lr());
     }
     s->applied = step;
-    pushed_ = true;
+    core_.MarkPushed();
     // A step of a primary lost since it sent it, arriving here after this server took the
     // chain over: its backups (a spare among them) must have it too.
     Forward(s, step, sum, scale, m.lr());
@@ -108,14 +113,14 @@ Status KVServer::HandleReplicate(Message* msg) {
 void KVServer::HandleReplicaAck(const Message& msg) {
   const int from = ids_.ServerRank(msg.meta.sender_id());
   for (const wire::KeySlice& ks : msg.meta.slices()) {
-    auto it = slices_.find({ks.key(), ks.offset()});
-    if (it == slices_.end()) continue;
-    Slice* s = it->second.get();
-    auto owed = s->owed.find(msg.meta.step());
-    if (owed == s->owed.end()) continue;
+    ServerSlice* s = core_.Find(ks.key(), ks.offset());
+    if (s == nullptr) continue;
+    std::map<int64_t, std::set<int>>& owed_steps = Of(*s).owed;
+    auto owed = owed_steps.find(msg.meta.step());
+    if (owed == owed_steps.end()) continue;
     owed->second.erase(from);
-    if (owed->second.empty()) s->owed.erase(owed);
-    AnswerVisible(s);
+    if (owed->second.empty()) owed_steps.erase(owed);
+    core_.AnswerVisible(s);
   }
 }
 
@@ -123,35 +128,21 @@ void KVServer::ServerLost(int rank, int spare) {
   if (chains_.Lost(rank)) return;
   // Under dist_async each holder applies the workers' own copies as they come: a spare
   // given a snapshot would miss those in flight, so it takes no place (docs/faults.md).
-  if (async_ && spare >= 0) {
+  if (core_.async() && spare >= 0) {
     if (spare == my_rank_) LOG(WARNING) << "server: dist_async: a spare takes no lost server's place";
     spare = -1;
   }
   chains_.Lose(rank, spare);
-  for (auto& [id, s] : slices_) {
-    for (auto it = s->owed.begin(); it != s->owed.end();) {
+  for (const auto& [id, s] : core_.slices()) {
+    std::map<int64_t, std::set<int>>& owed = Of(*s).owed;
+    for (auto it = owed.begin(); it != owed.end();) {
       it->second.erase(rank);
-      it = it->second.empty() ? s->owed.erase(it) : std::next(it);
+      it = it->second.empty() ? owed.erase(it) : std::next(it);
     }
-    AnswerVisible(s.get());
+    core_.AnswerVisible(s.get());
   }
   SendStates();
   if (spare >= 0 && spare == my_rank_) TakePlace(rank);
-}
-
-void KVServer::AnswerVisible(Slice* s) {
-  if (s->waiting.empty()) return;
-  const int64_t visible = Visible(s);
-  std::vector<std::shared_ptr<PendingPull>> still;
-  for (auto& p : s->waiting) {
-    if (p->step > visible) {
-      still.push_back(std::move(p));
-    } else if (--p->remaining == 0) {
-      AnswerPull(*p);
-      --num_waiting_;
-    }
-  }
-  s->waiting = std::move(still);
 }
 
 }  // namespace tally

@@ -12,7 +12,6 @@
 
 #include <glog/logging.h>
 
-#include "server/kv_server_slice.h"
 #include "server/server.h"
 
 namespace tally {
@@ -31,7 +30,7 @@ void AddPart(Message* m, uint64_t key, uint64_t offset, const Tensor& data) {
 }  // namespace
 
 void KVServer::SendStates() {
-  if (async_) return;
+  if (core_.async()) return;
   for (int c = 0; c < chains_.size(); ++c) {
     const std::vector<int>& holders = chains_.Holders(c);
     if (holders.empty() || holders.front() != my_rank_) continue;
@@ -39,9 +38,9 @@ void KVServer::SendStates() {
       const int spare = holders[i];
       if (!ids_.IsSpare(spare) || !sent_states_.insert({c, spare}).second) continue;
       int sent = 0;
-      for (auto& [id, s] : slices_) {
-        if (s->chain != c) continue;
-        Status st = send_(ids_.Server(spare), StateOf(s.get()));
+      for (const auto& [id, s] : core_.slices()) {
+        if (Of(*s).chain != c) continue;
+        Status st = send_(ids_.Server(spare), StateOf(*s));
         if (!st.ok()) LOG(WARNING) << "server: sending chain " << c << " to spare " << spare << ": " << st;
         ++sent;
       }
@@ -56,39 +55,42 @@ void KVServer::SendStates() {
   }
 }
 
-void KVServer::ResendState(Slice* s) {
-  if (s->chain < 0 || sent_states_.empty()) return;
-  for (int h : chains_.Holders(s->chain)) {
-    if (!sent_states_.count({s->chain, h})) continue;
+void KVServer::ResendState(const ServerSlice& s) {
+  const int chain = Of(s).chain;
+  if (chain < 0 || sent_states_.empty()) return;
+  for (int h : chains_.Holders(chain)) {
+    if (!sent_states_.count({chain, h})) continue;
     Status st = send_(ids_.Server(h), StateOf(s));
-    if (!st.ok()) LOG(WARNING) << "server: sending key " << s->key << " again to spare " << h << ": " << st;
+    if (!st.ok()) LOG(WARNING) << "server: sending key " << s.key << " again to spare " << h << ": " << st;
   }
 }
 
-Message KVServer::StateOf(Slice* s) {
+Message KVServer::StateOf(const ServerSlice& s) {
+  const Recovery& r = Of(s);
+  Updater* updater = core_.updater();
   Message m;
   m.meta.set_command(wire::REPLICA_STATE);
-  m.meta.set_chain(s->chain + 1);
-  m.meta.set_step(s->applied);
+  m.meta.set_chain(r.chain + 1);
+  m.meta.set_step(s.applied);
   m.meta.set_dtype(wire::F32);
   m.meta.set_priority(INT32_MAX);  // as REPLICATE: the steps forwarded later follow it
   // The values may go by reference: an update copies them first while a send holds them.
-  AddPart(&m, s->key, s->offset, s->value);
+  AddPart(&m, s.key, s.offset, s.value);
   // Every slot of the optimizer's state (momentum; Adam's mean, var and step count; ...),
   // one part each, as the updater holds them: the spare continues bit for bit.
-  const int slots = updater_ ? updater_->state_slots() : 0;
+  const int slots = updater ? updater->state_slots() : 0;
   if (slots > 0) m.meta.set_optimizer_state(true);
-  for (int j = 0; j < slots; ++j) AddPart(&m, s->key, s->offset, updater_->StateSlot(s->id, s->value, j));
-  const bool undo_state = slots == 0 || updater_->SavedStateSlot(s->id, 0).defined();
-  if (s->undo_step >= 0 && s->undo.defined() && undo_state) {
-    m.meta.set_undo_step(s->undo_step + 1);
-    AddPart(&m, s->key, s->offset, s->undo.Clone());  // KeepUndo may reuse the buffer before it leaves
-    for (int j = 0; j < slots; ++j) AddPart(&m, s->key, s->offset, updater_->SavedStateSlot(s->id, j));
+  for (int j = 0; j < slots; ++j) AddPart(&m, s.key, s.offset, updater->StateSlot(s.id, s.value, j));
+  const bool undo_state = slots == 0 || updater->SavedStateSlot(s.id, 0).defined();
+  if (r.undo_step >= 0 && r.undo.defined() && undo_state) {
+    m.meta.set_undo_step(r.undo_step + 1);
+    AddPart(&m, s.key, s.offset, r.undo.Clone());  // BeforeUpdate may reuse the buffer before it leaves
+    for (int j = 0; j < slots; ++j) AddPart(&m, s.key, s.offset, updater->SavedStateSlot(s.id, j));
   }
-  m.meta.set_skipped_step(s->skipped + 1);
-  for (int rank : s->nonfinite_ranks) m.meta.add_nonfinite_workers(rank);
-  if (s->stop_from != INT64_MAX) m.meta.set_stop_from(s->stop_from + 1);
-  for (int64_t step : s->skip_when_ready) m.meta.add_skip_steps(step);
+  m.meta.set_skipped_step(s.skipped + 1);
+  for (int rank : s.nonfinite_ranks) m.meta.add_nonfinite_workers(rank);
+  if (s.stop_from != INT64_MAX) m.meta.set_stop_from(s.stop_from + 1);
+  for (int64_t step : r.skip_when_ready) m.meta.add_skip_steps(step);
   return m;
 }
 
@@ -117,10 +119,16 @@ Status KVServer::HandleReplicaState(Message* msg) {
     for (Message& h : held) Handle(std::move(h));
     return Status::Ok();
   }
+  return TakeState(*msg, chain);
+}
+
+Status KVServer::TakeState(const Message& msg, int chain) {
+  const wire::Meta& m = msg.meta;
+  Updater* updater = core_.updater();
   const bool has_mom = m.optimizer_state(), has_undo = m.undo_step() > 0;
-  if (has_mom && !updater_) return Status::InvalidArgument("optimizer state without an optimizer");
+  if (has_mom && !updater) return Status::InvalidArgument("optimizer state without an optimizer");
   // The state's slots follow the values, and the undo copy's the undo copy.
-  const int slots = has_mom ? updater_->state_slots() : 0;
+  const int slots = has_mom ? updater->state_slots() : 0;
   const int parts = 1 + slots + (has_undo ? 1 + slots : 0);
   if (m.slices_size() != parts) {
     return Status::InvalidArgument(std::to_string(m.slices_size()) + " parts for " + std::to_string(parts));
@@ -133,36 +141,34 @@ Status KVServer::HandleReplicaState(Message* msg) {
                                      ") beside key " + std::to_string(ks.key()) + ")");
     }
   }
-  std::unique_ptr<Slice>& slot = slices_[{ks.key(), ks.offset()}];
-  if (!slot) {
-    slot = std::make_unique<Slice>();
-    slot->id = static_cast<int>(slices_.size()) - 1;
-  }
-  Slice* s = slot.get();
-  *s = Slice{s->id, ks.key(), ks.offset(), static_cast<int64_t>(ks.length())};
-  s->chain = chain;
-  s->pushes = SliceAggregator(ids_.num_workers, s->length, elastic_ ? &members_ : nullptr);
-  s->value = msg->data[0].Clone();  // the frame may be the sender's own buffer (in-process)
+  ServerSlice* s = core_.Slot(ks.key(), ks.offset());
+  *s = ServerSlice{s->id, ks.key(), ks.offset(), static_cast<int64_t>(ks.length())};
+  s->pushes = SliceAggregator(ids_.num_workers, s->length, Members());
+  if (recovery_.size() <= static_cast<size_t>(s->id)) recovery_.resize(s->id + 1);
+  Recovery& r = Of(*s);
+  r = Recovery();
+  r.chain = chain;
+  s->value = msg.data[0].Clone();  // the frame may be the sender's own buffer (in-process)
   s->applied = m.step();
   s->skipped = m.skipped_step() - 1;
   s->nonfinite_ranks.assign(m.nonfinite_workers().begin(), m.nonfinite_workers().end());
   s->stop_from = m.stop_from() > 0 ? m.stop_from() - 1 : INT64_MAX;
-  s->skip_when_ready.insert(m.skip_steps().begin(), m.skip_steps().end());
+  r.skip_when_ready.insert(m.skip_steps().begin(), m.skip_steps().end());
   if (has_undo) {
     // The optimizer keeps its undo copy itself: put the undone state in, save it, and then
     // the current one.
-    const Tensor& undo = msg->data[1 + slots];
-    s->undo = undo.Clone();
-    s->undo_step = m.undo_step() - 1;
+    const Tensor& undo = msg.data[1 + slots];
+    r.undo = undo.Clone();
+    r.undo_step = m.undo_step() - 1;
     if (slots > 0) {
       for (int j = 0; j < slots; ++j) {
-        TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(s->id, s->undo, j, msg->data[2 + slots + j]));
+        TALLY_RETURN_IF_ERROR(updater->SetStateSlot(s->id, r.undo, j, msg.data[2 + slots + j]));
       }
-      updater_->SaveState(s->id, s->undo);
+      updater->SaveState(s->id, r.undo);
     }
   }
-  for (int j = 0; j < slots; ++j) TALLY_RETURN_IF_ERROR(updater_->SetStateSlot(s->id, s->value, j, msg->data[1 + j]));
-  pushed_ = true;
+  for (int j = 0; j < slots; ++j) TALLY_RETURN_IF_ERROR(updater->SetStateSlot(s->id, s->value, j, msg.data[1 + j]));
+  core_.MarkPushed();
   return Status::Ok();
 }
 
@@ -198,11 +204,11 @@ bool KVServer::HoldForState(Message* msg) {
   // few per slice: what is held is bounded, whatever a worker sends meanwhile.
   const size_t bytes = DataBytes(*msg);
   if (held_.size() >= kMaxHeld || held_bytes_ + bytes > kMaxHeldBytes) {
-    ++refused_;
+    core_.CountRefused();
     LOG_EVERY_N(WARNING, 100) << "server: refused " << wire::Command_Name(msg->meta.command()) << " from node "
                               << msg->meta.sender_id() << ": already holding " << held_.size() << " requests ("
                               << held_bytes_ << " bytes) until this spare has its chains";
-    Respond(msg->meta, "server " + std::to_string(my_rank_) + ": spare still receiving its chains, holding " +
+    core_.Respond(msg->meta, "server " + std::to_string(my_rank_) + ": spare still receiving its chains, holding " +
                            std::to_string(held_.size()) + " requests already");
     return true;
   }

@@ -7,11 +7,16 @@
 //   return RunServer(cfg, NewZmqTransport());             // until the job ends
 //
 // KVServer is the protocol logic alone, fed one Message at a time and answering through a
-// send function, so that it can be tested with hand-made messages. The plain step's parts
-// that know nothing of replicas, spares or rollback are apart: a slice's pushes gathered
-// and summed (slice_aggregator.h), the learning rate by step (step_rates.h) and the
-// optimizer (optim/updater.h). The commands and their
-// fields are in docs/wire.md ("Data commands"). In short:
+// send function, so that it can be tested with hand-made messages. It is two parts:
+//   - the core (ServerCore, server_core.h): the plain step, push in, sum, update, answer,
+//     with nothing of fault tolerance in it (server_core.cc, server_core_step.cc, the
+//     aggregator slice_aggregator.h, step_rates.h and optim/updater.h);
+//   - the layer around it, this class: it handles the messages of fault tolerance itself
+//     (SERVER_LOST, REPLICATE, REPLICA_STATE, a backup's RESPONSE: kv_server_replica.cc and
+//     kv_server_spare.cc; ROLLBACK and the undo copy: kv_server_rollback.cc; MEMBERSHIP_PREPARE
+//     and MEMBERSHIP: kv_server_elastic.cc), hands the workers' requests to the core and
+//     changes its step only through the core's hooks (CoreHooks), which it implements.
+// The commands and their fields are in docs/wire.md ("Data commands"). In short:
 //   SET_OPTIMIZER  the optimizer (typed config), sync or async, the worker count.
 //   INIT           the initial values of slices; the server keeps them in fp32.
 //   PUSH step t    gradients (f32, f16 or bf16), answered at once. Sync: once every worker's
@@ -74,21 +79,19 @@
 #include "net/cluster.h"
 #include "net/server_chains.h"
 #include "net/transport.h"
-#include "optim/updater.h"
 #include "profile/records.h"
-#include "server/slice_aggregator.h"
-#include "server/step_rates.h"
+#include "server/server_core.h"
 
 namespace tally {
 
-class KVServer {
+class KVServer : private CoreHooks {
  public:
   // Sends msg to node `id`; RunServer passes Cluster::Send.
-  using SendFn = std::function<Status(int id, Message msg)>;
+  using SendFn = ServerCore::SendFn;
 
-  static constexpr int64_t kStepWindow = 4;
-  static constexpr int64_t kAnsweredAhead = 2;
-  static constexpr int kMaxWaitingPerWorker = 16;
+  static constexpr int64_t kStepWindow = ServerCore::kStepWindow;
+  static constexpr int64_t kAnsweredAhead = ServerCore::kAnsweredAhead;
+  static constexpr int kMaxWaitingPerWorker = ServerCore::kMaxWaitingPerWorker;
   // A spare still receiving its chains holds workers' requests (their ROLLBACKs) up to
   // this many, and this many bytes of data; beyond, it refuses them.
   static constexpr size_t kMaxHeld = 1 << 16;
@@ -97,10 +100,11 @@ class KVServer {
   // The job's shape: node ids 1..num_servers are servers, the next num_workers are workers,
   // then the spare servers (NodeIds).
   KVServer(int num_servers, int num_workers, SendFn send, int spare_servers = 0);
-  ~KVServer();
+  ~KVServer() override;
 
-  // Handles one data message (a request from a worker) and answers it, now or, for a
-  // synchronous pull, once the step it waits for has been applied.
+  // Handles one data message (a request from a worker, or a peer's fault-tolerance
+  // message) and answers it, now or, for a synchronous pull, once the step it waits for
+  // has been applied.
   void Handle(Message&& msg);
 
   // --server-replicas (docs/faults.md): this server's rank and the replica count. Each
@@ -129,56 +133,71 @@ class KVServer {
   Tensor Value(uint64_t key, uint64_t offset) const;
   int64_t AppliedStep(uint64_t key, uint64_t offset) const;
   // Pulls waiting for an update.
-  int NumWaitingPulls() const;
+  int NumWaitingPulls() const { return core_.NumWaitingPulls(); }
   // Pushes not counted because they were duplicates.
-  int64_t NumDuplicates() const { return duplicates_; }
+  int64_t NumDuplicates() const { return core_.NumDuplicates(); }
   // Requests refused (answered with an error, or, from servers, logged and dropped).
-  int64_t NumRefused() const { return refused_; }
+  int64_t NumRefused() const { return core_.NumRefused(); }
 
   // The profiler: each step's record (sum and update time, requests, payload bytes in and
   // out) goes to `recorder` once a push two steps later arrives, and the rest on
   // FlushSteps. With --profile, sums and updates are trace events too.
   void SetStepRecorder(std::function<void(const profile::StepRecord&)> recorder,
                        std::function<void(int64_t step)> step_begins = nullptr);
-  void FlushSteps();
+  void FlushSteps() { core_.FlushSteps(); }
 
  private:
-  struct Slice;
-  struct PendingPull;
+  // What this layer keeps of each slice, by ServerSlice::id: its chain (--server-replicas:
+  // the rank of the server whose chain holds it, -1: none) and, while this server is its
+  // primary, the steps forwarded to backups and not yet acknowledged, with the backups
+  // (ranks) still owing (a step is visible, answered, once applied and acknowledged by
+  // every live backup); the one-step undo copy (the values before the update of undo_step,
+  // -1: none; the optimizer keeps its own copy, Updater::SaveState); and the steps rolled
+  // back before their pushes were all in.
+  struct Recovery {
+    int chain = -1;
+    std::map<int64_t, std::set<int>> owed;
+    Tensor undo;
+    int64_t undo_step = -1;
+    std::set<int64_t> skip_when_ready;
+  };
+  Recovery& Of(const ServerSlice& s) { return recovery_[s.id]; }
+  const Recovery& Of(const ServerSlice& s) const { return recovery_[s.id]; }
+
+  // The core's hooks (CoreHooks), each in the file of the part it serves.
+  Status AdmitPush(const Message& msg) const override;               // kv_server_elastic.cc
+  Status AdmitInit(const wire::Meta& init) const override;           // kv_server.cc: the chain
+  void SliceMade(const ServerSlice& s, const wire::Meta& init) override;
+  const WorkerMembership* Members() const override;                  // kv_server_elastic.cc
+  int64_t Visible(const ServerSlice& s) const override;              // kv_server_replica.cc
+  bool AnswerPushOnceVisible() const override { return replicas_ > 0; }
+  float GradientScale(int64_t step, float scale) const override;     // kv_server_elastic.cc
+  bool SkipWhenReady(ServerSlice* s, int64_t step) override;         // kv_server_rollback.cc
+  void BeforeUpdate(ServerSlice* s, int64_t step) override;          // kv_server_rollback.cc
+  void ValuesReplaced(ServerSlice* s, int64_t step, Tensor* old_values) override;
+  void StepDone(ServerSlice* s, int64_t step, const Tensor& sum, float scale) override;  // replica
+  void Annotate(int64_t step, wire::Meta* answer) const override;    // kv_server_elastic.cc
 
   // The scheduler's SERVER_LOST and servers' messages (a backup's RESPONSE, REPLICATE,
   // REPLICA_STATE): handled, or refused and counted, and true; false for anything else.
   bool HandleFromPeers(Message* msg);
-  Status HandleSetOptimizer(const Message& msg);
+  // A worker's request the core does not take: ROLLBACK.
+  void HandleRequest(Message* msg);
   // Elastic workers (kv_server_elastic.cc): the scheduler's MEMBERSHIP_PREPARE and
-  // MEMBERSHIP; a push of a worker that left (or is leaving) refused; a step's gradient
-  // scale under --elastic-lr keep.
+  // MEMBERSHIP.
   void HandleMembership(const Message& msg);
-  Status AdmitMember(const Message& msg) const;
-  float ElasticScale(int64_t step, float scale) const;
+  void PrepareMembership(const wire::Meta& m);
   // TALLY_TEST_DROP_PUSH (base/fault_hooks.h): a push this server loses on purpose.
   bool DroppedForTest(const wire::Meta& m);
   int64_t dropped_step_ = -1;  // the last step whose dropping was logged
-  Status HandleInit(const Message& msg);
-  // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
-  Status HandleInitState(const Message& msg);
-  // What HandlePush tells the pull of a PUSHPULL.
-  struct PushOutcome {
-    bool answered_before = false;  // a duplicate whose step was overtaken: answer nothing
-    bool not_applied = false;      // async: a slice's push was not finite, and not applied
-  };
-  Status HandlePush(Message* msg, PushOutcome* out);
-  // A push of a step already counted for that worker: counted, logged now and then.
-  void NoteDuplicate(const wire::Meta& m, uint64_t key, int rank);
-  // push_not_applied: the answer says the request's own push was left out (async).
-  // push_only: a PUSH whose answer waits until its step is visible (sync with replicas).
-  Status HandlePull(const Message& msg, bool push_not_applied = false, bool push_only = false);
-  Status HandleSetLr(const Message& msg);
+
+  // Rollback (kv_server_rollback.cc). ROLLBACK step t: undo step t's update of the slices
+  // (weights and optimizer state), then answer as a PULL of step t.
   Status HandleRollback(const Message& msg);
   // Undoes `step` on s if it is its last step applied, or skips it when it comes: s's part
   // of a ROLLBACK, and of a MEMBERSHIP whose step is skipped everywhere. Idempotent.
   // REQUIRES: s->applied <= step.
-  void RollBack(Slice* s, int64_t step);
+  void RollBack(ServerSlice* s, int64_t step);
 
   // Replication (kv_server_replica.cc). HandleReplicate: a backup applies a forwarded step;
   // HandleReplicaAck: a backup has; ServerLost: a server will never acknowledge again.
@@ -187,24 +206,21 @@ class KVServer {
   // `spare` >= 0: the spare that takes the lost server's place.
   void ServerLost(int rank, int spare);
   // The live servers after this one in s's chain, when this one serves s.
-  std::vector<int> Backups(const Slice* s) const;
+  std::vector<int> Backups(const ServerSlice& s) const;
   // Sends step `step` of s (its applied fp32 sum, or that it was skipped) to the backups.
   // lr >= 0: that learning rate (a forwarded step's own) instead of the step's here.
-  void Forward(Slice* s, int64_t step, const Tensor& sum, float scale, float lr = -1);
-  // The last step of s that may be answered: applied, and acknowledged by the backups.
-  int64_t Visible(const Slice* s) const;
-  // Answers the pulls (and deferred pushes) of s whose step is now visible.
-  void AnswerVisible(Slice* s);
+  void Forward(ServerSlice* s, int64_t step, const Tensor& sum, float scale, float lr = -1);
 
   // Spares (kv_server_spare.cc). SendStates: as the server of a chain, its slices' state
   // and then the end marker, to each spare that joined the chain and has not had them.
   void SendStates();
-  Message StateOf(Slice* s);
+  Message StateOf(const ServerSlice& s);
   // s changed other than by a step (a rollback): its state again to the spares that had
   // it, whose workers' copy of the rollback may have left before they knew of them.
-  void ResendState(Slice* s);
+  void ResendState(const ServerSlice& s);
   // A spare: one slice's state, or a chain's end marker (then, the last, REPLICA_READY).
   Status HandleReplicaState(Message* msg);
+  Status TakeState(const Message& msg, int chain);
   // A spare: whether msg (a worker's request) waits for the chains still to come.
   bool HoldForState(Message* msg);
   // A spare not yet told it takes a place: whether msg (a server's state or step, sent by
@@ -213,37 +229,8 @@ class KVServer {
   // A spare told it takes `lost`'s place: awaits its chains, and takes the early messages.
   void TakePlace(int lost);
 
-  // Checks that every slice of msg is known, with the stored length, and fills `out`.
-  Status FindSlices(const Message& msg, std::vector<Slice*>* out);
-  // A worker's PUSH, PULL, PUSHPULL or ROLLBACK, before anything changes: its slices are
-  // held here, its step is inside their window, and its sender has room to wait on them.
-  Status AdmitStep(const Message& msg);
-  // INIT's chain (--server-replicas): one this server holds; none without replicas.
-  Status CheckChain(int chain) const;
-  // Sync: applies every step of s whose pushes are all in, in step order, then answers the
-  // pulls that were waiting for them.
-  void ApplyReadySteps(Slice* s);
-  // Applies the sum of grads (in their order) to s's value through the optimizer with the
-  // learning rate of `step`, or, without an optimizer, makes the sum the value. Sync: keeps
-  // the undo copy first, and skips the step instead when the sum is not finite.
-  // scale: the pushes' gradient scale, divided out by the update.
-  // Returns the fp32 sum it applied (or found not finite). lr >= 0: that learning rate
-  // instead of the step's (a backup applies a forwarded step with the primary's: its own
-  // SET_LR of that step may not have come yet).
-  Tensor Apply(Slice* s, const std::vector<Tensor>& grads, int64_t step, float scale, float lr = -1);
-  // Copies s's values and optimizer state as they are before the update of `step`.
-  void KeepUndo(Slice* s, int64_t step);
-  // Marks `step` skipped on s: its answers say so and name the workers given.
-  void Skip(Slice* s, int64_t step, const std::vector<int>& nonfinite_ranks);
-  // The one log line of a skipped step (per worker rank under async; rank -1 under sync).
-  void LogSkip(int64_t step, int rank, const std::string& why);
-  // The profiler's record of one Apply: sum from t0 to t1, update from t1 to t2 (-1: none).
-  void RecordApply(int64_t step, uint64_t key, int64_t t0, int64_t t1, int64_t t2);
-  void AnswerPull(const PendingPull& p);
-  // not_applied: an async push that was not finite (Meta.skipped, the sender named).
-  void Respond(const wire::Meta& request, const std::string& error, bool not_applied = false);
-
   const NodeIds ids_;  // the job's servers and workers, and their node ids
+  SendFn send_;
   int my_rank_ = -1, replicas_ = 0;  // SetReplication
   ServerChains chains_;              // who holds each chain, after the losses (SERVER_LOST)
   std::set<std::pair<int, int>> sent_states_;  // (chain, spare rank) whose states went
@@ -251,28 +238,13 @@ class KVServer {
   std::set<int> complete_chains_;    // a spare: the chains whose states all came
   std::deque<Message> held_;         // a spare: workers' requests until awaiting_chains_ empties
   std::deque<Message> early_;        // a spare: servers' messages before its SERVER_LOST
-  SendFn send_;
-  bool async_ = false;
-  bool pushed_ = false;  // a push has arrived: the optimizer can no longer change
-  std::unique_ptr<Updater> updater_;  // null: pushes replace the values
-  OptimizerConfig optimizer_;  // SET_OPTIMIZER's, as given: each key's wd (KeyWd)
-  StepRates lr_;  // SET_OPTIMIZER's and SET_LR's learning rates by step
+  size_t held_bytes_ = 0;            // data bytes of held_
   bool elastic_ = false, keep_lr_ = true;  // SetElastic
-  WorkerMembership members_;               // before slices_: their aggregators point to it
+  WorkerMembership members_;               // before core_: its aggregators point to it
   std::set<int> leaving_;                  // ranks named by MEMBERSHIP_PREPARE, not yet settled
   int64_t membership_epoch_ = 0;           // the last MEMBERSHIP's
-  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<Slice>> slices_;  // by (key, offset)
-  int num_waiting_ = 0;  // pulls not yet answered
-  int64_t duplicates_ = 0;
-  int64_t refused_ = 0;
-  size_t held_bytes_ = 0;  // data bytes of held_
-  std::pair<int64_t, int> logged_skip_{-1, -1};  // (step, rank) of the last LogSkip line
-
-  // The step record of `step` (creating it), touched now.
-  profile::StepRecord* StepLoad(int64_t step, int64_t now_us);
-  std::function<void(const profile::StepRecord&)> recorder_;
-  std::function<void(int64_t step)> step_begins_;
-  std::map<int64_t, profile::StepRecord> open_steps_;  // by step, until recorded
+  std::vector<Recovery> recovery_;  // by slice id (SliceMade, TakeState)
+  ServerCore core_;  // last: its hooks are this object's, whose state is above
 };
 
 // What a server's caller may watch (the profiler): `joined` once the node has joined (its

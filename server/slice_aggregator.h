@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/tensor.h"
+#include "server/worker_membership.h"
 
 namespace tally {
 
@@ -41,24 +42,6 @@ struct StepsSeen {
       ++next;
     }
   }
-};
-
-// Elastic workers (--elastic, docs/faults.md): which workers' pushes a step counts. Each
-// change is (from_step, live ranks); a step counts the workers live at its step. While a
-// change is being decided (`hold`), no step is applied: the step it starts from is not known
-// yet, and a step applied meanwhile could count a leaver's push here and not elsewhere.
-struct WorkerMembership {
-  struct Change {
-    int64_t from_step = 0;
-    std::vector<bool> live;  // by rank
-  };
-  std::vector<Change> changes;  // by from_step, ascending
-  bool hold = false;
-  // The ranks live at `step`, of n workers at the start.
-  bool Live(int rank, int64_t step) const;
-  int Count(int64_t step, int n) const;
-  // The change in force at `step` (the last one from it or before); null: none yet.
-  const Change* At(int64_t step) const;
 };
 
 class SliceAggregator {
@@ -87,7 +70,8 @@ class SliceAggregator {
   // workers' pushes alone, in rank order.
   bool TakeReady(int64_t applied, Step* out);
 
-  // Elastic: forgets worker `rank`'s pushes of steps >= from_step (it left before them).
+  // Elastic (defined in worker_membership.cc): forgets worker `rank`'s pushes of steps >=
+  // from_step (it left before them).
   void Drop(int rank, int64_t from_step);
   // Elastic: the last step t such that `rank`'s push of every step up to t is counted.
   int64_t CountedThrough(int rank, int64_t applied) const;
