@@ -35,7 +35,8 @@ std::string ElasticRecord::ToJson() const {
     if (c.at_once) j["at_once"] = true;
     changes_json.push_back(std::move(j));
   }
-  return nlohmann::json{{"examples", num_examples}, {"epoch_live", Ranks(epoch_live)}, {"changes", changes_json}}.dump();
+  const nlohmann::json j = {{"examples", num_examples}, {"epoch_live", Ranks(epoch_live)}, {"changes", changes_json}};
+  return j.dump();
 }
 
 Status ElasticRecord::FromJson(const std::string& what, const std::string& json, ElasticRecord* out) {

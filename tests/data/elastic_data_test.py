@@ -9,6 +9,8 @@ worker logging the positions it reads (TALLY_TEST_READ_LOG).
   checkpoint) after the leave; `--resume auto` with all three workers again continues the
   epoch, and each epoch, over both runs, reads each example exactly once; without --elastic
   that checkpoint is refused, naming it.
+- Worker 2 leaves, then a new worker 2 process joins the running job (TALLY_JOIN=1): it reads
+  pads until its change applies, then its part, and every epoch reads each example once.
 
 Usage: python3 elastic_data_test.py TALLY_BINARY [unittest args]
 """
@@ -179,6 +181,42 @@ class ElasticDataTest(FaultCase):
         self.assertEachOnce(seen, range(EPOCHS))
         # The resumed run read with all three workers from its first step.
         self.assertEqual(reads_of(second_dir)[2][0][0], step)
+
+    def test_a_joiner_reads_pads_until_its_change_applies_and_each_example_once(self):
+        """Worker 2 leaves (SIGTERM), then a new worker 2 process joins (its environment plus
+        TALLY_JOIN=1): it reads pads at its first two steps, its part from its join's step + 2,
+        and every epoch reads each example once across the three processes of ranks 0..2."""
+        reads_dir = os.path.join(self.dir, "reads")
+        os.makedirs(reads_dir)
+        proc, path = self.launch("run", ["--num-epochs", "6"], reads_dir=reads_dir)
+        pid = self.pid_of_worker(2)
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [a.decode() for a in f.read().split(b"\0") if a]
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = dict(e.decode().split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        self.wait_for("worker 2's 5th batch", lambda: self.last_step(reads_dir, 2) >= 4, proc, path)
+        os.kill(pid, signal.SIGTERM)
+        self.wait_for("worker 2's leave", lambda: "worker 2 on localhost left the job" in read(path), proc, path)
+        left_at = self.last_step(reads_dir, 2)
+        join_log = os.path.join(self.dir, "joiner.log")
+        with open(join_log, "w") as out:
+            joiner = subprocess.Popen(argv, env=dict(env, TALLY_JOIN="1"), stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self.addCleanup(self.stop_launcher, joiner)
+        out = self.finish(proc, path)
+        self.assertEqual(joiner.wait(timeout=BOUND_S), 0, read(join_log)[-4000:])
+        m = re.search(r"membership 2: worker 2 joined.*from step (\d+)", out)
+        self.assertIsNotNone(m, out[-4000:])
+        from_step = int(m.group(1))
+        reads = reads_of(reads_dir)
+        joined = [r for r in reads[2] if r[0] > left_at]
+        print("worker 2 left after step %d and joined from step %d" % (left_at, from_step))
+        # Its change applies at from_step + 2, or at from_step + 1 where a cut ends there.
+        first_read = next(r[0] for r in joined if r[3])
+        self.assertIn(first_read, (from_step + 1, from_step + 2))
+        self.assertEqual([(r[0], r[3], r[4]) for r in joined if r[0] < first_read],
+                         [(s, 0, BATCH) for s in range(from_step, first_read)])
+        self.assertEachOnce(visits(reads), range(6))
 
 
 if __name__ == "__main__":
