@@ -38,6 +38,10 @@ class PyKVStore {
     return py::make_tuple(m.epoch, m.from_step, m.live);
   }
   int summed_workers() const { return Store()->summed_workers(); }
+  // A worker that joined a running --elastic job (TALLY_JOIN=1): its init receives the job's
+  // values, and its first push is the job's step first_step (0 for the others).
+  bool joined() const { return cluster_ != nullptr && cluster_->joined_after_epoch() > 0; }
+  int64_t first_step() const { return Store()->first_step(); }
   int num_devices() const { return num_devices_; }
   bool closed() const { return kv_ == nullptr; }
   std::vector<int> keys() const;
@@ -214,7 +218,8 @@ void PyKVStore::Init(const std::vector<int>& keys, const py::list& values) {
     if (numel_.count(key) || added.count(key)) {
       throw py::value_error("tally.kv init: key " + std::to_string(key) + " is already initialised");
     }
-    tensors.push_back(ArrayToTensor(values[i], ArrayUse{"init", key, -1, false}, queue_));
+    // A joiner's init writes the job's values into the arrays (kvstore/dist_kvstore.h).
+    tensors.push_back(ArrayToTensor(values[i], ArrayUse{"init", key, -1, joined()}, queue_));
     added[key] = tensors.back().numel();
   }
   Call([&] { return kv->Init(keys, tensors); });
@@ -341,6 +346,8 @@ void BindKVStore(py::module_& m) {
       .def_property_readonly("num_workers", &PyKVStore::num_workers)
       .def_property_readonly("membership", &PyKVStore::membership)
       .def_property_readonly("summed_workers", &PyKVStore::summed_workers)
+      .def_property_readonly("joined", &PyKVStore::joined)
+      .def_property_readonly("first_step", &PyKVStore::first_step)
       .def_property_readonly("num_devices", &PyKVStore::num_devices)
       .def_property_readonly("closed", &PyKVStore::closed)
       .def("keys", &PyKVStore::keys)

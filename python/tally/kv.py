@@ -143,6 +143,19 @@ class KVStore:
         the live ones of that very step (what an average divides by); else num_workers."""
         return self._kv.summed_workers
 
+    @property
+    def joined(self):
+        """True in a worker that joined a running --elastic job (started with TALLY_JOIN=1, as
+        tools/launch.py --max-workers starts a leaver's replacement): its init received the
+        job's values, and it pushes from the job's step first_step."""
+        return self._kv.joined
+
+    @property
+    def first_step(self):
+        """The job's step of this worker's first push: 0, or in a joiner the step its join
+        took effect from (every worker's sum counts it from there on)."""
+        return self._kv.first_step
+
     def on_membership(self, fn):
         """Calls fn(epoch, from_step, live_ranks) after each membership change (--elastic),
         on the caller's thread, at the first call of this store's (push, pull, pushpull,
@@ -247,7 +260,9 @@ class KVStore:
     def init(self, key, value):
         """Registers key(s) with initial value(s), copied: one value per key, whatever the
         number of devices. The distributed types need every key in one call, on every worker
-        (worker 0's values are the ones the servers keep)."""
+        (worker 0's values are the ones the servers keep). In a worker that joined a running
+        job (joined) the servers hold the job's values already: init sends nothing and writes
+        their values after the step before first_step into value, which must be writable."""
         if isinstance(key, (list, tuple)):
             keys = [_key("init", k) for k in key]
             if not isinstance(value, (list, tuple)) or len(value) != len(keys):

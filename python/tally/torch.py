@@ -23,6 +23,13 @@ calls find their tensors among those, by storage. The servers run no optimizer: 
 replaces a key's value with the sum over the workers, which makes one round trip both the
 gradient sum and, with zeros pushed by every worker but 0, the broadcast. Each worker then
 applies its own torch optimizer to the same averaged gradients, so weights stay equal.
+
+Elastic workers (--elastic): each step's average divides by the workers its sum counted
+(kv.summed_workers). A worker that joins the running job (TALLY_JOIN=1, kv.joined) cannot
+take the weights from the servers, which hold gradients: at its first step it pushes zeros
+(its own weights are not the job's), every worker divides that step's sum by the workers
+before the join, and after the step worker 0's weights and buffers are broadcast again, so
+that the joiner's weights are the others' from there on (docs/python.md, "Elastic workers").
 """
 import weakref
 
@@ -74,7 +81,11 @@ class _KeyTable:
 
     def __init__(self, kv, tensors, op):
         self.kv = kv
-        self.numels, self.where = [], {}
+        self.numels, self.where, self.tensors = [], {}, []
+        # --elastic: the workers the last step's sum counted, and whether this worker joined
+        # the running job and has not yet taken part in a step (then it pushes zeros).
+        self.last_count = None
+        self.push_zeros = kv.joined
         values = []
         for t in tensors:
             _check_cpu(t, op)
@@ -90,12 +101,31 @@ class _KeyTable:
             key = len(self.numels)
             self.where[self._slot(t)] = key
             self.numels.append(t.numel())
-            # init copies: a view of a tensor the kvstore takes, a float32 copy of an integer one
+            self.tensors.append(t)
+            # init copies: a view of a tensor the kvstore takes, a float32 copy of an integer one.
+            # A joiner's init writes the servers' values (the last step's gradient sums) into
+            # them: a copy of its own then, which is thrown away.
             v = t.detach().contiguous()
-            values.append(v if v.dtype in _KV_DTYPES else v.to(torch.float32))
+            v = v if v.dtype in _KV_DTYPES else v.to(torch.float32)
+            values.append(v.clone() if kv.joined else v)
         if not values:
             raise ValueError("tally.torch %s: no tensor with values to register" % op)
         kv.init(list(range(len(values))), values)
+
+    def step_done(self):
+        """After a step's gradients were summed: (the workers to divide the sum by, whether
+        worker 0's weights go to a worker that joined at this step, once the step is done).
+        Every worker gets the same answer, from the servers' count of the step's pushes: a
+        count above the last step's is a join, whose joiner pushed zeros (push_zeros)."""
+        n = self.kv.summed_workers
+        if self.push_zeros:
+            divide, joined = n - 1, True  # this worker is the joiner (one a step: docs/python.md)
+        elif self.last_count is not None and n > self.last_count:
+            divide, joined = self.last_count, True
+        else:
+            divide, joined = n, False
+        self.push_zeros, self.last_count = False, n
+        return divide, joined
 
     @staticmethod
     def _slot(t):
@@ -135,6 +165,13 @@ def broadcast_parameters(model_or_state_dict, kv):
     op = "broadcast_parameters"
     tensors = _tensors_of(model_or_state_dict, op)
     table = _table(kv, tensors, op)
+    if table.push_zeros:
+        return  # a joiner: the others broadcast after its first step, not now
+    _broadcast(kv, table, tensors, op)
+
+
+def _broadcast(kv, table, tensors, op):
+    """Worker 0's values of tensors into every worker's: one pushpull, the others pushing zeros."""
     keys, sends, staged = [], [], []
     for t in tensors:
         if t.numel() == 0:
@@ -167,6 +204,16 @@ class HookState:
         self.table = _table(kv, model_or_params, "HookState")
         self.num_workers = kv.num_workers  # at the start; the averages divide by summed_workers
         self._pending = []  # (future, bucket buffer) of this backward pass's buckets so far
+        # --elastic: a worker joined at the last step; worker 0's weights are broadcast before
+        # the next forward (after the optimizer's step; during backward they are still in use).
+        self.broadcast_due = False
+        if isinstance(model_or_params, torch.nn.Module):
+            model_or_params.register_forward_pre_hook(self._before_forward)
+
+    def _before_forward(self, module, inputs):
+        if self.broadcast_due:
+            self.broadcast_due = False
+            _broadcast(self.kv, self.table, self.table.tensors, "allreduce_hook")
 
 
 def allreduce_hook(state, bucket):
@@ -185,13 +232,16 @@ def allreduce_hook(state, bucket):
     if offset != buf.numel():
         raise ValueError("tally.torch allreduce_hook: the bucket holds %d values, its parameters %d"
                          % (buf.numel(), offset))
+    if state.table.push_zeros:
+        buf.zero_()  # a joiner's first step: gradients of weights that are not the job's
     state.kv.pushpull(keys, views, priority=-min(keys), wait=False)
     future = torch.futures.Future()
     state._pending.append((future, buf))
     if bucket.is_last():
         state.kv.wait_all()
         pending, state._pending = state._pending, []
-        n = state.kv.summed_workers  # --elastic: the live workers of this step
+        n, joined = state.table.step_done()  # --elastic: the live workers of this step
+        state.broadcast_due = state.broadcast_due or joined
         for f, b in pending:
             b.div_(n)  # DDP's allreduce averages
             f.set_result(b)
@@ -238,6 +288,7 @@ class DistributedOptimizer:
         self.table = _table(kv, self._params if model_or_params is None else model_or_params,
                             "DistributedOptimizer")
         self._keys = [self.table.key(p, "DistributedOptimizer") for p in self._params]
+        self._broadcast_due = False  # --elastic: a worker joined at the last synchronize()
 
     @property
     def param_groups(self):
@@ -251,16 +302,23 @@ class DistributedOptimizer:
         for p, k in sorted(zip(self._params, self._keys), key=lambda pk: -pk[1]):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            if self.table.push_zeros:
+                p.grad.zero_()  # a joiner's first step: gradients of weights that are not the job's
             self.kv.pushpull(k, p.grad, priority=-k, wait=False)
         self.kv.wait_all()
-        n = self.kv.summed_workers  # --elastic: the live workers of this step
+        n, joined = self.table.step_done()  # --elastic: the live workers of this step
+        self._broadcast_due = self._broadcast_due or joined
         with torch.no_grad():
             for p in self._params:
                 p.grad.div_(n)
 
     def step(self, closure=None):
         self.synchronize()
-        return self.optimizer.step(closure)
+        result = self.optimizer.step(closure)
+        if self._broadcast_due:  # a worker joined at this step: worker 0's weights to it
+            self._broadcast_due = False
+            _broadcast(self.kv, self.table, self.table.tensors, "DistributedOptimizer")
+        return result
 
     def state_dict(self):
         return self.optimizer.state_dict()
