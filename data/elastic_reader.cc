@@ -104,14 +104,20 @@ Status ElasticReader::Start(const ElasticStart& start) {
     Status s = Add(c);
     if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
   }
+  for (int64_t s = epoch_start; s < start.step; ++s) shards_->Advance();
   // A resumed run: the gathered workers from its first step on, applied at once (nobody has
-  // read a batch since), which also applies every recorded change still pending.
+  // read a batch since), which also applies every recorded change still pending. When none
+  // is pending and they are the live workers, the cut goes on as the uninterrupted run's
+  // would: the resume is exact.
   if (start.step > 0) {
     MembershipChange gathered{start.step, start.gathered, /*at_once=*/true};
     std::sort(gathered.live.begin(), gathered.live.end());
-    TALLY_RETURN_IF_ERROR(Add(gathered));
+    ElasticShards next = *shards_;
+    next.Advance();
+    if (next.changes_applied() != static_cast<int64_t>(added_.size()) || next.live() != gathered.live) {
+      TALLY_RETURN_IF_ERROR(Add(gathered));
+    }
   }
-  for (int64_t s = epoch_start; s < start.step; ++s) shards_->Advance();
   if (start.batch > 0) {  // inside the epoch: nothing was applied at its start
     epoch_ = shards_->epoch();
     given_ = shards_->given();

@@ -162,6 +162,43 @@ TEST(ElasticReader, ACheckpointAfterALeaveResumesWithTheGatheredWorkersAndReadsT
   CheckpointAfterALeave(10, {0, 1, 2, 3});  // a job of four
 }
 
+TEST(ElasticReader, AResumeWithTheLiveWorkersAndNothingPendingReadsWhatTheRunWouldHave) {
+  // Rank 1 leaves from step 5 (applied at 7); a checkpoint at step 12 resumed by ranks 0 and
+  // 2 (a job of two, as the live ones) goes on with the uninterrupted run's batches.
+  const int64_t n = 301;
+  Job job;
+  job.changes = {{5, {0, 2}, false}};
+  std::vector<Worker> workers;
+  for (int r = 0; r < 3; ++r) workers.push_back(MakeWorker(&job, n, 8, r, Fresh({0, 1, 2})));
+  Visits visits;
+  std::vector<ElasticStep> uninterrupted;
+  RunSteps(&job, &workers, {{1, 5}}, 0, 60, n, &visits, &uninterrupted);
+  Job again = job;
+  std::vector<Worker> first;
+  for (int r = 0; r < 3; ++r) first.push_back(MakeWorker(&again, n, 8, r, Fresh({0, 1, 2})));
+  Visits ignored;
+  std::vector<ElasticStep> before;
+  RunSteps(&again, &first, {{1, 5}}, 0, 12, n, &ignored, &before);
+  again.visible = 11;
+  ElasticStart start;
+  ASSERT_TRUE(first[0].reader->Record(12, &start.record).ok());
+  start.epoch = before.back().epoch;
+  start.batch = before.back().index + 1;
+  start.step = 12;
+  start.gathered = {0, 2};
+  Job resumed;
+  std::vector<Worker> two;
+  for (int r : {0, 2}) two.push_back(MakeWorker(&resumed, n, 8, r, start));
+  std::vector<ElasticStep> after;
+  RunSteps(&resumed, &two, {}, 12, 60, n, &ignored, &after);
+  ASSERT_EQ(after.size(), 48u);
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_EQ(after[i].batch.positions, uninterrupted[12 + i].batch.positions) << "step " << 12 + i;
+    ASSERT_EQ(after[i].epoch, uninterrupted[12 + i].epoch) << "step " << 12 + i;
+    ASSERT_EQ(after[i].given, uninterrupted[12 + i].given) << "step " << 12 + i;
+  }
+}
+
 TEST(ElasticReader, AJoinerReadsPadsUntilItsChangeAppliesThenItsPart) {
   Job job;
   job.changes = {{3, {0, 1}, false}, {10, {0, 1, 2}, false}};
