@@ -34,7 +34,8 @@ void KVServer::Handle(Message&& msg) {
 }
 
 void KVServer::HandleRequest(Message* msg) {
-  Status s = core_.AdmitRequest(*msg);
+  // Only the step being gathered, or the last one applied, can be rolled back.
+  Status s = core_.AdmitRequest(*msg, /*window=*/1);
   if (s.ok()) s = HandleRollback(*msg);  // kv_server_rollback.cc
   if (!s.ok()) core_.Refuse(msg->meta, s);
 }

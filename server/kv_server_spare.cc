@@ -142,7 +142,12 @@ Status KVServer::TakeState(const Message& msg, int chain) {
     }
   }
   ServerSlice* s = core_.Slot(ks.key(), ks.offset());
-  *s = ServerSlice{s->id, ks.key(), ks.offset(), static_cast<int64_t>(ks.length())};
+  const int id = s->id;
+  *s = ServerSlice();  // the last state sent holds, whatever came before it
+  s->id = id;
+  s->key = ks.key();
+  s->offset = ks.offset();
+  s->length = static_cast<int64_t>(ks.length());
   s->pushes = SliceAggregator(ids_.num_workers, s->length, Members());
   if (recovery_.size() <= static_cast<size_t>(s->id)) recovery_.resize(s->id + 1);
   Recovery& r = Of(*s);

@@ -109,15 +109,13 @@ void ServerCore::Respond(const wire::Meta& request, const std::string& error, bo
   if (!s.ok()) LOG(WARNING) << "server: answer to node " << request.sender_id() << " failed: " << s;
 }
 
-Status ServerCore::AdmitRequest(const Message& msg) {
+Status ServerCore::AdmitRequest(const Message& msg, int64_t window) {
   const wire::Meta& m = msg.meta;
   Status s = ValidateMessage(msg);
   if (s.ok() && !ids_.IsWorker(m.sender_id())) {
     s = Status::InvalidArgument("the sender is not a worker of this job");
   }
-  const bool of_step = m.command() == wire::PUSH || m.command() == wire::PULL || m.command() == wire::PUSHPULL ||
-                       m.command() == wire::ROLLBACK;
-  if (s.ok() && of_step) s = AdmitStep(msg);
+  if (s.ok() && window > 0) s = AdmitStep(msg, window);
   return s;
 }
 
@@ -132,7 +130,8 @@ void ServerCore::Refuse(const wire::Meta& m, const Status& why) {
 
 void ServerCore::Handle(Message&& msg) {
   const wire::Meta& m = msg.meta;
-  Status s = AdmitRequest(msg);
+  const bool of_step = m.command() == wire::PUSH || m.command() == wire::PULL || m.command() == wire::PUSHPULL;
+  Status s = AdmitRequest(msg, of_step ? kStepWindow : 0);
   const bool from_worker0 = m.sender_id() == ids_.Worker(0);
   if (s.ok()) {
     switch (m.command()) {
@@ -249,13 +248,11 @@ Status ServerCore::HandleInitState(const Message& msg) {
   return Status::Ok();
 }
 
-Status ServerCore::AdmitStep(const Message& msg) {
+Status ServerCore::AdmitStep(const Message& msg, int64_t window) {
   const wire::Meta& m = msg.meta;
   TALLY_RETURN_IF_ERROR(hooks_->AdmitPush(msg));
   std::vector<ServerSlice*> slices;
   TALLY_RETURN_IF_ERROR(FindSlices(msg, &slices));
-  // Only the step being gathered, or the last one applied, can be rolled back.
-  const int64_t window = m.command() == wire::ROLLBACK ? 1 : kStepWindow;
   for (const ServerSlice* s : slices) {
     const int64_t last = async_ ? std::max(s->applied, s->newest) : s->applied;
     const std::string name = "key " + std::to_string(s->key) + " [" + std::to_string(s->offset) + ", +" +

@@ -117,9 +117,10 @@ class ServerCore {
   // now or once the step it waits for is visible; or refused (Refuse).
   void Handle(Message&& msg);
   // Checks a worker's request before anything changes: well formed, from a worker, and for
-  // PUSH, PULL, PUSHPULL and ROLLBACK, its slices held here, its step inside their window and
-  // room for its sender to wait on them.
-  Status AdmitRequest(const Message& msg);
+  // a request of a step (window > 0: PUSH, PULL, PUSHPULL; a layer's ROLLBACK), its slices
+  // held here, its step at most `window` steps after their last and room for its sender to
+  // wait on them.
+  Status AdmitRequest(const Message& msg, int64_t window);
   // Counts, logs and answers a refused request with its error.
   void Refuse(const wire::Meta& m, const Status& why);
 
@@ -170,7 +171,7 @@ class ServerCore {
   // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
   Status HandleInitState(const Message& msg);
   Status HandleSetLr(const Message& msg);
-  Status AdmitStep(const Message& msg);
+  Status AdmitStep(const Message& msg, int64_t window);
   // What HandlePush tells the pull of a PUSHPULL.
   struct PushOutcome {
     bool answered_before = false;  // a duplicate whose step was overtaken: answer nothing
