@@ -9,6 +9,8 @@ worker logging the positions it reads (TALLY_TEST_READ_LOG).
   checkpoint) after the leave; `--resume auto` with all three workers again continues the
   epoch, and each epoch, over both runs, reads each example exactly once; without --elastic
   that checkpoint is refused, naming it.
+- Without a change, a SIGTERM to worker 0 inside an epoch and --resume auto end with the
+  uninterrupted run's weights, bit for bit.
 - Worker 2 leaves, then a new worker 2 process joins the running job (TALLY_JOIN=1): it reads
   pads until its change applies, then its part, and every epoch reads each example once.
 
@@ -181,6 +183,28 @@ class ElasticDataTest(FaultCase):
         self.assertEachOnce(seen, range(EPOCHS))
         # The resumed run read with all three workers from its first step.
         self.assertEqual(reads_of(second_dir)[2][0][0], step)
+
+    def test_a_resume_without_a_change_ends_with_the_uninterrupted_runs_weights(self):
+        """--elastic without a change: SIGTERM to worker 0 inside epoch 0, --resume auto, and
+        the final checkpoint equals an uninterrupted run's, bit for bit (the cut, the lr and
+        the synthetic examples go on as they were)."""
+        ref = os.path.join(self.dir, "ref", "m")
+        proc, path = self.launch("ref", ["--model-prefix", ref])
+        self.finish(proc, path)
+        reads_dir = os.path.join(self.dir, "reads")
+        os.makedirs(reads_dir)
+        prefix = os.path.join(self.dir, "run", "m")
+        proc, path = self.launch("run", ["--model-prefix", prefix], reads_dir=reads_dir)
+        self.wait_for("worker 0's 10th batch", lambda: self.last_step(reads_dir, 0) >= 9, proc, path)
+        os.kill(self.pid_of_worker(0), signal.SIGTERM)
+        self.finish(proc, path, codes=(0, 75))
+        resumed, second = self.launch("resume", ["--model-prefix", prefix, "--resume", "auto"])
+        again = self.finish(resumed, second)
+        m = re.search(r"resuming from \S+: epoch (\d+), batch (\d+), step (\d+)", again)
+        self.assertIsNotNone(m, again[-4000:])
+        print("resumed at epoch %s, batch %s, step %s" % m.groups())
+        final = "-%04d" % EPOCHS
+        self.assertSameCheckpoint(ref + final, prefix + final)
 
     def test_a_joiner_reads_pads_until_its_change_applies_and_each_example_once(self):
         """Worker 2 leaves (SIGTERM), then a new worker 2 process joins (its environment plus
