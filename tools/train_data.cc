@@ -271,7 +271,7 @@ Status UseGpuDecode(const TrainerConfig& cfg, bool* use) {
 class SyntheticExamples {
  public:
   SyntheticExamples(const TrainerConfig& cfg, int64_t batches, int batch)
-      : cfg_(cfg), batches_(batches), batch_(batch) {}
+      : shape_(cfg.model.image_shape), classes_(cfg.model.num_classes), batches_(batches), batch_(batch) {}
   Status Read(const ElasticStep& at, Tensor* images, Tensor* labels) {
     const int64_t per_worker = batches_ * batch_;
     for (int j = 0; j < batch_; ++j) {
@@ -298,7 +298,7 @@ class SyntheticExamples {
     auto it = drawn_.find(key);
     if (it != drawn_.end()) return it->second;
     if (drawn_.size() >= 8) drawn_.erase(order_.front()), order_.erase(order_.begin());
-    SyntheticData data(cfg_.model.image_shape, cfg_.model.num_classes, FLAGS_seed, stream);
+    SyntheticData data(shape_, classes_, FLAGS_seed, stream);
     data.Seek(position);
     std::pair<Tensor, Tensor>& batch = drawn_[key];
     data.NextBatch(batch_, &batch.first, &batch.second);
@@ -306,7 +306,8 @@ class SyntheticExamples {
     return batch;
   }
 
-  const TrainerConfig& cfg_;
+  const Shape shape_;
+  const int classes_;
   const int64_t batches_;
   const int batch_;
   std::map<std::pair<uint64_t, uint64_t>, std::pair<Tensor, Tensor>> drawn_;
