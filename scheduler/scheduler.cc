@@ -309,6 +309,9 @@ class Scheduler {
     int rank = -1;
     if (RepeatsRegister(nodes_, m)) return Status::Ok();
     Status why = JoinRank(cfg_, members_, m, &rank);
+    if (why.ok() && !done->empty()) {  // its first step could come after the job's last
+      why = Status::Unavailable("worker " + std::to_string(ids_.WorkerRank(*done->begin())) + " finished: the job ends");
+    }
     if (!why.ok()) {
       LOG_EVERY_N(WARNING, 10) << "scheduler: not admitting a REGISTER: " << why.message();
       return Status::Ok();

@@ -205,6 +205,59 @@ TEST(JoinJob, AWorkerRegisteringAfterALeaveJoinsAndTheJobEndsWithIt) {
   EXPECT_TRUE(server.ok()) << server;
 }
 
+// Once a live worker has finished, the job is ending: a joiner's first step could come after
+// its last, and nobody would push the step before it. It is not admitted.
+TEST(JoinJob, NobodyJoinsOnceAWorkerHasFinished) {
+  const int port = TestPort(false);
+  SchedulerOptions options;
+  options.elastic = true;
+  Status scheduler, server;
+  std::thread s([&] {
+    scheduler = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 3, 1), NewInProcTransport(), nullptr, nullptr,
+                             options);
+  });
+  std::thread v([&] {
+    ElasticOptions e;
+    e.elastic = true;
+    server = RunServer(TestClusterConfig(wire::SERVER, port, 3, 1), NewInProcTransport(), ServerObserver(), e);
+  });
+  std::unique_ptr<Cluster> workers[3];
+  auto join = [&](int r, int register_timeout_ms) {
+    ClusterConfig c = TestClusterConfig(wire::WORKER, port, 3, 1);
+    c.rank = r;
+    c.can_join = true;
+    c.register_timeout_ms = register_timeout_ms;
+    return Cluster::Join(c, NewInProcTransport(), &workers[r]);
+  };
+  std::thread j0([&] { EXPECT_TRUE(join(0, 20000).ok()); });
+  std::thread j1([&] { EXPECT_TRUE(join(1, 20000).ok()); });
+  EXPECT_TRUE(join(2, 20000).ok());
+  j0.join();
+  j1.join();
+  ASSERT_TRUE(workers[0] && workers[1] && workers[2]);
+  Message leave;
+  leave.meta.set_command(wire::LEAVE);
+  leave.meta.set_step(0);
+  ASSERT_TRUE(workers[2]->Send(kSchedulerId, std::move(leave)).ok());
+  EXPECT_TRUE(workers[2]->Finish(60000).ok());  // the leave is decided
+  workers[2].reset();
+  Message done;
+  done.meta.set_command(wire::WORKER_DONE);
+  // In-process, worker 0's WORKER_DONE is in the scheduler's queue before the REGISTER below:
+  // the new worker 2 is never admitted.
+  ASSERT_TRUE(workers[0]->Send(kSchedulerId, std::move(done)).ok());
+  std::thread done0([&] { EXPECT_TRUE(workers[0]->Finish(60000).ok()); });
+  Status refused = join(2, 1500);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("did not answer"), std::string::npos) << refused;
+  EXPECT_TRUE(workers[1]->Finish(60000).ok());
+  done0.join();
+  s.join();
+  v.join();
+  EXPECT_TRUE(scheduler.ok()) << scheduler;
+  EXPECT_TRUE(server.ok()) << server;
+}
+
 // The job's one server is a bare Cluster here, which answers MEMBERSHIP_PREPARE when the test
 // says: the joiner says LEAVE while its join is decided, and leaves in the next change.
 TEST(JoinJob, AJoinerThatLeavesWhileItsJoinIsDecidedLeavesNext) {
