@@ -366,12 +366,15 @@ TEST_F(RequestsTest, PostedAnswersQueueByPriorityWithRequestsAndAreNoneOfItsOwn)
   job_.SetUnacked(kServerA, 0);
   EXPECT_EQ(job_.Sent(1).second.meta.request_id(), 71u);  // priority 9 first
   EXPECT_EQ(job_.Sent(2).second.meta.request_id(), 70u);
-  job_.Refuse(kServerC);
-  const Status failed = r->Post(kServerC, answer(73, 0));
-  EXPECT_NE(failed.message().find("node 3 is gone"), std::string::npos) << failed;
   EXPECT_TRUE(r->WaitAll(kBoundMs).ok());
   r->Stop();
   EXPECT_EQ(job_.sent_count(), 3u);
+  // A Post that goes at once (nothing queued, no sending thread yet) returns its failure.
+  job_.Refuse(kServerC);
+  auto idle = NewRequests();
+  const Status failed = idle->Post(kServerC, answer(73, 0));
+  EXPECT_NE(failed.message().find("node 3 is gone"), std::string::npos) << failed;
+  EXPECT_TRUE(idle->WaitAll(kBoundMs).ok());
 }
 
 }  // namespace
