@@ -15,7 +15,8 @@ dist_sync job through tools/launch.py --elastic over the secure transport.
 - kill -9 of worker 2 at step 30, then a new worker 2 process, started by the test with the
   killed one's environment and TALLY_JOIN=1, joins the running job near step 70: the job
   finishes with 4 live workers, every process exits 0, and the replay (where worker 2's
-  process sits out from its leave and joins again itself) ends with the same weights.
+  process sits out from its leave and joins again itself) ends with the same weights; the
+  same under dist_device_sync.
 
 Usage: python3 elastic_test.py TALLY_BINARY [unittest args]
 """
@@ -228,7 +229,17 @@ class ElasticTest(FaultCase):
         return argv, env
 
     def test_a_new_worker_joins_after_a_kill_and_replay_is_bit_identical(self):
-        proc, path, prefix = self.launch("run")
+        self.join_after_kill()
+
+    def test_the_same_join_under_dist_device_sync(self):
+        """dist_device_sync on CPU workers: the same store and steps (docs/faults.md)."""
+        self.join_after_kill(["--kv-store", "dist_device_sync"])
+
+    def join_after_kill(self, extra=()):
+        """kill -9 of worker 2 at step 30; a new worker 2 process, started with the killed
+        one's command line and environment plus TALLY_JOIN=1 once worker 0 is at step 50,
+        joins; then the replay of membership.jsonl."""
+        proc, path, prefix = self.launch("run", extra)
         pid = self.victim_pid()
         argv, env = self.process_of(pid)
         at = self.wait_step(proc, path, 30)
@@ -262,7 +273,7 @@ class ElasticTest(FaultCase):
         print(re.search(r"joined the job at step .*", joined).group(0))
         self.assertFinished(out)
         self.assertLogHas(joined, r"Epoch\[%d\] Train-accuracy" % (EPOCHS - 1))
-        again = self.replay_matches(prefix, changes)
+        again = self.replay_matches(prefix, changes, extra=extra)
         self.assertLogHas(again, r"\[worker %d\] tally train: worker %d joined the job at step %d" % (VICTIM, VICTIM, step))
 
     def test_sigterm_to_the_whole_job_still_stops_it_with_a_checkpoint(self):
