@@ -5,6 +5,7 @@ worker logging the positions it reads (TALLY_TEST_READ_LOG).
 - SIGTERM to worker 2 inside an epoch: it leaves, the rest of the epoch is cut over workers
   0 and 1, the epoch gets longer, and every epoch reads each of its examples exactly once
   across the three workers; MXNet's epoch and Speedometer lines follow the longer epoch.
+- The same over a RecordIO pack, decoded by the loader from each worker's forecast batches.
 - The same, then SIGTERM to worker 0 (the whole job stops at an agreed step with a
   checkpoint) after the leave; `--resume auto` with all three workers again continues the
   epoch, and each epoch, over both runs, reads each example exactly once; without --elastic
@@ -142,6 +143,33 @@ class ElasticDataTest(FaultCase):
         later = [r for r in reads[0] if r[1] == epoch + 1]
         if later:
             self.assertEqual(len(later), EXAMPLES // (2 * BATCH))
+
+    def test_a_leave_over_a_recordio_pack_reads_each_record_once(self):
+        """The same over a RecordIO pack of 120 images (40 a worker, 5 steps an epoch): the
+        loader decodes each worker's forecast batches and follows the re-cut."""
+        images = os.path.join(self.dir, "images")
+        pack = os.path.join(self.dir, "pack")
+        for command in ([fault_job.TALLY, "make-data", "synthetic-jpeg", "--out", images, "--classes", "4",
+                         "--per-class", "30"],
+                        [fault_job.TALLY, "im2rec", "--list", "--recursive", pack, images],
+                        [fault_job.TALLY, "im2rec", pack, images]):
+            done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=BOUND_S)
+            self.assertEqual(done.returncode, 0, done.stdout[-3000:])
+        reads_dir = os.path.join(self.dir, "reads")
+        os.makedirs(reads_dir)
+        proc, path = self.launch("run", ["--data-train", pack + ".rec", "--image-shape", "3,16,16",
+                                         "--num-epochs", "8"], reads_dir=reads_dir)
+        pid = self.pid_of_worker(2)
+        self.wait_for("worker 2's 7th batch", lambda: self.last_step(reads_dir, 2) >= 6, proc, path)
+        os.kill(pid, signal.SIGTERM)
+        self.finish(proc, path)
+        reads = reads_of(reads_dir)
+        print("worker 2 read its last batch at step %d (epoch %d, batch %d)" % reads[2][-1][:3])
+        seen = visits(reads)
+        for epoch in range(8):
+            counts = seen.get(epoch, collections.Counter())
+            self.assertEqual((len(counts), max(counts.values(), default=0)), (120, 1), "epoch %d" % epoch)
 
     def test_a_checkpoint_after_a_leave_resumes_the_epoch_reading_each_example_once(self):
         first_dir, second_dir = os.path.join(self.dir, "reads1"), os.path.join(self.dir, "reads2")
