@@ -22,7 +22,10 @@
 // one step (scheduler/membership.h), tells every node (MEMBERSHIP), appends the change to
 // membership_log, and sends a leaver still alive SHUTDOWN. The job then ends when every live
 // worker is done. Worker 0 leads the job (the optimizer, learning rates, checkpoints): its
-// loss still ends it.
+// loss still ends it. A worker that registers with the running job saying it can join
+// (TALLY_JOIN=1) is admitted at a rank not live (scheduler/join.h), unless a live worker has
+// finished already; it gets the node table and then every MEMBERSHIP so far, and its join is
+// decided with the servers as a leave is (its MEMBERSHIP carries the servers' applied_max).
 #pragma once
 
 #include <cstdint>
