@@ -118,39 +118,48 @@ TEST(ElasticReader, ALeaveHeardAsLateAsTheAnswersAllowIsReadOnce) {
   EXPECT_GT(std::count_if(rank0.begin(), rank0.end(), [](const ElasticStep& s) { return s.epoch == 0; }), 13)
       << "epoch 0 got longer than 300 / 3 / 8 batches";
   for (size_t i = 1; i < rank0.size(); ++i) {
-    if (rank0[i].epoch == rank0[i - 1].epoch) EXPECT_GE(rank0[i].given, rank0[i - 1].given) << "step " << i;
+    if (rank0[i].epoch == rank0[i - 1].epoch) {
+      EXPECT_GE(rank0[i].given, rank0[i - 1].given) << "step " << i;
+    }
   }
 }
 
-// A job of ranks 0..2; rank 1 leaves from step 5; the whole job stops after step `stop - 1`
-// with a checkpoint, which a job of the ranks `gathered` resumes; the epochs read each
-// example once over both runs.
-void CheckpointAfterALeave(int64_t stop, const std::vector<int>& gathered = {0, 1, 2}) {
-  SCOPED_TRACE("checkpoint at step " + std::to_string(stop) + ", resumed by " + std::to_string(gathered.size()));
-  const int64_t n = 301;
+constexpr int64_t kResumeExamples = 301;
+
+// A job of ranks 0..2 where rank 1 leaves from step 5 runs to step `stop` (what its workers
+// read counted into *visits, rank 0's steps into *rank0) and stops there with worker 0's
+// checkpoint, whose record goes through JSON as in the checkpoint's metadata: the start of
+// a job of the ranks `gathered` that resumes it.
+ElasticStart StopAfterALeave(int64_t stop, const std::vector<int>& gathered, Visits* visits,
+                             std::vector<ElasticStep>* rank0) {
   Job job;
   job.changes = {{5, {0, 2}, false}};
   std::vector<Worker> workers;
-  for (int r = 0; r < 3; ++r) workers.push_back(MakeWorker(&job, n, 8, r, Fresh({0, 1, 2})));
+  for (int r = 0; r < 3; ++r) workers.push_back(MakeWorker(&job, kResumeExamples, 8, r, Fresh({0, 1, 2})));
+  RunSteps(&job, &workers, {{1, 5}}, 0, stop, kResumeExamples, visits, rank0);
+  job.visible = stop - 1;  // worker 0 saves with its step in flight settled
+  ElasticRecord saved;
+  ElasticStart start;
+  EXPECT_TRUE(workers[0].reader->Record(stop, &saved).ok());
+  EXPECT_TRUE(ElasticRecord::FromJson("test", saved.ToJson(), &start.record).ok());
+  start.epoch = rank0->back().epoch;
+  start.batch = rank0->back().index + 1;
+  start.step = stop;
+  start.gathered = gathered;
+  return start;
+}
+
+// The job above resumed by the ranks `gathered` (a new job: its scheduler has decided
+// nothing yet); the epochs read each example once over both runs.
+void CheckpointAfterALeave(int64_t stop, const std::vector<int>& gathered = {0, 1, 2}) {
+  SCOPED_TRACE("checkpoint at step " + std::to_string(stop) + ", resumed by " + std::to_string(gathered.size()));
   Visits visits;
   std::vector<ElasticStep> rank0;
-  RunSteps(&job, &workers, {{1, 5}}, 0, stop, n, &visits, &rank0);
-  // Worker 0 saves, its step in flight settled: the record goes through JSON, as in the
-  // checkpoint's metadata.
-  job.visible = stop - 1;
-  ElasticRecord saved, record;
-  ASSERT_TRUE(workers[0].reader->Record(stop, &saved).ok());
-  ASSERT_TRUE(ElasticRecord::FromJson("test", saved.ToJson(), &record).ok());
-  ElasticStart start;
-  start.epoch = rank0.back().epoch;
-  start.batch = rank0.back().index + 1;
-  start.step = stop;
-  start.record = record;
-  start.gathered = gathered;
-  Job resumed;  // a new job: its scheduler has decided nothing yet
+  const ElasticStart start = StopAfterALeave(stop, gathered, &visits, &rank0);
+  Job resumed;
   std::vector<Worker> again;
-  for (int r : gathered) again.push_back(MakeWorker(&resumed, n, 8, r, start));
-  RunSteps(&resumed, &again, {}, stop, stop + 120, n, &visits);
+  for (int r : gathered) again.push_back(MakeWorker(&resumed, kResumeExamples, 8, r, start));
+  RunSteps(&resumed, &again, {}, stop, stop + 120, kResumeExamples, &visits);
   ExpectEachOnce(visits, 3);
 }
 
@@ -163,34 +172,17 @@ TEST(ElasticReader, ACheckpointAfterALeaveResumesWithTheGatheredWorkersAndReadsT
 }
 
 TEST(ElasticReader, AResumeWithTheLiveWorkersAndNothingPendingReadsWhatTheRunWouldHave) {
-  // Rank 1 leaves from step 5 (applied at 7); a checkpoint at step 12 resumed by ranks 0 and
-  // 2 (a job of two, as the live ones) goes on with the uninterrupted run's batches.
-  const int64_t n = 301;
-  Job job;
-  job.changes = {{5, {0, 2}, false}};
-  std::vector<Worker> workers;
-  for (int r = 0; r < 3; ++r) workers.push_back(MakeWorker(&job, n, 8, r, Fresh({0, 1, 2})));
+  // A checkpoint at step 12 (the leave applied at 7) resumed by ranks 0 and 2, the live
+  // ones, goes on with the uninterrupted run's batches.
   Visits visits;
-  std::vector<ElasticStep> uninterrupted;
-  RunSteps(&job, &workers, {{1, 5}}, 0, 60, n, &visits, &uninterrupted);
-  Job again = job;
-  std::vector<Worker> first;
-  for (int r = 0; r < 3; ++r) first.push_back(MakeWorker(&again, n, 8, r, Fresh({0, 1, 2})));
-  Visits ignored;
-  std::vector<ElasticStep> before;
-  RunSteps(&again, &first, {{1, 5}}, 0, 12, n, &ignored, &before);
-  again.visible = 11;
-  ElasticStart start;
-  ASSERT_TRUE(first[0].reader->Record(12, &start.record).ok());
-  start.epoch = before.back().epoch;
-  start.batch = before.back().index + 1;
-  start.step = 12;
-  start.gathered = {0, 2};
+  std::vector<ElasticStep> uninterrupted, before;
+  StopAfterALeave(60, {0, 2}, &visits, &uninterrupted);
+  const ElasticStart start = StopAfterALeave(12, {0, 2}, &visits, &before);
   Job resumed;
   std::vector<Worker> two;
-  for (int r : {0, 2}) two.push_back(MakeWorker(&resumed, n, 8, r, start));
+  for (int r : {0, 2}) two.push_back(MakeWorker(&resumed, kResumeExamples, 8, r, start));
   std::vector<ElasticStep> after;
-  RunSteps(&resumed, &two, {}, 12, 60, n, &ignored, &after);
+  RunSteps(&resumed, &two, {}, 12, 60, kResumeExamples, &visits, &after);
   ASSERT_EQ(after.size(), 48u);
   for (size_t i = 0; i < after.size(); ++i) {
     ASSERT_EQ(after[i].batch.positions, uninterrupted[12 + i].batch.positions) << "step " << 12 + i;
