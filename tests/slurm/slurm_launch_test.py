@@ -6,7 +6,9 @@ real `tally train` dist_sync jobs: one that exits 0; jobs stopped inside an epoc
 `scontrol requeue` of the running job and by preemption from a higher-priority partition
 (PreemptMode=REQUEUE), each requeued and resumed (`--resume auto`) to an uninterrupted run's
 final weights, bit for bit; and the README's Fashion-MNIST job, shortened, with its accuracy
-lines.
+lines. SlurmElasticTest: under --elastic --max-workers, one worker's step preempted alone
+(`scancel --signal=TERM JOB.STEP`) leaves, a new step with TALLY_JOIN=1 joins back, and the job
+ends with every worker.
 
 Usage: python3 slurm_launch_test.py TALLY_BINARY [unittest args]
 Without root or without Debian's slurm-wlm and munge, each class prints
@@ -341,6 +343,42 @@ class SlurmTallyTest(ClusterCase):
         # Far from the README's 93% (70 steps, batch-norm statistics still settling), but
         # well above chance (0.1): the job learned through Slurm.
         self.assertGreater(float(found[-1][1]), 0.3, "10 classes: chance is 0.1")
+
+
+class SlurmElasticTest(ClusterCase):
+    """tools/launch.py --elastic --max-workers inside an allocation: a worker task preempted
+    alone joins back as a new job step (docs/launch.md, "A worker task preempted alone")."""
+
+    def step_of(self, job, name):
+        """JOB.STEP of the running step named `name`, or None."""
+        listed = self.cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], check=False).stdout
+        return next((step for step, _, n in (line.strip().partition(" ") for line in listed.splitlines())
+                     if n == name), None)
+
+    def test_a_worker_step_preempted_alone_joins_back_and_the_job_ends_with_every_worker(self):
+        prefix = os.path.join(self.dir, "elastic", "m")
+        model = list(SLOW_MODEL)
+        model[model.index("--num-epochs") + 1] = "6"  # time for the leave and the join inside the run
+        command = [fault_job.TALLY, "train", "--kv-store", "dist_sync"] + model + ["--model-prefix", prefix]
+        job, out = self.submit(["-n", "2", "-s", "1", "--elastic", "--max-workers", "2", "--grace", "30"],
+                               command, "elastic")
+        self.wait_output(out, r"^\[worker 1\] Epoch\[0\] Batch \[\d+-10\]", job=job)
+        step = self.wait_for("worker-1's step", lambda: self.step_of(job, "worker-1"), job, out)
+        self.cluster.run(["scancel", "--signal=TERM", step])
+        state, code, text = self.wait_end(job, out)
+        self.assertEqual((state, code), ("COMPLETED", 0), text[-4000:])
+        self.assertRegex(text, r"launch.py: worker 1 on localhost left the job \(exited 0 after its SIGTERM\); a new "
+                               r"worker 1 on localhost joins in 1 s \(TALLY_JOIN=1\)")
+        self.assertIn("launch.py: started worker 1 on localhost to join the job (TALLY_JOIN=1, join 1 of at most 3",
+                      text)
+        joined = re.search(r"launch.py: worker 1 on localhost joined the job: from step (\d+)", text)
+        self.assertIsNotNone(joined, text[-4000:])
+        self.assertIn("launch.py: the job finished: the scheduler, 1 server and 2 workers exited 0", text)
+        # The joiner trained to the end: worker 1's lines of the last epoch come after its join.
+        after = text[joined.end():]
+        self.assertRegex(after, r"(?m)^\[worker 1\] Epoch\[5\] Batch", text[-4000:])
+        self.assertTrue(os.path.exists(prefix + "-0006.params"))
+        print(f"  worker 1's step {step} preempted alone; its joiner pushed from step {joined.group(1)}")
 
 
 if __name__ == "__main__":

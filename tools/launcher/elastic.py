@@ -21,6 +21,11 @@ import threading
 # The scheduler's line for a decided join (scheduler/scheduler.cc): "membership 2: worker 2
 # joined (10.0.0.5:41233, pid 5512); from step 71 the 4 live workers are 0, 1, 2, 3".
 JOINED_LINE = re.compile(r"membership (\d+): worker (\d+) joined \(.*\); from step (\d+)")
+# What `tally train`'s scheduler says on a SIGTERM (tools/train_command.cc): the whole job was
+# asked to stop (Slurm's scancel --signal=TERM JOB, a node's shutdown), so the workers that
+# leave on their SIGTERM under --elastic do not leave the job to go on: nobody takes their
+# place, and a count below --min-workers is the stop itself, not a reason for one more.
+JOB_STOPPING_LINE = "SIGTERM: serving on until the workers have saved"
 # The first joiner for a rank starts this long after its leave, each next one twice as long
 # after the last one's end, up to MAX_BACKOFF_S: a host that kills every process it starts
 # (a full disk, a missing GPU) is not hammered, and a short outage is ridden out.
@@ -54,12 +59,15 @@ class Joins:
         self.pending = {}  # rank -> (due time, the Child whose place it takes)
         self.closed = False  # the job ends: no joiner starts any more
         self.decided = []  # (membership epoch, rank, from step) heard from the scheduler
+        self.job_stopping = False  # the scheduler got SIGTERM: the whole job stops
         self.lock = threading.Lock()
 
     def left(self, child, now):
         """`child`, a worker, left the job at `now`; returns what the launcher does about
         it, in words, for its line."""
         rank = child.proc.rank
+        if self.job_stopping:
+            return "the whole job is stopping on SIGTERM"
         if not self.policy.replace:
             return "the others go on"
         if self.closed:
@@ -74,7 +82,7 @@ class Joins:
 
     def due(self, now):
         """The joiners whose back-off has passed, as Child objects to start; each counted."""
-        if self.closed:
+        if self.closed or self.job_stopping:
             return []
         ready = sorted(rank for rank, (when, _) in self.pending.items() if when <= now)
         joiners = []
@@ -94,8 +102,12 @@ class Joins:
         self.pending.clear()
 
     def heard(self, line):
-        """Notes a join the scheduler decided, from one line of its output (bytes)."""
-        match = JOINED_LINE.search(line.decode(errors="replace"))
+        """Notes a join the scheduler decided, or that the whole job stops, from one line of
+        its output (bytes)."""
+        text = line.decode(errors="replace")
+        if JOB_STOPPING_LINE in text:
+            self.job_stopping = True
+        match = JOINED_LINE.search(text)
         if match:
             with self.lock:
                 self.decided.append(tuple(int(g) for g in match.groups()))

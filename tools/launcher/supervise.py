@@ -176,7 +176,7 @@ class Job:
             say(f"started {joiner.label} to join the job (TALLY_JOIN=1, join {joiner.proc.joins} of "
                 f"at most {self.joins.policy.max_joins} for its rank)")
         live = [c for c in self.live_workers() if c.poll() in (None, 0)]
-        if len(live) < self.joins.policy.min_workers:
+        if len(live) < self.joins.policy.min_workers and not self.joins.job_stopping:
             return self.stop_below_min(live)
         return None
 

@@ -22,10 +22,17 @@ the most specific entry wins, and with no entry the process exits 0. Actions:
     leave[:SECONDS]  wait SECONDS, say `worker R left the job` as `tally train --elastic` does
                      after its SIGTERM, touch FAKE_STATE_DIR/left-R.N (its rank's Nth leave)
                      and exit 0
+    leaveafter:A+B   leave once FAKE_STATE_DIR/A and B exist
     waitfile:NAME[:SECONDS]  wait until FAKE_STATE_DIR/NAME exists, then SECONDS, then exit 0
+    leaveonterm      sleep; on SIGTERM say `worker R left the job` and exit 0, as
+                     `tally train --elastic`'s workers but 0 do
+    termline[:SECONDS]  (the scheduler) sleep; on SIGTERM say (on stdout) what `tally
+                     train`'s scheduler says, wait SECONDS and exit 0
     announce:R[:SECONDS]  (the scheduler) wait until a joiner of worker R has started, say
                      the scheduler's line for a decided join, touch FAKE_STATE_DIR/joined-R,
                      wait SECONDS, exit 0
+With FAKE_STATE_DIR set, savestop, leaveonterm and termline touch FAKE_STATE_DIR/ready-<who>
+(`ready-worker0`) once their SIGTERM handler is in place.
 A process with TALLY_JOIN=1 (a joiner, --max-workers) touches FAKE_STATE_DIR/joining-R and
 takes the entry `join<who>` before the others (`joinworker1=...`, `joinworker=...`).
 FAKE_PRINT_VARS="A,B" also prints those variables, one `var NAME=VALUE` line each.
@@ -130,9 +137,19 @@ def wait_for_file(name):
         time.sleep(0.05)
 
 
+def ready(who):
+    """Says that who's SIGTERM handler is in place (FAKE_STATE_DIR/ready-<who>)."""
+    if os.environ.get("FAKE_STATE_DIR"):
+        open(state_path(f"ready-{who}"), "w").close()
+
+
 def elastic_action(rank, action):
     """Does the --elastic actions (leave, waitfile, announce): True if `action` was one."""
     kind, _, rest = action.partition(":")
+    if kind == "leaveafter":
+        for name in rest.split("+"):
+            wait_for_file(name)
+        kind, rest = "leave", ""
     if kind == "leave":
         time.sleep(float(rest or 0))
         leaves = len([n for n in os.listdir(os.environ["FAKE_STATE_DIR"]) if n.startswith(f"left-{rank}.")])
@@ -142,6 +159,18 @@ def elastic_action(rank, action):
         name, _, delay = rest.partition(":")
         wait_for_file(name)
         time.sleep(float(delay or 0))
+    elif kind in ("leaveonterm", "termline"):
+        def on_term(*_):
+            if kind == "termline":
+                print("tally: SIGTERM: serving on until the workers have saved their checkpoint and finished",
+                      flush=True)
+                time.sleep(float(rest or 0))
+            else:
+                print(f"fake_role: worker {rank} left the job", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        ready(f"{os.environ['DMLC_ROLE']}{rank}")
+        time.sleep(SLEEP_SECONDS)
     elif kind == "announce":
         joiner, _, delay = rest.partition(":")
         wait_for_file(f"joining-{joiner}")
@@ -189,6 +218,7 @@ def main():
     elif action == "savestop":
         status = int(os.environ["TALLY_STOPPED_STATUS"])
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(status))
+        ready(f"{role}{rank}")
     elif action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
     elif action != "sleep":

@@ -5,16 +5,28 @@ workers than --min-workers stop the job for --max-restarts. Each job is checked 
 process behind (launch_case.LaunchCase).
 
 The processes wait on each other through files (fake_role.py's FAKE_STATE_DIR), not on time,
-so that a slow machine changes nothing but the duration. ctest runs the class as
-launch_test.ElasticLauncherTest (launch_test.py imports it).
+so that a slow machine changes nothing but the duration. ElasticTallyTest does the same with
+real `tally train` jobs (build/bin/tally; skipped without it). ctest runs the classes as
+launch_test.ElasticLauncherTest and launch_test.ElasticTallyTest (launch_test.py imports them).
 """
 
 import os
+import re
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
-from launch_case import FAKE, ROLE_LINE, LaunchCase
+from launch_case import FAKE, JOB_BOUND_S, ROLE_LINE, ROOT, LaunchCase, tagged_pids
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "fault"))
+from fault_job import MODEL  # noqa: E402 (a small model, 75 steps an epoch, one line a step)
+
+TALLY = os.path.join(ROOT, "build", "bin", "tally")
 
 RESUMABLE = ["--model-prefix", "run/m", "--resume", "auto"]
 
@@ -30,6 +42,13 @@ class ElasticLauncherTest(LaunchCase):
     def launch_elastic(self, args, plan, env=None, command=()):
         return self.launch(args, plan, env=dict(FAKE_STATE_DIR=self.state, **(env or {})),
                            command=[sys.executable, FAKE] + list(command))
+
+    def wait_for_file(self, name, launcher):
+        deadline = time.monotonic() + JOB_BOUND_S
+        while not os.path.exists(os.path.join(self.state, name)):
+            self.assertIsNone(launcher.poll(), f"the launcher ended before {name}")
+            self.assertLess(time.monotonic(), deadline, f"no {name} in {JOB_BOUND_S} s")
+            time.sleep(0.05)
 
     def starts(self, out, name):
         return [m.groups() for m in map(ROLE_LINE.match, out.splitlines()) if m and m.group(1) == name]
@@ -68,7 +87,7 @@ class ElasticLauncherTest(LaunchCase):
         rc, out, err, _ = self.launch_elastic(
             ["-n", "3", "-s", "1", "--elastic", "--max-workers", "3", "--max-joins", "2", "--env",
              "FAKE_STATE_DIR"],
-            "worker2=leave,*=waitfile:left-2.3")
+            "worker2=leave,*=waitfile:left-2.3:2")  # 2 s: time for the launcher to see the last leave
         self.assertEqual(rc, 0, err)
         self.assertIn("a new worker 2 on localhost joins in 1 s", err)
         self.assertIn("a new worker 2 on localhost joins in 2 s", err)
@@ -104,7 +123,8 @@ class ElasticLauncherTest(LaunchCase):
         rc, out, err, _ = self.launch_elastic(
             ["-n", "3", "-s", "1", "--elastic", "--min-workers", "3", "--max-restarts", "1", "--grace", "30",
              "--env", "FAKE_STATE_DIR"],
-            "worker2=once:leave,worker=once:savestop,*=once:sleep", command=RESUMABLE)
+            "worker2=once:leaveafter:ready-worker0+ready-worker1,worker=once:savestop,*=once:sleep",
+            command=RESUMABLE)
         self.assertEqual(rc, 0, err)
         self.assertIn("launch.py: 2 live workers, fewer than --min-workers 3; stopping the job at an agreed step "
                       "with its checkpoint", err)
@@ -116,13 +136,129 @@ class ElasticLauncherTest(LaunchCase):
         self.assertNotIn("killing", err)
         self.assertNothingLeft()
 
+    def test_a_sigterm_to_every_process_is_the_jobs_stop_not_leaves_to_make_up_for(self):
+        # As Slurm's scancel --signal=TERM JOB does: the workers but 0 leave on their SIGTERM
+        # (exit 0), worker 0 saves and exits 75, the scheduler says it got SIGTERM first. No
+        # joiner starts, and the count below --min-workers stops nothing more.
+        launcher = self.start(["-n", "3", "-s", "1", "--elastic", "--max-workers", "3", "--min-workers", "2",
+                               "--max-restarts", "1", "--env", "FAKE_STATE_DIR"] + [],
+                              "worker0=savestop,worker=leaveonterm,*=termline:1",
+                              env=dict(FAKE_STATE_DIR=self.state), command=[sys.executable, FAKE] + RESUMABLE)
+        for who in ("worker0", "worker1", "worker2", "scheduler0", "server0"):
+            self.wait_for_file(f"ready-{who}", launcher)
+        out = []
+        job = [p for p in tagged_pids(self.tag) if p != launcher.pid]
+        scheduler = [p for p in job if ElasticTallyTest.has_env(p, b"DMLC_ROLE=scheduler")]
+        os.kill(scheduler[0], signal.SIGTERM)
+        for line in launcher.stdout:
+            out.append(line)
+            if "SIGTERM: serving on" in line:
+                break
+        for pid in job:
+            if pid != scheduler[0]:
+                os.kill(pid, signal.SIGTERM)
+        out.append(launcher.stdout.read())
+        err = launcher.stderr.read()
+        launcher.wait(JOB_BOUND_S)
+        launcher.stdout.close()
+        launcher.stderr.close()
+        self.assertEqual(launcher.returncode, 0, err)
+        self.assertIn("left the job (exited 0 after its SIGTERM); the whole job is stopping on SIGTERM", err)
+        self.assertIn("the workers stopped at their agreed step with the checkpoint saved", err)
+        self.assertNotIn("started worker", err)
+        self.assertNotIn("fewer than --min-workers", err)
+        self.assertNotIn("restart", err.replace("(--max-restarts)", ""))
+        self.assertNothingLeft()
+
     def test_below_min_workers_without_restarts_exits_75(self):
         rc, out, err, _ = self.launch_elastic(
             ["-n", "2", "-s", "1", "--elastic", "--min-workers", "2", "--env", "FAKE_STATE_DIR"],
-            "worker1=leave,worker=savestop,*=sleep", command=RESUMABLE)
+            "worker1=leaveafter:ready-worker0,worker=savestop,*=sleep", command=RESUMABLE)
         self.assertEqual(rc, 75, err)
         self.assertIn("1 live worker, fewer than --min-workers 2", err)
         self.assertNotIn("restart 1", err)
+        self.assertNothingLeft()
+
+
+@unittest.skipUnless(os.access(TALLY, os.X_OK), f"{TALLY} is not built")
+class ElasticTallyTest(LaunchCase):
+    """tools/launch.py --elastic on `tally train` dist_sync jobs of 3 workers and 1 server:
+    worker 2 is killed (kill -9) once it has trained a few steps."""
+
+    def run_job(self, launch_args, extra=()):
+        """Runs the job, kills worker 2 at its step 5; returns (status, stdout, stderr)."""
+        self.dir = tempfile.mkdtemp(prefix="tally-launch-elastic-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        command = [TALLY, "train", "--kv-store", "dist_sync"] + MODEL + [
+            "--model-prefix", os.path.join(self.dir, "m")] + list(extra)
+        launcher = self.start(["-s", "1", "--elastic", "--env", "TALLY_DEAD_TIMEOUT_MS:1000"] + launch_args,
+                              command=command)
+        lines, started = [], threading.Event()
+
+        def read():
+            for line in launcher.stdout:
+                lines.append(line)
+                if re.match(r"^\[worker 2\] Epoch\[0\] Batch \[\d+-5\]", line):
+                    started.set()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        if not started.wait(JOB_BOUND_S):
+            launcher.kill()
+            self.fail("worker 2 did not train 5 steps:\n" + "".join(lines[-30:]))
+        victim = [pid for pid in tagged_pids(self.tag) if self.is_worker_2(pid)]
+        self.assertEqual(len(victim), 1, victim)
+        os.kill(victim[0], signal.SIGKILL)
+        try:
+            err = launcher.stderr.read()
+            launcher.wait(JOB_BOUND_S)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            self.fail("the job did not end:\n" + "".join(lines[-30:]))
+        reader.join(5)
+        launcher.stdout.close()
+        launcher.stderr.close()
+        return launcher.returncode, "".join(lines), err
+
+    @staticmethod
+    def has_env(pid, *items):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            return False
+        return all(item in environ for item in items)
+
+    def is_worker_2(self, pid):
+        return self.has_env(pid, b"DMLC_ROLE=worker", b"TALLY_RANK=2") and not self.has_env(pid, b"TALLY_JOIN=1")
+
+    def test_a_killed_worker_is_replaced_and_the_job_ends_with_every_worker(self):
+        rc, out, err = self.run_job(["--max-workers", "3"])
+        self.assertEqual(rc, 0, err[-4000:])
+        self.assertIn("launch.py: worker 2 on localhost was killed by signal 9 (SIGKILL); it leaves the job "
+                      "(--elastic) once the scheduler has decided the step; a new worker 2 on localhost joins in 1 s",
+                      err)
+        self.assertIn("launch.py: started worker 2 on localhost to join the job (TALLY_JOIN=1, join 1 of at most 3",
+                      err)
+        joined = re.search(r"launch.py: worker 2 on localhost joined the job: from step (\d+)", err)
+        self.assertIsNotNone(joined, err[-4000:])
+        self.assertIn("launch.py: the job finished: the scheduler, 1 server and 3 workers exited 0", err)
+        # The joiner trained to the end: it printed the last epoch's steps and exited 0.
+        self.assertRegex(out, r"(?m)^\[worker 2\] tally train: worker 2 joined the job at step %s" % joined.group(1))
+        self.assertRegex(out, r"(?m)^\[worker 2\] Epoch\[2\] Batch \[\d+-75\]")
+        self.assertNothingLeft()
+
+    def test_below_min_workers_the_job_stops_with_a_checkpoint_and_a_restart_finishes_it(self):
+        rc, out, err = self.run_job(["-n", "3", "--min-workers", "3", "--max-restarts", "1", "--grace", "60"],
+                                    ["--resume", "auto"])
+        self.assertEqual(rc, 0, err[-4000:])
+        self.assertIn("launch.py: 2 live workers, fewer than --min-workers 3; stopping the job at an agreed step "
+                      "with its checkpoint", err)
+        self.assertIn("launch.py: the job stopped below --min-workers at the workers' agreed step, the checkpoint "
+                      "saved", err)
+        self.assertIn("launch.py: restart 1 of 1 after 2 live workers, fewer than --min-workers 3", err)
+        self.assertIn("the job completed on attempt 2 of 2", err)
+        self.assertRegex(out, r"(?m)^\[worker 0\] .*stopping, the job was asked to \(SIGTERM\)")
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "m-0003.params")))
         self.assertNothingLeft()
 
 

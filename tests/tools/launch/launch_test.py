@@ -17,7 +17,7 @@ from launcher import job  # tools/ is on the path: launch_case puts it there
 from local_sshd import LocalSshd  # noqa: E402
 # ctest runs every class as launch_test.<Class>.
 from launch_plan_test import DryRunTest, HostfileTest  # noqa: E402,F401
-from launch_elastic_test import ElasticLauncherTest  # noqa: E402,F401
+from launch_elastic_test import ElasticLauncherTest, ElasticTallyTest  # noqa: E402,F401
 
 
 class LocalLauncherTest(LaunchCase):
