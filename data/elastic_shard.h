@@ -43,9 +43,11 @@
 // that it still pushes a gradient at every step the servers count it in.
 //
 // A resumed run (a checkpoint inside an epoch) starts at its epoch's first step (StartAt),
-// adds the changes recorded from that step on, and then the job it gathered as a change
-// applied at once (AddChangeAtOnce: nobody read anything from the resume step on), and
-// advances to the resume step: the rest of the epoch is cut over the gathered workers.
+// adds the changes recorded from that step on and then, unless they are the live workers
+// with nothing pending, the workers it gathered as a change applied at once
+// (AddChangeAtOnce: nobody read anything from the resume step on), and advances to the
+// resume step: the rest of the epoch is cut over the gathered workers
+// (data/elastic_reader.h does this).
 //
 // Not thread-safe: one thread drives it.
 #pragma once
