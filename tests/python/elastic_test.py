@@ -79,13 +79,18 @@ TORCH_SCRIPT = textwrap.dedent("""
     tally.torch.broadcast_parameters(model, kv)
     if kv.joined:
         print("joiner's own weights %s" % digest(model), flush=True)
-    opt = tally.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), kv, model)
+    if MODE == "ddp":  # the hook; the broadcast after a join comes before the next forward
+        ddp = tally.torch.DistributedDataParallel(model, kv)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    else:
+        ddp = model
+        opt = tally.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), kv, model)
     data = torch.Generator().manual_seed(kv.rank)
     step, last, counts = 0, None, []
     while last is None or step <= last:
         x, y = torch.randn(16, 8, generator=data), torch.randn(16, 4, generator=data)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
         counts.append(kv.summed_workers)
         print("tstep %d summed %d" % (step, counts[-1]), flush=True)
@@ -171,7 +176,12 @@ class ElasticTest(unittest.TestCase):
 
     @unittest.skipIf(kv_test.torch is None, "torch is not importable")
     def test_torch_a_joiner_takes_worker_0s_weights_and_every_worker_ends_with_the_same(self):
-        procs, output = start_job(self, write_script(TORCH_SCRIPT), 3,
+        for mode in ("optimizer", "ddp"):
+            with self.subTest(mode=mode):
+                self.torch_join(mode)
+
+    def torch_join(self, mode):
+        procs, output = start_job(self, write_script("MODE = %r\n" % mode + TORCH_SCRIPT), 3,
                                   dict(TALLY_ELASTIC="1", TALLY_DEAD_TIMEOUT_MS=str(DEAD_TIMEOUT_MS)))
         wait_for_step(self, procs, output, 3, word="tstep")
         os.kill(procs["worker", 2].pid, signal.SIGKILL)
@@ -190,8 +200,8 @@ class ElasticTest(unittest.TestCase):
             sums = [int(n) for n in re.findall(r"^tstep \d+ summed (\d+)", output(("worker", r)), re.M)]
             self.assertEqual([n for i, n in enumerate(sums) if i == 0 or sums[i - 1] != n], [3, 2, 3],
                              output(("worker", r))[:2000])
-        print("every worker ends with weights %s (the joiner started from %s)" % (digests["worker", 0][0],
-                                                                                  own.group(1)))
+        print("%s: every worker ends with weights %s (the joiner started from %s)"
+              % (mode, digests["worker", 0][0], own.group(1)))
 
 
 if __name__ == "__main__":
