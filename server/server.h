@@ -54,13 +54,14 @@
 // state, which the workers' ROLLBACK puts back on every other slice. Async: a non-finite
 // push is not applied, and its answer says so. docs/wire.md has the whole protocol.
 //
-// Memory: the undo copy doubles a slice's values and optimizer state under sync, and
-// costs a copy of them per update (none without an optimizer). Received gradients are kept without copying until their step is applied, unless
-// their storage is shared with someone else (the in-process transport hands over the
-// sender's own buffer), in which case they are copied first. Without an optimizer, one
-// worker's fp32 push becomes the values as it is, without a copy. A pull answered in fp32 sends
-// the master values themselves; an update that finds them still referenced by a pending
-// send writes a fresh copy instead (copy on write).
+// Memory: the undo copy doubles a slice's values and optimizer state under sync, and costs
+// a copy of them per update (none without an optimizer). Received gradients are kept
+// without copying until their step is applied, unless their storage is shared with someone
+// else (the in-process transport hands over the sender's own buffer), in which case they
+// are copied first. Without an optimizer, one worker's fp32 push becomes the values as it
+// is, without a copy. A pull answered in fp32 sends the master values themselves; an update
+// that finds them still referenced by a pending send writes a fresh copy instead (copy on
+// write).
 //
 // Thread-safety: KVServer is not thread-safe; RunServer feeds it from one thread. Its loops
 // over big slices run on the OpenMP threads.

@@ -1,5 +1,5 @@
 // One slice's pushes, gathered and summed: the plain step's aggregation, apart from
-// KVServer's replication, spares and rollback (server.h).
+// the layer of replication, spares and rollback around the server core (server.h).
 //
 //   SliceAggregator agg(/*num_workers=*/2, /*length=*/n);
 //   // Sync: each worker's push of a step, in any order; the step is ready once all are in.
@@ -15,7 +15,7 @@
 // holds it (a pull answered with it, a step forwarded to a backup): that buffer is then
 // left alone and a fresh one taken.
 //
-// Thread-safety: none; KVServer calls it from its one thread.
+// Thread-safety: none; the server core (server_core.h) calls it from its one thread.
 #pragma once
 
 #include <cstdint>

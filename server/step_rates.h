@@ -1,5 +1,5 @@
 // The learning rate of each step's update on a server: SET_OPTIMIZER's, then SET_LR's from
-// the step each names (docs/wire.md, "Data commands"), apart from KVServer's replication.
+// the step each names (docs/wire.md, "Data commands"); the plain step's (server_core.h).
 //
 //   StepRates lr;
 //   lr.Reset(0.1f);                          // SET_OPTIMIZER; dist_async's SET_LR too
@@ -12,7 +12,7 @@
 // earliest next update of any slice) is folded into the base rate, so the schedule stays
 // as short as the steps in flight.
 //
-// Thread-safety: none; KVServer calls it from its one thread.
+// Thread-safety: none; the server core (server_core.h) calls it from its one thread.
 #pragma once
 
 #include <cstdint>
