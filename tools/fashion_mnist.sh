@@ -7,7 +7,9 @@
 #                          [--leave-signal TERM|KILL] [extra tally train flags, such as --num-epochs 4]
 #
 # Environment: TALLY_DATA (default data/fashion-mnist) holds the packs, made once;
-# TALLY_RUN (default runs/fashion-mnist) the log and the checkpoints (run/resnet20-NNNN).
+# TALLY_RUN (default runs/fashion-mnist) the log and the checkpoints (run/resnet20-NNNN);
+# TALLY_BIN (default build/bin/tally) the binary, e.g. a copy that a rebuild cannot replace
+# under a long run.
 # Run it again after an interruption and it resumes from the latest checkpoint; after a run
 # that ended it only prints the result again (delete $TALLY_RUN for a new run).
 #
@@ -26,11 +28,17 @@
 # worker 1 by hand: the leaver's environment (the job's variables and secret file) plus
 # TALLY_JOIN=1, which joins the running job. Its output goes to the log as `[worker 1] ...`.
 #   TALLY_RUN=runs/fm-elastic tools/fashion_mnist.sh --leave-at-epoch 2 --join-at-epoch 4
+# measured on this 2-core machine (dist_device_sync, the recipe above, 7 epochs): worker 1 got
+# SIGTERM at its step 100 of epoch 2 and left before step 1047, worker 0 trained on alone
+# through the rest of epoch 2 and epoch 3 (the unread rest of each re-cut over the live
+# workers), and the new worker 1 joined at step 2807 (epoch 4), its weights pulled 0.56 s
+# after it started. Test accuracy 93.31% (93.4% without a leave), wall time 1877 s; worker 0's
+# validation accuracy by epoch: 81.53, 86.40, 85.41, 76.63, 91.47, 93.08, 93.31%.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${TALLY_DATA:-data/fashion-mnist}
 RUN=${TALLY_RUN:-runs/fashion-mnist}
-TALLY=build/bin/tally
+TALLY=${TALLY_BIN:-build/bin/tally}
 ELASTIC=0 LEAVE_AT= JOIN_AT= LEAVE_SIGNAL=TERM
 usage() { echo "tools/fashion_mnist.sh: $1 (see the head of tools/fashion_mnist.sh)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
