@@ -352,7 +352,10 @@ class DryRunTest(HostfileCase):
                            "--min-workers 4: from 1 to the job's workers (3, --max-workers)"),
                           (["-n", "2", "--elastic", "--min-workers", "0"], "--min-workers 0: from 1 to the job's "
                                                                           "workers (2, -n)"),
-                          (["--elastic", "--max-workers", "2", "--max-joins", "0"], "--max-joins 0: at least 1")):
+                          (["--elastic", "--max-workers", "2", "--max-joins", "0"], "--max-joins 0: at least 1"),
+                          # Only the launcher's joiners join: --env cannot make every worker one.
+                          (["--elastic", "-n", "2", "--env", "TALLY_JOIN:1"],
+                           "--env TALLY_JOIN:1: TALLY_JOIN is set by the launcher for each process")):
             with self.subTest(args=args):
                 err, _ = self.refused("ssh", "m1\n", *args)
                 self.assertIn(f"launch.py: error: {why}", err)
