@@ -82,6 +82,8 @@ class Child:
         # Called with each line of output (bytes), on the thread that forwards it: how the
         # launcher hears the scheduler's decisions (--elastic's joins).
         self.on_line = None
+        # --max-workers: a joiner the scheduler has said it admitted (supervise.Job).
+        self.joined = False
         # Descendants that left the process group (mpirun puts each rank in a group of
         # its own): {pid: start time}, remembered so that they die with the job.
         self.strays = {}

@@ -147,7 +147,7 @@ class Job:
 
     def drop_late_joiners(self, workers):
         """The scheduler has ended the job: a joiner it never admitted has no job to join."""
-        late = [c for c in workers if c.proc.joins and not getattr(c, "joined", False) and c.poll() is None]
+        late = [c for c in workers if c.proc.joins and not c.joined and c.poll() is None]
         for child in late:
             say(f"{child.label} had not joined when the job ended; stopping it")
             child.terminate(process_table())
