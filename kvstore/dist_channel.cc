@@ -96,6 +96,19 @@ void DistChannel::OnMessage(Message&& m) {
     membership_cv_.notify_all();
     return;
   }
+  if (meta.command() == wire::LOSS_SCALE) {  // worker 0's, to this worker joining (Cluster checked the sender)
+    TrainerHooks::LossScaleState state;
+    state.scale = meta.grad_scale();
+    state.clean = meta.scale_clean_steps();
+    state.overflows = meta.scale_overflows();
+    LOG(INFO) << "kvstore: worker 0's loss scale for step " << meta.step() << ": " << state.scale;
+    {
+      std::lock_guard<std::mutex> l(membership_mu_);
+      scales_[meta.step()] = state;
+    }
+    membership_cv_.notify_all();
+    return;
+  }
   if (meta.command() != wire::RESPONSE) {
     LOG(WARNING) << "kvstore: ignoring " << wire::Command_Name(meta.command()) << " from node "
                  << meta.sender_id() << ": a worker serves no requests";
@@ -187,6 +200,29 @@ Status DistChannel::ReachStep(int key, const std::vector<Placement::Slice>& slic
     }
     TALLY_RETURN_IF_ERROR(WaitAll(timeout_ms));
   }
+  return Status::Ok();
+}
+
+Status DistChannel::TellLossScale(int rank, int64_t step, const TrainerHooks::LossScaleState& state) {
+  Message m;
+  m.meta.set_command(wire::LOSS_SCALE);
+  m.meta.set_step(step);
+  m.meta.set_grad_scale(state.scale);
+  m.meta.set_scale_clean_steps(state.clean);
+  m.meta.set_scale_overflows(state.overflows);
+  return cluster_->Send(cluster_->WorkerId(rank), std::move(m));
+}
+
+Status DistChannel::LossScaleFor(int64_t step, int timeout_ms, TrainerHooks::LossScaleState* out) {
+  std::unique_lock<std::mutex> l(membership_mu_);
+  const bool told = membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms),
+                                            [&] { return !failure_.ok() || scales_.count(step) > 0; });
+  if (!failure_.ok()) return failure_;
+  if (!told) {
+    return Status::Unavailable("kvstore: no LOSS_SCALE for step " + std::to_string(step) + " from worker 0 within " +
+                               std::to_string(timeout_ms) + " ms");
+  }
+  *out = scales_.at(step);
   return Status::Ok();
 }
 

@@ -57,6 +57,8 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
     return n > 0 ? n : num_workers();
   }
   int64_t first_step() const override { return first_step_; }
+  Status TellLossScale(int r, int64_t step, const LossScaleState& s) override { return channel_->TellLossScale(r, step, s); }
+  Status JoinedLossScale(int64_t t, LossScaleState* out) override { return channel_->LossScaleFor(t, kDistWaitTimeoutMs, out); }
   Status Barrier() override { return cluster_->Barrier(kGroupWorkers, kDistWaitTimeoutMs); }
 
   Status SetOptimizer(const OptimizerConfig& config) override {
@@ -133,7 +135,8 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
   };
   Status Find(int key, const std::vector<Tensor>& ts, const char* what, Key** out);
   // Init of a worker that joined the running job (dist_kvstore.h): its first step, and the
-  // job's weights after the step before into values.
+  // job's weights after the step before into values, exactly (no server applies the first
+  // without its push); a skip of that step is rolled back here too and not reported.
   Status InitJoiner(const std::vector<int>& keys, const std::vector<Tensor>& values);
   // Sends worker 0's INIT of the values (or, with optimizer_state, the optimizer state) of
   // keys, one message per server; WaitAll waits for the answers.
@@ -279,10 +282,6 @@ Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<Tensor>
   return Barrier();
 }
 
-// The servers hold the job's weights and optimizer, the others are long past the start's
-// barrier: only pulls go out. A pull of step F - 1 is answered once every slice applied it,
-// and none applies F without this worker's push: exactly the values after F - 1. Were that
-// step skipped, WaitAll rolls it back here too, unreported (it is before this worker's first).
 Status DistKVStore::InitJoiner(const std::vector<int>& keys, const std::vector<Tensor>& values) {
   const int64_t after = cluster_->joined_after_epoch();
   int64_t applied = -1;

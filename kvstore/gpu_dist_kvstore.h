@@ -78,6 +78,12 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   Status HeardMembership(std::vector<Membership>* out) override { return inner_->HeardMembership(out); }
   int summed_workers() const override { return inner_->summed_workers(); }
   int64_t first_step() const override { return inner_->first_step(); }
+  Status TellLossScale(int rank, int64_t step, const LossScaleState& state) override {
+    return inner_->trainer_hooks()->TellLossScale(rank, step, state);
+  }
+  Status JoinedLossScale(int64_t step, LossScaleState* out) override {
+    return inner_->trainer_hooks()->JoinedLossScale(step, out);
+  }
   Status Barrier() override { return inner_->Barrier(); }
   Status SetOptimizer(const OptimizerConfig& config) override { return inner_->SetOptimizer(config); }
   // Quantised on device 0 (above); the DistKVStore sends the bits.

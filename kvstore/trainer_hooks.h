@@ -63,6 +63,20 @@ class TrainerHooks {
   virtual void RequestStop() { stop_requested_ = true; }
   virtual bool StopAgreed() const { return stop_requested_; }
 
+  // --elastic under dist_sync and dist_device_sync: the dynamic loss scale of a worker that
+  // joins the running job must be the others' at its first step (docs/faults.md, "A worker
+  // joins"). Worker 0 tells it (TellLossScale, once it has settled the step before), and
+  // the joiner waits for it (JoinedLossScale). Types without joiners have nothing to tell.
+  struct LossScaleState {
+    float scale = 1.0f;
+    int64_t clean = 0;      // clean steps in a row
+    int64_t overflows = 0;  // steps skipped so far
+  };
+  virtual Status TellLossScale(int rank, int64_t step, const LossScaleState& state) { return Status::Ok(); }
+  virtual Status JoinedLossScale(int64_t step, LossScaleState* out) {
+    return Status::InvalidArgument("this kvstore type has no workers that join");
+  }
+
   // For the profiler: time this store spent since the last call, in µs. pull: copying
   // pulled values into their destination; update: the optimizer (single-process types).
   // on_caller_thread: spent inside the caller's Push/Pull/PushPull calls (single-process

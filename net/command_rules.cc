@@ -68,6 +68,8 @@ unsigned AllowedSenders(wire::Role to, wire::Command command) {
     case wire::REPLICATE:
     case wire::REPLICA_STATE:
       return server ? kFromServer : 0;
+    case wire::LOSS_SCALE:  // worker 0's alone: CheckCommandSender
+      return scheduler || server ? 0 : kFromWorker;
     default:
       return 0;
   }
@@ -124,6 +126,10 @@ Status CheckCommandSender(const NodeIds& ids, wire::Role to, const wire::Meta& m
   const std::string name = wire::Command_IsValid(command) ? wire::Command_Name(command)
                                                           : "command " + std::to_string(command);
   const unsigned allowed = AllowedSenders(to, command);
+  if (command == wire::LOSS_SCALE && meta.sender_id() != ids.Worker(0)) {
+    return Status::InvalidArgument(name + " from " + DescribeSender(ids, meta.sender_id()) + " to " + RoleName(to) +
+                                   ": only worker 0, which leads the job, sends it");
+  }
   if (allowed & KindOf(ids, meta.sender_id())) return Status::Ok();
   return Status::InvalidArgument(name + " from " + DescribeSender(ids, meta.sender_id()) + " to " + RoleName(to) +
                                  ": " + (allowed ? "only " + KindNames(allowed) + " sends it" : "nobody sends it"));

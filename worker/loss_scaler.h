@@ -33,6 +33,7 @@ class LossScaler {
   float scale() const { return scale_; }
   void Update(bool overflowed);
   int64_t overflows() const { return overflows_; }
+  int32_t clean_steps() const { return clean_; }  // clean steps in a row since the last change
   // Takes the state of a scale kept on a device (LossScaleUpdate's scale and state, read
   // back), so that this scaler goes on from where the device's is.
   void Restore(float scale, int32_t clean, int64_t overflows);

@@ -149,6 +149,32 @@ Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
       if (value.raw_data() != values[j].raw_data()) value.CopyFrom(values[j]);
     }
   }
+  if (!IsDistributedSync(kv_->type())) return Status::Ok();
+  // The others' dynamic loss scale at this step, which worker 0 tells once it has settled
+  // the step before (TellJoiners): every push of a step must carry the same scale.
+  TrainerHooks::LossScaleState state;
+  TALLY_RETURN_IF_ERROR(hooks_->JoinedLossScale(step_, &state));
+  scaler_.Restore(state.scale, static_cast<int32_t>(state.clean), state.overflows);
+  return Status::Ok();
+}
+
+Status Trainer::TellJoiners() {
+  if (!distributed() || !IsDistributedSync(kv_->type()) || kv_->rank() != 0) return Status::Ok();
+  std::vector<KVStore::Membership> changes;
+  TALLY_RETURN_IF_ERROR(kv_->HeardMembership(&changes));
+  std::vector<int> before(kv_->num_workers());
+  for (int r = 0; r < kv_->num_workers(); ++r) before[r] = r;
+  TrainerHooks::LossScaleState state;
+  state.scale = scaler_.scale();
+  state.clean = scaler_.clean_steps();
+  state.overflows = scaler_.overflows();
+  for (const KVStore::Membership& c : changes) {
+    for (int r : c.live) {
+      if (c.from_step != step_ || std::find(before.begin(), before.end(), r) != before.end()) continue;
+      TALLY_RETURN_IF_ERROR(hooks_->TellLossScale(r, step_, state));
+    }
+    before = c.live;
+  }
   return Status::Ok();
 }
 

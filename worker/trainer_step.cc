@@ -90,7 +90,7 @@ Status Trainer::Settle(StepStats* stats) {
   skipped_step_ = step_ - 1;
   if (skipped_) stats->skipped_steps += 1;
   scaler_.Update(skipped_);
-  return Status::Ok();
+  return TellJoiners();
 }
 
 void Trainer::Forward(const Tensor& images, const Tensor& labels, std::vector<Tensor>* logits,

@@ -5,7 +5,9 @@
 // the step before the joiner's first, its HeardMembership holds both changes (the leave,
 // which the scheduler told it again, and its join), and from its first step on both
 // workers' pushes are summed. Meanwhile another thread reads worker 0's node table entry
-// of worker 1 (Cluster::node), which the join replaces, until it names the new process.
+// of worker 1 (Cluster::node), which the join replaces, until it names the new process;
+// worker 0 tells the joiner a loss scale for its first step once it has settled the one
+// before (TrainerHooks::TellLossScale), and the joiner gets it (JoinedLossScale).
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -118,6 +120,15 @@ void WorkerZero(Cluster* zero, Seen* seen) {
     Step(kv.get(), 0, step, &w);
     seen->weights[step].assign(w[0].data<float>(), w[0].data<float>() + kSize);
     seen->summed[step] = kv->summed_workers();
+    std::vector<KVStore::Membership> heard;  // a join from the next step: its loss scale
+    ASSERT_TRUE(kv->HeardMembership(&heard).ok());
+    if (heard.size() == 2 && heard[1].from_step == step + 1) {
+      TrainerHooks::LossScaleState state;
+      state.scale = 1024.0f;
+      state.clean = 7;
+      state.overflows = 3;
+      ASSERT_TRUE(kv->trainer_hooks()->TellLossScale(1, step + 1, state).ok());
+    }
   }
   Status s = zero->Finish(60000);
   EXPECT_TRUE(s.ok()) << s;
@@ -161,6 +172,11 @@ void Joiner(int port, Seen* seen) {
   EXPECT_EQ(heard[1].epoch, 2);
   EXPECT_EQ(heard[1].from_step, from);
   EXPECT_EQ(heard[1].live, (std::vector<int>{0, 1}));
+  TrainerHooks::LossScaleState scale;  // worker 0's, for this worker's first step
+  ASSERT_TRUE(kv->trainer_hooks()->JoinedLossScale(from, &scale).ok());
+  EXPECT_EQ(scale.scale, 1024.0f);
+  EXPECT_EQ(scale.clean, 7);
+  EXPECT_EQ(scale.overflows, 3);
   seen->pulled.assign(w[0].data<float>(), w[0].data<float>() + kSize);
   seen->from = from;
   for (int64_t step = from; step < kSteps; ++step) Step(kv.get(), 1, step, &w);

@@ -45,6 +45,16 @@ TEST(MembershipRules, EachCommandHasItsOneKindOfSender) {
   }
 }
 
+// A joiner's loss scale comes from worker 0, which leads the job, and from nobody else.
+TEST(MembershipRules, OnlyWorkerZeroTellsAJoinerItsLossScale) {
+  EXPECT_TRUE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Worker(0)));
+  EXPECT_FALSE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Worker(1)));
+  EXPECT_FALSE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Server(0)));
+  EXPECT_FALSE(Allowed(wire::WORKER, wire::LOSS_SCALE, kSchedulerId));
+  EXPECT_FALSE(Allowed(wire::SERVER, wire::LOSS_SCALE, kIds.Worker(0)));
+  EXPECT_FALSE(Allowed(wire::SCHEDULER, wire::LOSS_SCALE, kIds.Worker(0)));
+}
+
 TEST(MembershipRules, AMembershipNamesDistinctWorkersOfTheJob) {
   EXPECT_TRUE(CheckNoticeFields(kIds, Membership(wire::MEMBERSHIP, {{wire::WORKER, 0}, {wire::WORKER, 2}})).ok());
   EXPECT_FALSE(CheckNoticeFields(kIds, Membership(wire::MEMBERSHIP, {})).ok());
