@@ -27,7 +27,8 @@ double WeightStd(const std::string& initializer, const Shape& shape) {
 
 Status InitializeParameters(const std::string& initializer, uint64_t seed,
                             const std::vector<Parameter*>& params) {
-  if (initializer != "xavier" && initializer != "msra") {
+  const bool draws = initializer != kNoDraws;
+  if (draws && initializer != "xavier" && initializer != "msra") {
     return Status::InvalidArgument("--initializer: unknown initializer '" + initializer +
                                    "' (expected xavier or msra)");
   }
@@ -41,6 +42,8 @@ Status InitializeParameters(const std::string& initializer, uint64_t seed,
       p->value.Fill(0.0f);
     } else if (p->value.ndim() == 1) {
       p->value.Fill(1.0f);  // BN gamma
+    } else if (!draws && p->trainable) {
+      continue;  // the pulled weights replace it (a joiner)
     } else {
       Rng rng(SplitMix64Hash(seed ^ SplitMix64Hash(i + 1)));
       const float std = static_cast<float>(WeightStd(initializer, p->value.shape()));

@@ -17,6 +17,10 @@
 //   running_mean 0; running_var 1.
 // Each parameter draws from its own stream, seeded from (seed, its position in the list), so
 // a tensor's values do not depend on the sizes of those before it.
+//   "none":   a worker joining a running job, whose trainable parameters the servers'
+//             weights replace: the draws are skipped (those weights keep the zeros they
+//             were made with) and every other parameter is set as above, since the pull
+//             does not fill the running statistics. Not a --initializer choice.
 // Thread-safety: InitializeParameters writes the tensors it is given.
 #pragma once
 
@@ -27,6 +31,8 @@
 #include "base/status.h"
 
 namespace tally {
+
+inline constexpr const char* kNoDraws = "none";  // the joiner's "none" above
 
 // Fills every parameter of `params` by the rules above. Fails, naming --initializer, for an
 // unknown initializer name.

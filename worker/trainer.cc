@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "models/init.h"
 #include "ops/device.h"
 #include "base/fault_hooks.h"
 #include "ops/ops.h"
@@ -53,6 +54,9 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
     // CPU "devices" are replicas in one host memory: their tensors all live on cpu:0.
     model.device = device.is_cpu() ? Device::Cpu() : device;
     model.dtype = config.dtype;
+    // A worker joining a running job pulls every trainable parameter (StartStore): drawing
+    // them first would be most of its time to the first step.
+    if (t->joins()) model.initializer = kNoDraws;
     if (StemInputChannels(config) > model.image_shape[0]) model.input_channels = StemInputChannels(config);
     std::unique_ptr<Network> net;
     TALLY_RETURN_IF_ERROR(CreateNetwork(model, &net));  // same seed: identical replicas
@@ -102,6 +106,8 @@ Status Trainer::PickDevices() {
   return Status::Ok();
 }
 
+bool Trainer::joins() const { return distributed() && config_.cluster->joined_after_epoch() > 0; }
+
 bool Trainer::distributed() const { return config_.cluster != nullptr && IsDistributed(config_.kv_store); }
 
 Status Trainer::StartStore(const Checkpoint* resume) {
@@ -141,7 +147,11 @@ Status Trainer::StartStore(const Checkpoint* resume) {
 // weights after the step before its first into `values`; every replica takes them, and the
 // job's step count goes on from there.
 Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
-  if (kv_->first_step() == 0) return Status::Ok();
+  if (kv_->first_step() == 0) {
+    if (!joins()) return Status::Ok();
+    return Status::Internal("worker " + std::to_string(kv_->rank()) +
+                            " joined the job but its store pulled no weights (its model is not initialised)");
+  }
   step_ = kv_->first_step();
   for (size_t j = 0; j < trainable_.size(); ++j) {
     for (auto& replica : replicas_) {

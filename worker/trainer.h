@@ -180,6 +180,8 @@ class Trainer {
   Status KeepStepOnDevice();
   // Over the parameter server: a dist_* type and the job joined.
   bool distributed() const;
+  // This worker joined a running --elastic job: its weights come from the servers.
+  bool joins() const;
   void Count(const Tensor& logits, const Tensor& labels, StepStats* stats) const;
   // Replica d's share of a batch on its device, in the model's dtype and input channels
   // (the CPU replicas take the host slices as they are). Images may already be on that GPU
