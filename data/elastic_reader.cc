@@ -130,9 +130,11 @@ Status ElasticReader::Hear() {
   std::vector<MembershipChange> heard;
   TALLY_RETURN_IF_ERROR(o_.heard(&heard));
   for (; heard_ < heard.size(); ++heard_) {
-    // A resumed run's job numbers its changes afresh from its first step; none comes before.
-    if (heard[heard_].from_step < run_start_) continue;
-    TALLY_RETURN_IF_ERROR(Add(heard[heard_]));
+    // The store numbers the steps of this run of the job from its start (a resumed run's
+    // servers count from 0 again); the job's steps go on from the checkpoint's.
+    MembershipChange c = heard[heard_];
+    c.from_step += run_start_;
+    TALLY_RETURN_IF_ERROR(Add(c));
   }
   return Status::Ok();
 }

@@ -70,7 +70,9 @@ class ElasticReader {
     int64_t num_examples = 0;
     int batch_size = 0;
     int rank = 0;
-    // Every membership change of the job from its start, in order (KVStore::HeardMembership).
+    // Every membership change of this run of the job, in order (KVStore::HeardMembership),
+    // from_step counted from the run's first step (a resumed run's servers count from 0):
+    // the reader adds the start's step.
     std::function<Status(std::vector<MembershipChange>*)> heard;
   };
   explicit ElasticReader(Options options) : o_(std::move(options)) {}

@@ -37,7 +37,8 @@ DataPosition DataPositionOf(const Checkpoint& resume, Trainer* trainer);
 // this rank, mapped through the epoch's order (a pack's EpochPermutation; the synthetic
 // set's examples in their stream order: workers x batches x batch of them, the same batches
 // as without --elastic until the workers change), so that each epoch reads every example
-// once across leaves and joins.
+// once across leaves and joins. Worker 0 writes where the run starts to PREFIX-run.json
+// (--model-prefix); a worker joining the running job starts its cut from there.
 Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const DataPosition& start,
                        std::unique_ptr<BatchSource>* out);
 // The validation source (every worker sees all of it); nullptr when there is none.

@@ -3,11 +3,19 @@
 // data position a checkpoint records.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 
+#include <gflags/gflags.h>
+#include <nlohmann/json.hpp>
+
 #include "base/fault_hooks.h"
+#include "models/atomic_file.h"
 #include "tools/train_data.h"
+
+DECLARE_string(model_prefix);
 
 namespace tally {
 namespace {
@@ -18,8 +26,10 @@ ElasticSource* g_source = nullptr;
 
 class ElasticSource : public BatchSource {
  public:
-  ElasticSource(std::unique_ptr<ElasticReader> reader, int rank, int64_t lr_batches, ExampleReadFn read)
-      : reader_(std::move(reader)), rank_(rank), lr_batches_(lr_batches), read_(std::move(read)) {
+  // offset: added to Fit's steps for the job's (a joiner counts from its store's first step,
+  // which a resumed run's servers count from the run's start).
+  ElasticSource(std::unique_ptr<ElasticReader> reader, int rank, int64_t lr_batches, int64_t offset, ExampleReadFn read)
+      : reader_(std::move(reader)), rank_(rank), lr_batches_(lr_batches), offset_(offset), read_(std::move(read)) {
     g_source = this;
     const std::string& dir = FaultHooksInEffect().read_log;
     if (!dir.empty()) log_ = std::fopen((dir + "/reads-" + std::to_string(rank_) + ".txt").c_str(), "a");
@@ -33,8 +43,8 @@ class ElasticSource : public BatchSource {
   int64_t batches_per_epoch() const override { return lr_batches_; }
 
   Status PlaceStep(int64_t step, const std::function<Status()>& settle, Place* out) override {
-    TALLY_RETURN_IF_ERROR(reader_->Place(step, settle, &at_));
-    step_ = step;
+    TALLY_RETURN_IF_ERROR(reader_->Place(step + offset_, settle, &at_));
+    step_ = step + offset_;
     out->epoch = at_.epoch;
     out->batch = at_.index;
     out->epoch_batches = at_.epoch_batches;
@@ -72,6 +82,7 @@ class ElasticSource : public BatchSource {
   std::unique_ptr<ElasticReader> reader_;
   const int rank_;
   const int64_t lr_batches_;
+  const int64_t offset_;
   ExampleReadFn read_;
   ElasticStep at_;
   int64_t step_ = -1;
@@ -82,6 +93,50 @@ std::vector<int> AllRanks(int workers) {
   std::vector<int> ranks(static_cast<size_t>(workers));
   for (int r = 0; r < workers; ++r) ranks[static_cast<size_t>(r)] = r;
   return ranks;
+}
+
+// PREFIX-run.json (docs/checkpoint.md): where this run of the job started reading. Worker 0
+// writes it at the run's start; a worker joining the running job reads it, since the job's
+// other workers started from that checkpoint's record and its servers count steps from there.
+std::string RunStartPath() { return FLAGS_model_prefix + "-run.json"; }
+
+Status WriteRunStart(const DataPosition& start) {
+  nlohmann::json j = {{"epoch", start.epoch}, {"batch", start.batch}, {"step", start.step}};
+  auto it = start.info.find("membership");
+  if (it != start.info.end()) j["membership"] = it->second;
+  return WriteFileAtomically(RunStartPath(), [&](std::ostream& out) { out << j.dump() << "\n"; });
+}
+
+// A joiner's start: the job's run's (*from), or step 0 without --model-prefix (a job without
+// one cannot have been resumed: --resume needs it).
+Status ReadRunStart(int rank, int64_t first, DataPosition* from) {
+  if (FLAGS_model_prefix.empty()) return Status::Ok();
+  const std::string path = RunStartPath();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return Status::InvalidArgument(path + ": cannot read it (worker 0 writes it at the start of an --elastic run "
+                                   "with --model-prefix): worker " + std::to_string(rank) +
+                                   " cannot know where the job's data cut started");
+  }
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto count = [&](const char* k) { return j.is_object() && j.contains(k) && j[k].is_number_unsigned(); };
+  if (!count("epoch") || !count("batch") || !count("step") || j["batch"].get<int64_t>() > j["step"].get<int64_t>() ||
+      (j.contains("membership") && !j["membership"].is_string())) {
+    return Status::InvalidArgument(path + ": not an object of non-negative epoch, batch <= step (and a "
+                                   "membership string)");
+  }
+  from->epoch = j["epoch"].get<int64_t>();
+  from->batch = j["batch"].get<int64_t>();
+  from->step = j["step"].get<int64_t>();
+  if (j.contains("membership")) from->info["membership"] = j["membership"].get<std::string>();
+  std::printf("tally train: worker %d follows the job's data cut from %s: the job's run started at epoch %lld, "
+              "batch %lld, step %lld; this worker's first step is the job's step %lld\n", rank, path.c_str(),
+              static_cast<long long>(from->epoch), static_cast<long long>(from->batch),
+              static_cast<long long>(from->step), static_cast<long long>(from->step + first));
+  std::fflush(stdout);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -100,8 +155,15 @@ Status AddElasticCheckpointInfo(int64_t step, std::map<std::string, std::string>
   return g_source != nullptr ? g_source->AddInfo(step, info) : Status::Ok();
 }
 
-Status MakeElasticSource(int rank, int workers, int64_t examples, int batch_size, const DataPosition& start,
+Status MakeElasticSource(int rank, int workers, int64_t examples, int batch_size, const DataPosition& job_start,
                          ExampleReadFn read, std::unique_ptr<BatchSource>* out) {
+  DataPosition start = job_start;
+  const int64_t first = start.kv != nullptr ? start.kv->first_step() : 0;
+  if (first > 0) {  // a joiner: from where the job's run started, its steps counted from there
+    TALLY_RETURN_IF_ERROR(ReadRunStart(rank, first, &start));
+  } else if (rank == 0 && !FLAGS_model_prefix.empty()) {
+    TALLY_RETURN_IF_ERROR(WriteRunStart(start));
+  }
   ElasticStart es;
   es.epoch = start.epoch;
   es.batch = start.batch;
@@ -115,7 +177,7 @@ Status MakeElasticSource(int rank, int workers, int64_t examples, int batch_size
                                      " examples, this run's " + std::to_string(examples) +
                                      " (the data set or --num-examples changed)");
     }
-  } else if (start.batch > 0) {  // a checkpoint without membership: its job's workers, unchanged
+  } else if (es.batch > 0) {  // a checkpoint without membership: its job's workers, unchanged
     es.record.epoch_live = es.gathered;
   }
   ElasticReader::Options o;
@@ -135,7 +197,7 @@ Status MakeElasticSource(int rank, int workers, int64_t examples, int batch_size
   auto reader = std::make_unique<ElasticReader>(std::move(o));
   TALLY_RETURN_IF_ERROR(reader->Start(es));
   const int64_t lr_batches = ElasticShards::Batches(examples, workers, batch_size);
-  out->reset(new ElasticSource(std::move(reader), rank, lr_batches, std::move(read)));
+  out->reset(new ElasticSource(std::move(reader), rank, lr_batches, first > 0 ? start.step : 0, std::move(read)));
   return Status::Ok();
 }
 

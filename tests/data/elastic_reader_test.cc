@@ -21,10 +21,11 @@ struct Job {
   std::vector<MembershipChange> changes;
   int64_t visible = -1;  // changes from a step <= this are heard
   int settles = 0;
+  int64_t start = 0;  // a resumed run's first step: its servers count `changes`' steps from it
   Status Heard(std::vector<MembershipChange>* out) const {
     out->clear();
     for (const MembershipChange& c : changes) {
-      if (c.from_step <= visible) out->push_back(c);
+      if (c.from_step + start <= visible) out->push_back(c);
     }
     return Status::Ok();
   }
@@ -221,6 +222,26 @@ TEST(ElasticReader, AJoinerReadsPadsUntilItsChangeAppliesThenItsPart) {
   all[2] = MakeWorker(&replay, 600, 8, 2, Fresh({0, 1, 2}));
   RunSteps(&replay, &all, {}, 10, 150, 600, &once);
   ExpectEachOnce(once, 3);
+}
+
+TEST(ElasticReader, AResumedRunsChangesCountFromItsStartAndAJoinerStartsWhereTheRunStarted) {
+  // A checkpoint at step 10 after a leave, resumed by ranks 0..2. The resumed job's servers
+  // count its steps from 0 there: worker 2 leaves from its step 4 (the job's 14) and a new
+  // worker 2 process joins from its step 10 (the job's 20), its reader started where the
+  // run started (tally train's PREFIX-run.json), as the others'. Each epoch is read once
+  // over both runs.
+  Visits visits;
+  std::vector<ElasticStep> rank0;
+  const ElasticStart start = StopAfterALeave(10, {0, 1, 2}, &visits, &rank0);
+  Job resumed;
+  resumed.start = 10;
+  resumed.changes = {{4, {0, 1}, false}, {10, {0, 1, 2}, false}};
+  std::vector<Worker> workers;
+  for (int r = 0; r < 3; ++r) workers.push_back(MakeWorker(&resumed, kResumeExamples, 8, r, start));
+  RunSteps(&resumed, &workers, {{2, 14}}, 10, 20, kResumeExamples, &visits);
+  workers[2] = MakeWorker(&resumed, kResumeExamples, 8, 2, start);
+  RunSteps(&resumed, &workers, {}, 20, 160, kResumeExamples, &visits);
+  ExpectEachOnce(visits, 3);
 }
 
 TEST(ElasticRecord, RefusesMalformedRecordsNamingTheFile) {
