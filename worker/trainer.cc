@@ -65,6 +65,7 @@ Status Trainer::Create(const TrainerConfig& config, std::unique_ptr<Trainer>* ou
   if (resume != nullptr) {
     TALLY_RETURN_IF_ERROR(t->LoadParameters(*resume));
     t->step_ = resume->step;
+    t->run_start_step_ = resume->step;
   }
   TALLY_RETURN_IF_ERROR(t->StartStore(resume));
   if (resume != nullptr) TALLY_RETURN_IF_ERROR(t->RestoreStore(*resume));
@@ -180,8 +181,10 @@ Status Trainer::TellJoiners() {
   state.overflows = scaler_.overflows();
   for (const KVStore::Membership& c : changes) {
     for (int r : c.live) {
-      if (c.from_step != step_ || std::find(before.begin(), before.end(), r) != before.end()) continue;
-      TALLY_RETURN_IF_ERROR(hooks_->TellLossScale(r, step_, state));
+      // c.from_step counts this run's steps, step_ the job's (a resumed run: run_start_step_);
+      // the joiner asks by its store's first step, in the run's count.
+      if (c.from_step + run_start_step_ != step_ || std::find(before.begin(), before.end(), r) != before.end()) continue;
+      TALLY_RETURN_IF_ERROR(hooks_->TellLossScale(r, c.from_step, state));
     }
     before = c.live;
   }

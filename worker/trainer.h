@@ -247,6 +247,9 @@ class Trainer {
   int64_t push_us_ = 0;         // inside PushGradient during this step
   double grad_sumsq_ = 0;       // of this step's gradients so far
   int64_t step_ = 0;            // the job's step of the next Step (a resumed run continues its count)
+  // The job's step this run started at (a resumed run's checkpoint step): the servers and the
+  // membership changes count this run's steps from 0, the Trainer the job's.
+  int64_t run_start_step_ = 0;
   bool skipped_ = false;        // the last Step was skipped; last_skip_ says why
   SkippedStep last_skip_;
   // FaultHooks::nan_*: the step to poison (-1: none), every value or one, and whether the one

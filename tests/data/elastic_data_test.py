@@ -264,9 +264,6 @@ class ElasticDataTest(FaultCase):
         self.assertEqual(int(m.group(1)), int(m.group(2)) + resumed_at)
         self.assertEachOnceOverBoth(first_dir, second_dir)
 
-    @unittest.skip("waits on worker/trainer.cc: a joiner into a resumed dist_sync run waits for worker 0's "
-                   "LOSS_SCALE, which Trainer::TellJoiners sends when its step (the job's, from the checkpoint's) "
-                   "equals the change's from_step (the resumed run's servers count from 0): never")
     def test_a_joiner_into_a_resumed_run_follows_the_cut_from_where_the_run_started(self):
         """Then a new worker 2 joins with the same command line (--resume auto, --model-prefix):
         it follows the job's cut from where the resumed run started (PREFIX-run.json)."""
