@@ -17,6 +17,11 @@ dist_sync job through tools/launch.py --elastic over the secure transport.
   finishes with 4 live workers, every process exits 0, and the replay (where worker 2's
   process sits out from its leave and joins again itself) ends with the same weights; the
   same under dist_device_sync.
+- with --server-replicas 1 and a spare server: kill -9 of server 0 near step 20 (the spare
+  takes its place and receives its slices), of worker 2 near step 40, and once it has left,
+  of server 1 (the spare alone serves the rest): the job finishes with 3 workers and exits
+  0, and the replay (same flags, no server killed: a server's death changes no weight) ends
+  with the same weights.
 
 Usage: python3 elastic_test.py TALLY_BINARY [unittest args]
 """
@@ -203,6 +208,43 @@ class ElasticTest(FaultCase):
         """Under 2bit pushes the skipped step is dropped whole on both servers, and each
         worker's residual follows what it sent, in the run as in its replay."""
         self.push_lost_on_one_server(extra=["--gradient-compression", "2bit", "--gc-threshold", "0.5"])
+
+    def test_a_server_replaced_by_a_spare_then_a_worker_killed(self):
+        """Server 0 killed under --server-replicas 1 --spare-servers 1: the spare (server 2)
+        takes its place; once it holds the slices, worker 2 is killed and leaves; then server
+        1 is killed, and the spare alone ends the job. The replay, with the same flags and no
+        server killed, ends with the same weights."""
+        spares = ["--server-replicas", "1", "--spare-servers", "1"]
+        proc, path, prefix = self.launch("run", launch_args=spares)
+        pid = self.victim_pid()
+        at = self.wait_step(proc, path, 20)
+        os.kill(self.pid_of("server", 0), signal.SIGKILL)
+        print("kill -9 server 0 at worker 0's step %d" % at)
+        deadline = time.time() + 120
+        while not re.search(r"\[scheduler\] .*server 2 .* holds the slices of the place it took", read(path)):
+            if time.time() > deadline or proc.poll() is not None:
+                self.fail("the spare never became ready:\n" + read(path)[-4000:])
+            time.sleep(0.05)
+        at = self.wait_step(proc, path, max(40, worker0_step(read(path)) + 2))
+        os.kill(pid, signal.SIGKILL)
+        print("kill -9 worker %d at worker 0's step %d" % (VICTIM, at))
+        # Once the leave is in force, server 1 too: the spare alone serves the rest, so the
+        # final weights are its own, stepped over the live workers only.
+        left = self.wait_step(proc, path, at + 10, timeout=240)
+        self.assertLogHas(read(path), r"membership 1: worker %d stopped answering" % VICTIM)
+        os.kill(self.pid_of("server", 1), signal.SIGKILL)
+        print("kill -9 server 1 at worker 0's step %d" % left)
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"\[worker 0\] .*server 0 .* stopped answering; its slices go on .*spare server 2 .* "
+                               r"takes its place")
+        self.assertLogHas(out, r"\[worker 0\] .*server 1 .* stopped answering; its slices go on")
+        self.assertLogHas(out, r"membership 1: worker %d stopped answering" % VICTIM)
+        self.assertNotIn("restart", out)
+        changes = self.changes(prefix)
+        self.assertEqual([(c["left"], c["live"]) for c in changes], [([VICTIM], [0, 1, 3])], changes)
+        self.assertGreaterEqual(changes[0]["from_step"], at - 2)
+        self.assertFinished(out)
+        self.replay_matches(prefix, changes, spares)
 
     def test_sigterm_worker_leaves_cleanly(self):
         proc, path, prefix = self.launch("run")
