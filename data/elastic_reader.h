@@ -6,7 +6,7 @@
 //
 //   ElasticReader::Options o;
 //   o.num_examples = 60000;  o.batch_size = 64;  o.rank = 2;
-//   o.heard = [&](std::vector<MembershipChange>* out) { ... KVStore::HeardMembership ... };
+//   o.heard = [&](std::vector<MembershipChange>* out) { ... MembershipView::HeardMembership ... };
 //   ElasticReader reader(o);
 //   TALLY_RETURN_IF_ERROR(reader.Start(ElasticStart{...}));  // fresh: every rank, step 0
 //   for (int64_t step = start;; ++step) {
@@ -30,7 +30,7 @@
 
 namespace tally {
 
-// From step `from_step` on, the live workers are `live` (KVStore::Membership's).
+// From step `from_step` on, the live workers are `live` (MembershipView::Membership's).
 struct MembershipChange {
   int64_t from_step = 0;
   std::vector<int> live;
@@ -70,9 +70,9 @@ class ElasticReader {
     int64_t num_examples = 0;
     int batch_size = 0;
     int rank = 0;
-    // Every membership change of this run of the job, in order (KVStore::HeardMembership),
-    // from_step counted from the run's first step (a resumed run's servers count from 0):
-    // the reader adds the start's step.
+    // Every membership change of this run of the job, in order
+    // (MembershipView::HeardMembership), from_step counted from the run's first step (a
+    // resumed run's servers count from 0): the reader adds the start's step.
     std::function<Status(std::vector<MembershipChange>*)> heard;
   };
   explicit ElasticReader(Options options) : o_(std::move(options)) {}

@@ -76,7 +76,7 @@ void DistChannel::OnMessage(Message&& m) {
   if (meta.command() == wire::MEMBERSHIP) {  // --elastic: the servers act on it; noted here
     LOG(INFO) << "kvstore: membership " << meta.membership_epoch() << ": from step " << meta.step() << ", "
               << meta.nodes_size() << " live workers";
-    KVStore::Membership change;
+    MembershipView::Membership change;
     change.epoch = meta.membership_epoch();
     change.from_step = meta.step();
     for (const wire::Node& n : meta.nodes()) change.live.push_back(n.rank());
@@ -84,13 +84,15 @@ void DistChannel::OnMessage(Message&& m) {
     {
       std::lock_guard<std::mutex> l(membership_mu_);
       const bool known = std::any_of(changes_.begin(), changes_.end(),
-                                     [&](const KVStore::Membership& c) { return c.epoch == change.epoch; });
+                                     [&](const MembershipView::Membership& c) { return c.epoch == change.epoch; });
       if (!known) {
         applied_[change.epoch] = meta.applied_max();
         if (change.epoch > membership_.epoch) membership_ = change;
         changes_.push_back(change);
         std::sort(changes_.begin(), changes_.end(),
-                  [](const KVStore::Membership& a, const KVStore::Membership& b) { return a.epoch < b.epoch; });
+                  [](const MembershipView::Membership& a, const MembershipView::Membership& b) {
+                    return a.epoch < b.epoch;
+                  });
       }
     }
     membership_cv_.notify_all();
@@ -132,7 +134,7 @@ void DistChannel::OnMessage(Message&& m) {
   for (size_t i = 0; i < a.ids.size(); ++i) pull_us_ += requests_.Complete(a, m, i);
 }
 
-Status DistChannel::HeardMembership(std::vector<KVStore::Membership>* out, int timeout_ms) {
+Status DistChannel::HeardMembership(std::vector<MembershipView::Membership>* out, int timeout_ms) {
   std::unique_lock<std::mutex> l(membership_mu_);
   // Epochs are numbered 1, 2, ...: all up to the named one are in when there are as many.
   const bool heard = membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] {
@@ -150,9 +152,9 @@ Status DistChannel::HeardMembership(std::vector<KVStore::Membership>* out, int t
 
 Status DistChannel::JoinedFrom(int rank, int64_t after, int timeout_ms, int64_t* from_step, int64_t* applied) {
   std::unique_lock<std::mutex> l(membership_mu_);
-  const KVStore::Membership* joined = nullptr;
+  const MembershipView::Membership* joined = nullptr;
   membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] {
-    for (const KVStore::Membership& c : changes_) {
+    for (const MembershipView::Membership& c : changes_) {
       if (c.epoch > after && std::find(c.live.begin(), c.live.end(), rank) != c.live.end()) {
         joined = &c;
         return true;

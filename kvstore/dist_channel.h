@@ -37,6 +37,7 @@
 
 #include "kvstore/chain_router.h"
 #include "kvstore/kvstore.h"
+#include "kvstore/membership_view.h"
 #include "kvstore/placement.h"
 #include "kvstore/trainer_hooks.h"
 #include "net/cluster.h"
@@ -107,7 +108,7 @@ class DistChannel {
   int64_t TakePullMicros() { return pull_us_.exchange(0); }
   // --elastic: the last MEMBERSHIP taken in (epoch 0: none), and the workers the latest
   // answer's values summed as its server said (0: none said so).
-  KVStore::Membership membership() const {
+  MembershipView::Membership membership() const {
     std::lock_guard<std::mutex> l(membership_mu_);
     return membership_;
   }
@@ -115,7 +116,7 @@ class DistChannel {
   // Every MEMBERSHIP taken in, by epoch, once every epoch an answer named (RESPONSE's
   // membership_epoch) is among them: all the changes the answers so far were decided
   // under. Returns the cluster's failure, or Unavailable after timeout_ms.
-  Status HeardMembership(std::vector<KVStore::Membership>* out, int timeout_ms);
+  Status HeardMembership(std::vector<MembershipView::Membership>* out, int timeout_ms);
   // A worker that joined the running job after membership epoch `after`
   // (Cluster::joined_after_epoch): waits for the first later MEMBERSHIP naming worker
   // `rank` live and gives its from_step, the step of the worker's first push. Returns the
@@ -149,8 +150,8 @@ class DistChannel {
   KVStore::SkippedStep skip_;  // GUARDED_BY(skip_mu_); step -1: none since the last TakeSkip
   mutable std::mutex membership_mu_;
   std::condition_variable membership_cv_;
-  KVStore::Membership membership_;  // GUARDED_BY(membership_mu_); epoch 0: none heard of
-  std::vector<KVStore::Membership> changes_;  // GUARDED_BY(membership_mu_); by epoch
+  MembershipView::Membership membership_;  // GUARDED_BY(membership_mu_); epoch 0: none heard of
+  std::vector<MembershipView::Membership> changes_;  // GUARDED_BY(membership_mu_); by epoch
   std::map<int64_t, int64_t> applied_;        // GUARDED_BY(membership_mu_); a join's applied_max, by epoch
   std::map<int64_t, TrainerHooks::LossScaleState> scales_;  // GUARDED_BY(membership_mu_); LOSS_SCALE by step
   int64_t answered_epoch_ = 0;                // GUARDED_BY(membership_mu_); the highest named

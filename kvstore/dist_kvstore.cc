@@ -22,7 +22,7 @@ namespace {
 
 Tensor Flat(const Tensor& t) { return t.Reshape({t.numel()}); }
 
-class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStore, public PackedPushes {
+class DistKVStore : public KVStore, public TrainerHooks, public MembershipView, public MasterWeightStore, public PackedPushes {
  public:
   DistKVStore(KVStoreType type, int num_devices, Cluster* cluster, std::unique_ptr<Comm> comm)
       : type_(type),
@@ -42,12 +42,13 @@ class DistKVStore : public KVStore, public TrainerHooks, public MasterWeightStor
 
   KVStoreType type() const override { return type_; }
   TrainerHooks* trainer_hooks() override { return this; }
+  MembershipView* membership_view() override { return this; }
   MasterWeightStore* master_weights() override { return this; }
   int rank() const override { return cluster_->me().rank(); }
   int num_workers() const override { return cluster_->num_workers(); }
   Membership membership() const override {
     Membership m = channel_->membership();
-    return m.epoch > 0 ? m : KVStore::membership();
+    return m.epoch > 0 ? m : Everyone(num_workers());
   }
   Status HeardMembership(std::vector<Membership>* out) override {
     return channel_->HeardMembership(out, kDistWaitTimeoutMs);

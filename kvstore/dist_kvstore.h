@@ -30,8 +30,8 @@
 // theirs), waits for the scheduler's MEMBERSHIP naming it live, and writes into `values`
 // the job's weights after the step before that change's from_step, exactly those (a pull of
 // that step, which no server can pass without this worker's push). Its pushes then count
-// from that step (first_step()), and HeardMembership holds every change from the job's
-// start (the scheduler tells a joiner the past ones).
+// from that step (membership_view.h: first_step()), and HeardMembership holds every change
+// from the job's start (the scheduler tells a joiner the past ones).
 //
 // Skipped steps (trainer_hooks.h, docs/wire.md): when an answer of step t says a server skipped
 // it for a non-finite gradient, WaitAll sends one ROLLBACK per slice of every key last

@@ -74,10 +74,7 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   int rank() const override { return inner_->rank(); }
   int num_workers() const override { return inner_->num_workers(); }
   // --elastic: the DistKVStore's (a joiner's first step and weights come from its Init).
-  Membership membership() const override { return inner_->membership(); }
-  Status HeardMembership(std::vector<Membership>* out) override { return inner_->HeardMembership(out); }
-  int summed_workers() const override { return inner_->summed_workers(); }
-  int64_t first_step() const override { return inner_->first_step(); }
+  MembershipView* membership_view() override { return inner_->membership_view(); }
   Status TellLossScale(int rank, int64_t step, const LossScaleState& state) override {
     return inner_->trainer_hooks()->TellLossScale(rank, step, state);
   }

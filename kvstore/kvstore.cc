@@ -67,11 +67,15 @@ Status InitEach(const std::vector<int>& keys, const std::vector<Tensor>& values,
   return Status::Ok();
 }
 
-KVStore::Membership KVStore::membership() const {
+MembershipView::Membership MembershipView::Everyone(int num_workers) {
   Membership m;
-  for (int r = 0; r < num_workers(); ++r) m.live.push_back(r);
+  for (int r = 0; r < num_workers; ++r) m.live.push_back(r);
   return m;
 }
+
+MembershipView::Membership FixedMembership::membership() const { return Everyone(kv_->num_workers()); }
+
+int FixedMembership::summed_workers() const { return kv_->num_workers(); }
 
 Status KVStore::PushPull(int key, const std::vector<Tensor>& vals, const std::vector<Tensor>& outs,
                          int priority) {

@@ -35,6 +35,12 @@
 //   ... PushPull every key, WaitAll ...
 //   SkippedStep skip;
 //   if (hooks->TakeSkippedStep(&skip)) lower the loss scale;
+//
+// What --elastic's training loop, data source and joiners ask about the job's workers (who is
+// live, the changes heard, a joiner's first step) is behind another (membership_view.h):
+//
+//   std::vector<MembershipView::Membership> changes;
+//   TALLY_RETURN_IF_ERROR(kv->membership_view()->HeardMembership(&changes));
 #pragma once
 
 #include <iosfwd>
@@ -43,6 +49,7 @@
 #include <vector>
 
 #include "compress/compress.h"
+#include "kvstore/membership_view.h"
 #include "kvstore/trainer_hooks.h"
 #include "ops/ops.h"
 #include "base/status.h"
@@ -92,34 +99,15 @@ class KVStore {
   // cannot be met (no devices, a distributed type without a Cluster, GPUs in a build
   // without CUDA, ...).
   static Status Create(const KVStoreSpec& spec, std::unique_ptr<KVStore>* out);
+  KVStore() = default;
+  KVStore(const KVStore&) = delete;  // fixed_membership_ points at this one
+  KVStore& operator=(const KVStore&) = delete;
   virtual ~KVStore() = default;
 
   virtual KVStoreType type() const = 0;
   const std::string& name() const { return KVStoreTypeName(type()); }  // --kv-store's value
   virtual int rank() const { return 0; }
   virtual int num_workers() const { return 1; }
-  // --elastic (docs/faults.md, "A worker leaves"): the live workers as this worker last heard
-  // from the scheduler (its MEMBERSHIP; epoch 0 and every rank before any change), and the
-  // workers whose pushes the last answered pull summed (the live ones of that step, which
-  // the servers say with the values; num_workers() when nobody said).
-  struct Membership {
-    int64_t epoch = 0;
-    int64_t from_step = 0;
-    std::vector<int> live;
-  };
-  virtual Membership membership() const;
-  // Every change heard of, by epoch, waiting first for each one a server's answer so far
-  // was decided under (the changes a re-cut of the data needs, data/elastic_shard.h).
-  // Types without workers that come and go: none.
-  virtual Status HeardMembership(std::vector<Membership>* out) {
-    out->clear();
-    return Status::Ok();
-  }
-  virtual int summed_workers() const { return num_workers(); }
-  // The job's step of this worker's first push: 0, or, for a worker that joined a running
-  // --elastic job (TALLY_JOIN=1), its join's from_step; Init gave it the job's weights after
-  // the step before (dist_kvstore.h).
-  virtual int64_t first_step() const { return 0; }
   virtual Status Barrier() { return Status::Ok(); }
 
   // REQUIRES: called before Init.
@@ -175,9 +163,16 @@ class KVStore {
   // steps, stopping together, the profiler's times, master weights. Never null; owned by
   // the store.
   virtual TrainerHooks* trainer_hooks() = 0;
+  // --elastic: the job's workers as this one hears of them, and a joiner's first step
+  // (membership_view.h). Never null; owned by the store. Types without workers that come and
+  // go keep the default: every worker live, nothing heard, first step 0.
+  virtual MembershipView* membership_view() { return &fixed_membership_; }
 
   // The name DistChannel knows a skipped step by.
   using SkippedStep = ::tally::SkippedStep;
+
+ private:
+  FixedMembership fixed_membership_{this};
 };
 
 }  // namespace tally

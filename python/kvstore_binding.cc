@@ -34,14 +34,14 @@ class PyKVStore {
   int num_workers() const { return Store()->num_workers(); }
   // --elastic: (epoch, from_step, live ranks) as last heard, and the workers the last pull summed.
   py::tuple membership() const {
-    const KVStore::Membership m = Store()->membership();
+    const MembershipView::Membership m = Store()->membership_view()->membership();
     return py::make_tuple(m.epoch, m.from_step, m.live);
   }
-  int summed_workers() const { return Store()->summed_workers(); }
+  int summed_workers() const { return Store()->membership_view()->summed_workers(); }
   // A worker that joined a running --elastic job (TALLY_JOIN=1): its init receives the job's
   // values, and its first push is the job's step first_step (0 for the others).
   bool joined() const { return cluster_ != nullptr && cluster_->joined_after_epoch() > 0; }
-  int64_t first_step() const { return Store()->first_step(); }
+  int64_t first_step() const { return Store()->membership_view()->first_step(); }
   int num_devices() const { return num_devices_; }
   bool closed() const { return kv_ == nullptr; }
   std::vector<int> keys() const;

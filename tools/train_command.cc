@@ -391,7 +391,7 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   // Every worker draws its own training images; all validate on the same ones. A worker
   // that joined the running job (always --elastic) starts at its first step: its elastic
   // source follows the job's cut from the start through the changes heard up to there.
-  const int64_t first = trainer->kvstore().first_step();
+  const int64_t first = trainer->kvstore().membership_view()->first_step();
   std::unique_ptr<BatchSource> train_data, val_data;
   Status s = MakeTrainSource(cfg, rank, num_workers, DataPositionOf(resume, trainer), &train_data);
   if (s.ok() && first > 0 && !train_data->elastic()) {  // TALLY_JOIN=1 on a command without --elastic

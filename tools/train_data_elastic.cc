@@ -158,7 +158,7 @@ Status AddElasticCheckpointInfo(int64_t step, std::map<std::string, std::string>
 Status MakeElasticSource(int rank, int workers, int64_t examples, int batch_size, const DataPosition& job_start,
                          ExampleReadFn read, std::unique_ptr<BatchSource>* out) {
   DataPosition start = job_start;
-  const int64_t first = start.kv != nullptr ? start.kv->first_step() : 0;
+  const int64_t first = start.kv != nullptr ? start.kv->membership_view()->first_step() : 0;
   if (first > 0) {  // a joiner: from where the job's run started, its steps counted from there
     TALLY_RETURN_IF_ERROR(ReadRunStart(rank, first, &start));
   } else if (rank == 0 && !FLAGS_model_prefix.empty()) {
@@ -187,10 +187,10 @@ Status MakeElasticSource(int rank, int workers, int64_t examples, int batch_size
   KVStore* kv = start.kv;
   if (kv != nullptr) {
     o.heard = [kv](std::vector<MembershipChange>* changes) {
-      std::vector<KVStore::Membership> heard;
-      TALLY_RETURN_IF_ERROR(kv->HeardMembership(&heard));
+      std::vector<MembershipView::Membership> heard;
+      TALLY_RETURN_IF_ERROR(kv->membership_view()->HeardMembership(&heard));
       changes->clear();
-      for (const KVStore::Membership& m : heard) changes->push_back(MembershipChange{m.from_step, m.live, false});
+      for (const MembershipView::Membership& m : heard) changes->push_back(MembershipChange{m.from_step, m.live, false});
       return Status::Ok();
     };
   }

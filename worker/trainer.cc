@@ -144,16 +144,17 @@ Status Trainer::StartStore(const Checkpoint* resume) {
   return TakeJoinedWeights(values);
 }
 
-// A worker that joined a running --elastic job (KVStore::first_step): Init wrote the job's
-// weights after the step before its first into `values`; every replica takes them, and the
-// job's step count goes on from there.
+// A worker that joined a running --elastic job (MembershipView::first_step): Init wrote the
+// job's weights after the step before its first into `values`; every replica takes them, and
+// the job's step count goes on from there.
 Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
-  if (kv_->first_step() == 0) {
+  const int64_t first = kv_->membership_view()->first_step();
+  if (first == 0) {
     if (!joins()) return Status::Ok();
     return Status::Internal("worker " + std::to_string(kv_->rank()) +
                             " joined the job but its store pulled no weights (its model is not initialised)");
   }
-  step_ = kv_->first_step();
+  step_ = first;
   for (size_t j = 0; j < trainable_.size(); ++j) {
     for (auto& replica : replicas_) {
       Tensor& value = replica->Parameters()[trainable_[j]]->value;
@@ -171,15 +172,15 @@ Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
 
 Status Trainer::TellJoiners() {
   if (!distributed() || !IsDistributedSync(kv_->type()) || kv_->rank() != 0) return Status::Ok();
-  std::vector<KVStore::Membership> changes;
-  TALLY_RETURN_IF_ERROR(kv_->HeardMembership(&changes));
+  std::vector<MembershipView::Membership> changes;
+  TALLY_RETURN_IF_ERROR(kv_->membership_view()->HeardMembership(&changes));
   std::vector<int> before(kv_->num_workers());
   for (int r = 0; r < kv_->num_workers(); ++r) before[r] = r;
   TrainerHooks::LossScaleState state;
   state.scale = scaler_.scale();
   state.clean = scaler_.clean_steps();
   state.overflows = scaler_.overflows();
-  for (const KVStore::Membership& c : changes) {
+  for (const MembershipView::Membership& c : changes) {
     for (int r : c.live) {
       // c.from_step counts this run's steps, step_ the job's (a resumed run: run_start_step_);
       // the joiner asks by its store's first step, in the run's count.

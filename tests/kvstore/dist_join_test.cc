@@ -119,9 +119,9 @@ void WorkerZero(Cluster* zero, Seen* seen) {
     }
     Step(kv.get(), 0, step, &w);
     seen->weights[step].assign(w[0].data<float>(), w[0].data<float>() + kSize);
-    seen->summed[step] = kv->summed_workers();
-    std::vector<KVStore::Membership> heard;  // a join from the next step: its loss scale
-    ASSERT_TRUE(kv->HeardMembership(&heard).ok());
+    seen->summed[step] = kv->membership_view()->summed_workers();
+    std::vector<MembershipView::Membership> heard;  // a join from the next step: its loss scale
+    ASSERT_TRUE(kv->membership_view()->HeardMembership(&heard).ok());
     if (heard.size() == 2 && heard[1].from_step == step + 1) {
       TrainerHooks::LossScaleState state;
       state.scale = 1024.0f;
@@ -158,13 +158,13 @@ void Joiner(int port, Seen* seen) {
   std::vector<Tensor> w = {Tensor::Zeros({kSize}, DType::kF32), Tensor::Zeros({kSize}, DType::kF32)};
   Status s = kv->Init({0, 1}, w);  // writes the job's weights into w
   ASSERT_TRUE(s.ok()) << s;
-  const int64_t from = kv->first_step();
+  const int64_t from = kv->membership_view()->first_step();
   // Two after the newest step applied when decided: worker 0 waits before step kHoldAt
   // until the joiner registered, and may push that step before the servers hold theirs.
   ASSERT_GT(from, kLeaveAt);
   ASSERT_LE(from, kHoldAt + 2);
-  std::vector<KVStore::Membership> heard;
-  ASSERT_TRUE(kv->HeardMembership(&heard).ok());
+  std::vector<MembershipView::Membership> heard;
+  ASSERT_TRUE(kv->membership_view()->HeardMembership(&heard).ok());
   ASSERT_EQ(heard.size(), 2u) << "the leave, told again, and the join";
   EXPECT_EQ(heard[0].epoch, 1);
   EXPECT_EQ(heard[0].from_step, kLeaveAt);

@@ -56,7 +56,7 @@ TEST(HeardMembership, FromTheLeaversStepOnTheAnswersBringTheChangeWithThem) {
       })};
   std::vector<float> sums(kSteps);
   std::vector<int> summed(kSteps);
-  std::vector<std::vector<KVStore::Membership>> heard(kSteps);
+  std::vector<std::vector<MembershipView::Membership>> heard(kSteps);
   auto worker = [&](int rank) {
     ClusterConfig c = TestClusterConfig(wire::WORKER, port, 2, 1);
     c.rank = rank;
@@ -68,8 +68,8 @@ TEST(HeardMembership, FromTheLeaversStepOnTheAnswersBringTheChangeWithThem) {
       const float sum = Step(kv.get());
       if (rank != 0) continue;
       sums[step] = sum;
-      summed[step] = kv->summed_workers();
-      Status s = kv->HeardMembership(&heard[step]);
+      summed[step] = kv->membership_view()->summed_workers();
+      Status s = kv->membership_view()->HeardMembership(&heard[step]);
       EXPECT_TRUE(s.ok()) << s;
     }
     if (rank == 1) {

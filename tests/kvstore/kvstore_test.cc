@@ -189,5 +189,25 @@ TEST(KVStore, TheCpuStoresTrainerHooks) {
   }
 }
 
+// --elastic's calls are behind membership_view(): a store whose workers never change answers
+// with its one worker live from step 0, no change heard and its pulls summing it alone.
+TEST(KVStore, TheCpuStoresMembershipViewIsTheirOneWorkerForever) {
+  for (KVStoreType type : {KVStoreType::kLocal, KVStoreType::kDevice}) {
+    auto kv = Make(type, 2);
+    MembershipView* view = kv->membership_view();
+    ASSERT_NE(view, nullptr);
+    const MembershipView::Membership m = view->membership();
+    EXPECT_EQ(m.epoch, 0) << type;
+    EXPECT_EQ(m.from_step, 0) << type;
+    EXPECT_EQ(m.live, std::vector<int>{0}) << type;
+    std::vector<MembershipView::Membership> heard(3);
+    ASSERT_TRUE(view->HeardMembership(&heard).ok());
+    EXPECT_TRUE(heard.empty()) << type;
+    EXPECT_EQ(view->summed_workers(), kv->num_workers());
+    EXPECT_EQ(view->first_step(), 0);
+    EXPECT_EQ(kv->membership_view(), view) << "one view, owned by the store";
+  }
+}
+
 }  // namespace
 }  // namespace tally
