@@ -8,16 +8,16 @@
 """
 import json
 import os
-import socket
 import struct
 import sys
 
 
 def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on now, below the kernel's ephemeral range
+    (tools/launcher/job.py free_port says why: the job's own processes bind in that range)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    from launcher.job import free_port as launcher_free_port
+    return launcher_free_port("127.0.0.1")
 
 
 NDARRAY_MAGIC = 0x112

@@ -4,6 +4,7 @@ Nothing here starts a process; `commands` turns a `Proc` into a command line and
 `supervise` runs and watches them.
 """
 
+import random
 import socket
 from dataclasses import dataclass, field
 
@@ -146,10 +147,33 @@ def set_root_port(procs, port):
 
 
 def free_port(host=""):
-    """A TCP port that nothing on this machine listens on at the moment."""
+    """A TCP port that nothing on this machine listens on at the moment, chosen below the
+    kernel's ephemeral range where there is room: a port from that range (what bind to port 0
+    gives) can be handed to one of the job's own processes, a server or worker listening on
+    port 0, between this choice and the scheduler's bind, which then fails with "Address
+    already in use"."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(100 if low >= 10000 else 0):
+        port = rng.randrange(low - 8192, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low():
+    """The first port of Linux's ephemeral range (32768 where it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def set_attempt(procs, attempt):

@@ -8,6 +8,7 @@ ctest runs these classes as launch_test.HostfileTest and launch_test.DryRunTest
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -134,6 +135,18 @@ class HostfileTest(HostfileCase):
         procs = job.plan_job(2, 1, [hosts.Host("a", 1)], "a", 9000, {}, elastic=True)
         self.assertEqual({p.env.get("TALLY_ELASTIC") for p in procs}, {"1"})
         self.assertNotIn("TALLY_ELASTIC", job.plan_job(1, 1, [hosts.Host("a", 1)], "a", 9000, {})[0].env)
+
+    def test_the_scheduler_port_is_free_and_below_the_ephemeral_range(self):
+        # A port from the ephemeral range could go to a server's or worker's bind to port 0
+        # before the scheduler binds it (fault.StopTest failed so: "Address already in use").
+        low = job._ephemeral_low()
+        for _ in range(20):
+            port = job.free_port("127.0.0.1")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))  # free: this must not raise
+            if low >= 10000:
+                self.assertLess(port, low)
+                self.assertGreaterEqual(port, low - 8192)
 
 
 class DryRunTest(HostfileCase):
