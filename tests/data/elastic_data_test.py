@@ -232,10 +232,7 @@ class ElasticDataTest(FaultCase):
         self.stop_after_a_leave(prefix, first_dir)
         proc, path = self.launch("resume", ["--model-prefix", prefix, "--resume", "auto"], reads_dir=second_dir)
         pid = self.pid_of_worker(2)
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = [a.decode() for a in f.read().split(b"\0") if a]
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = dict(e.decode().split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        argv, env = self.process_of(pid)
         resume = r"resuming from \S+: epoch \d+, batch \d+, step (\d+)"
         self.wait_for("the resume", lambda: re.search(resume, read(path)), proc, path)
         resumed_at = int(re.search(resume, read(path)).group(1))
@@ -270,10 +267,7 @@ class ElasticDataTest(FaultCase):
         first_dir, second_dir = os.path.join(self.dir, "reads1"), os.path.join(self.dir, "reads2")
         proc, path, argv, env, resumed_at, left_at = self.leave_in_a_resumed_run(first_dir, second_dir)
         join_log = os.path.join(self.dir, "joiner.log")
-        with open(join_log, "w") as out:
-            joiner = subprocess.Popen(argv, env=dict(env, TALLY_JOIN="1"), stdin=subprocess.DEVNULL, stdout=out,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self.addCleanup(self.stop_launcher, joiner)
+        joiner = self.start_joiner(argv, env, join_log)
         out = self.finish(proc, path)
         self.assertEqual(joiner.wait(timeout=BOUND_S), 0, read(join_log)[-4000:])
         m = re.search(r"membership 2: worker 2 joined.*from step (\d+)", out)
@@ -322,19 +316,13 @@ class ElasticDataTest(FaultCase):
         os.makedirs(reads_dir)
         proc, path = self.launch("run", ["--num-epochs", "6"], reads_dir=reads_dir)
         pid = self.pid_of_worker(2)
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = [a.decode() for a in f.read().split(b"\0") if a]
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = dict(e.decode().split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        argv, env = self.process_of(pid)
         self.wait_for("worker 2's 5th batch", lambda: self.last_step(reads_dir, 2) >= 4, proc, path)
         os.kill(pid, signal.SIGTERM)
         self.wait_for("worker 2's leave", lambda: "worker 2 on localhost left the job" in read(path), proc, path)
         left_at = self.last_step(reads_dir, 2)
         join_log = os.path.join(self.dir, "joiner.log")
-        with open(join_log, "w") as out:
-            joiner = subprocess.Popen(argv, env=dict(env, TALLY_JOIN="1"), stdin=subprocess.DEVNULL, stdout=out,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self.addCleanup(self.stop_launcher, joiner)
+        joiner = self.start_joiner(argv, env, join_log)
         out = self.finish(proc, path)
         self.assertEqual(joiner.wait(timeout=BOUND_S), 0, read(join_log)[-4000:])
         m = re.search(r"membership 2: worker 2 joined.*from step (\d+)", out)

@@ -262,14 +262,6 @@ class ElasticTest(FaultCase):
         self.assertFinished(out)
         self.replay_matches(prefix, changes)
 
-    def process_of(self, pid):
-        """The command line and environment of process `pid` (as it was started)."""
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = [a.decode() for a in f.read().split(b"\0") if a]
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = dict(e.decode().split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
-        return argv, env
-
     def test_a_new_worker_joins_after_a_kill_and_replay_is_bit_identical(self):
         self.join_after_kill()
 
@@ -289,10 +281,7 @@ class ElasticTest(FaultCase):
         self.wait_step(proc, path, 50, timeout=240)
         self.assertLogHas(read(path), r"membership 1: worker %d stopped answering" % VICTIM)
         join_path = os.path.join(self.dir, "joiner.log")
-        with open(join_path, "w") as out:
-            joiner = subprocess.Popen(argv, env=dict(env, TALLY_JOIN="1"), stdin=subprocess.DEVNULL, stdout=out,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self.addCleanup(self.stop_launcher, joiner)
+        joiner = self.start_joiner(argv, env, join_path)
         out = self.finish(proc, path)
         try:
             code = joiner.wait(timeout=60)

@@ -125,6 +125,23 @@ class FaultCase(unittest.TestCase):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
+    def process_of(self, pid):
+        """The command line and environment of process `pid` (as it was started)."""
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [a.decode() for a in f.read().split(b"\0") if a]
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = dict(e.decode().split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        return argv, env
+
+    def start_joiner(self, argv, env, log_path):
+        """A worker process started as `argv` with `env` plus TALLY_JOIN=1, which joins the
+        running --elastic job (docs/faults.md, "A worker joins"); its output in log_path."""
+        with open(log_path, "w") as out:
+            joiner = subprocess.Popen(argv, env=dict(env, TALLY_JOIN="1"), stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self.addCleanup(self.stop_launcher, joiner)
+        return joiner
+
     def wait_launch(self, proc, path, timeout=180):
         try:
             return proc.wait(timeout=timeout)
