@@ -105,7 +105,7 @@ class Job:
         # has no live server left, and the workers then fail naming why).
         self.server_replicas = server_replicas
         self.lost = []
-        # --elastic (an elastic.Joins; None without): a worker but worker 0 that dies or leaves
+        # --elastic (an elastic.Joins; None without): a worker (worker 0 too) that dies or leaves
         # (on a SIGTERM of its own, it exits 0 saying so) is not the end of the job; the
         # scheduler decides the step. Its joiners join self.children when they start.
         self.joins = joins
@@ -132,7 +132,7 @@ class Job:
     def leaves(self, child):
         """--elastic: whether `child`, which just ended, left the job (noted and said) rather
         than ending it."""
-        if self.joins is None or child.proc.role != "worker" or child.proc.rank == 0:
+        if self.joins is None or child.proc.role != "worker":
             return False
         if child.poll() == 0:
             if "left the job" not in (child.last_lines.get(sys.stdout) or ""):
