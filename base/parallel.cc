@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -89,5 +90,19 @@ void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
 }
 
 size_t ParallelForThreads() { return WorkerPool::Get().threads() + 1; }
+
+void ParallelCopy(void* dst, const void* src, size_t bytes) {
+  // A piece is large enough that waking a pool thread (microseconds) is a small part of it.
+  constexpr size_t kPiece = size_t{512} << 10;
+  const size_t pieces = std::min(bytes / kPiece, ParallelForThreads());
+  if (pieces <= 1) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  ParallelFor(pieces, [&](size_t p) {
+    const size_t begin = bytes * p / pieces, end = bytes * (p + 1) / pieces;
+    std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
+  });
+}
 
 }  // namespace tally

@@ -23,4 +23,10 @@ void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 // The threads a ParallelFor may use, the caller's included.
 size_t ParallelForThreads();
 
+// memcpy(dst, src, bytes) for buffers that do not overlap, a large one cut into pieces
+// spread over the pool: a server's undo copy of a multi-MB slice before each update would
+// otherwise hold its one serving thread for milliseconds a step. Not from inside a
+// ParallelFor's fn.
+void ParallelCopy(void* dst, const void* src, size_t bytes);
+
 }  // namespace tally

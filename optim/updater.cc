@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "base/parallel.h"
 #include "optim/rules.h"
 
 namespace tally {
@@ -16,8 +17,14 @@ void CopyInto(const Tensor& from, Tensor* to) {
     *to = Tensor();
     return;
   }
-  if (!to->defined() || to->numel() != from.numel()) *to = Tensor::Empty(from.shape(), from.dtype(), from.device());
-  to->CopyFrom(from);
+  if (!to->defined() || to->numel() != from.numel() || to->dtype() != from.dtype()) {
+    *to = Tensor::Empty(from.shape(), from.dtype(), from.device());
+  }
+  if (from.device().is_cpu()) {
+    ParallelCopy(to->raw_data(), from.raw_data(), from.nbytes());  // a server's undo copy, each step
+  } else {
+    to->CopyFrom(from);
+  }
 }
 
 // The largest step count an fp32 slot holds exactly.

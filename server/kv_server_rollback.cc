@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/parallel.h"
 #include "server/server.h"
 
 namespace tally {
@@ -24,7 +25,7 @@ void KVServer::BeforeUpdate(ServerSlice* s, int64_t step) {
     s->value = s->value.Clone();
   } else {
     if (!r.undo.defined() || r.undo.storage().use_count() > 1) r.undo = Tensor::Empty({s->length}, DType::kF32);
-    r.undo.CopyFrom(s->value);
+    ParallelCopy(r.undo.raw_data(), s->value.raw_data(), s->value.nbytes());  // both fp32, on the host
   }
   core_.updater()->SaveState(s->id, s->value);
   r.undo_step = step;

@@ -41,5 +41,16 @@ TEST(ParallelFor, NoneAndOneRunOnTheCaller) {
   EXPECT_EQ(calls, 1);
 }
 
+// Every byte lands, whatever the size's remainder against the pieces, small and large.
+TEST(ParallelCopy, CopiesEveryByteOfAnySize) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, (size_t{512} << 10) + 3, (size_t{9} << 20) + 17}) {
+    std::vector<unsigned char> src(bytes), dst(bytes + 1, 0xAB);
+    for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+    ParallelCopy(dst.data(), src.data(), bytes);
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[i], src[i]) << "byte " << i << " of " << bytes;
+    EXPECT_EQ(dst[bytes], 0xAB) << "wrote past " << bytes << " bytes";
+  }
+}
+
 }  // namespace
 }  // namespace tally
