@@ -1,5 +1,6 @@
 #include "optim/updater.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -172,7 +173,13 @@ void Updater::UpdateSgd(KeyState* s, const Tensor& grad, Tensor* weight) {
   const SgdParams p = ToSgdParams(config_, gradient_scale_);
   Tensor* mom = s->arrays.empty() ? nullptr : &s->arrays[0];
   if (weight->dtype() == DType::kF32) {
-    SgdUpdate(p, grad.dtype() == DType::kF32 ? grad : grad.To(DType::kF32), weight, mom);
+    const int64_t n = weight->numel();
+    const Tensor g = (grad.dtype() == DType::kF32 ? grad : grad.To(DType::kF32)).Reshape({n});
+    const Tensor w = weight->Reshape({n}), m = mom != nullptr ? mom->Reshape({n}) : Tensor();
+    ForPieces(n, [&](int64_t begin, int64_t end) {
+      Tensor w_piece = w.Slice(begin, end), m_piece = m.defined() ? m.Slice(begin, end) : Tensor();
+      SgdUpdate(p, g.Slice(begin, end), &w_piece, m.defined() ? &m_piece : nullptr);
+    });
     return;
   }
   if (config_.multi_precision) {
@@ -217,10 +224,33 @@ void Updater::UpdateRule(KeyState* s, const Tensor& grad, Tensor* weight) {
   for (int i = 0; i < arrays_; ++i) a.s[i] = s->arrays[static_cast<size_t>(i)].data<float>();
   a.n = n;
   if (rule == Rule::kLamb && static_cast<int64_t>(scratch_.size()) < n) scratch_.resize(static_cast<size_t>(n));
-  ApplyRule(config_, step, a, scratch_.data());
+  if (rule == Rule::kLars || rule == Rule::kLamb) {  // their norms span the whole weight
+    ApplyRule(config_, step, a, scratch_.data());
+  } else {
+    ForPieces(n, [&](int64_t begin, int64_t end) {
+      RuleArrays piece = a;
+      piece.w += begin;
+      piece.g += begin;
+      for (int i = 0; i < arrays_; ++i) piece.s[i] += begin;
+      piece.n = end - begin;
+      ApplyRule(config_, step, piece, nullptr);
+    });
+  }
   s->scalars.count = step.t;
   s->scalars.last_lr = config_.lr;
   if (!f32) weight->CopyFrom(w32.Reshape(weight->shape()));
+}
+
+void Updater::ForPieces(int64_t n, const std::function<void(int64_t, int64_t)>& fn) const {
+  // Tens of microseconds of work a piece at least (the ops' own serial size): waking a
+  // pool thread costs a few.
+  constexpr int64_t kElementsPerPiece = int64_t{32} << 10;
+  const int64_t pieces = spread_ ? std::min<int64_t>(n / kElementsPerPiece, ParallelForThreads()) : 1;
+  if (pieces <= 1) return fn(0, n);
+  ParallelFor(static_cast<size_t>(pieces), [&](size_t i) {
+    const int64_t k = static_cast<int64_t>(i);
+    fn(n * k / pieces, n * (k + 1) / pieces);
+  });
 }
 
 void Updater::Update(int key, const Tensor& grad, Tensor* weight) {

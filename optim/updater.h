@@ -14,6 +14,7 @@
 // arrays of the weight's size each (OptimizerStateSlots), bit for bit.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -38,6 +39,13 @@ class Updater {
   // Gradients given to Update from now on are `scale` times the true ones (dynamic loss
   // scaling); the update divides them back. 1 by default.
   void set_gradient_scale(float scale) { gradient_scale_ = scale; }
+  // Whether each Update of a large fp32 weight is cut into pieces spread over the worker
+  // pool (base/parallel.h) rather than left to the ops' OpenMP teams. A server sets it and
+  // runs OpenMP on one thread: a team's threads spin after every update, and two servers'
+  // teams beside a GPU worker on one host took the cores the transport's threads needed.
+  // The arithmetic of every element is the same either way (elementwise rules; lars and
+  // lamb, whose norms span the whole weight, are never cut).
+  void set_spread_over_pool(bool spread) { spread_ = spread; }
   const OptimizerConfig& config() const { return config_; }
 
   // Applies one step of the optimizer for key: weight <- update(weight, grad).
@@ -74,6 +82,9 @@ class Updater {
   Tensor SavedStateSlot(int key, int slot) const;
 
  private:
+  // fn(begin, end) over [0, n): once, or (spread_) over pieces spread over the pool.
+  void ForPieces(int64_t n, const std::function<void(int64_t, int64_t)>& fn) const;
+
   struct Scalars {
     int64_t count = 0;   // updates applied
     float last_lr = 0;   // the lr of the last update (0: none yet)
@@ -101,6 +112,7 @@ class Updater {
   std::map<int, KeyState> states_;
   float gradient_scale_ = 1.0f;
   bool key_excluded_ = false;   // set_key_excluded
+  bool spread_ = false;         // set_spread_over_pool
   std::vector<float> scratch_;  // lamb's direction
 };
 

@@ -6,6 +6,7 @@
 #include <glog/logging.h>
 
 #include "net/requests.h"
+#include "ops/ops.h"
 #include "server/server.h"
 
 namespace tally {
@@ -13,6 +14,11 @@ namespace tally {
 Status RunServer(const ClusterConfig& cfg, std::unique_ptr<Transport> transport, const ServerObserver& observer,
                  const ElasticOptions& elastic) {
   CHECK(cfg.role == wire::SERVER) << "RunServer for role " << wire::Role_Name(cfg.role);
+  // The update of each slice is spread over the worker pool, whose threads sleep between
+  // batches (Updater::set_spread_over_pool), and no op runs an OpenMP team: a team's
+  // threads spin after each region, and on a host shared with a GPU worker and another
+  // server they took the cores the transport's threads needed.
+  SetNumThreads(1);
   std::unique_ptr<Cluster> cluster;
   TALLY_RETURN_IF_ERROR(Cluster::Join(cfg, std::move(transport), &cluster));
   LOG(INFO) << "server: joined as " << DescribeNode(cluster->me()) << ", "

@@ -186,6 +186,7 @@ Status ServerCore::HandleSetOptimizer(const Message& msg) {
     return Status::InvalidArgument("no_wd_keys holds key " + std::to_string(*c.no_wd_keys.begin()));
   }
   updater_ = std::make_unique<Updater>(c);
+  updater_->set_spread_over_pool(true);  // RunServer runs OpenMP on one thread
   optimizer_ = c;
   lr_.Reset(c.lr);
   async_ = m.async();

@@ -1,5 +1,7 @@
 #include "optim/updater.h"
 
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 namespace tally {
@@ -50,6 +52,39 @@ TEST(Updater, RestoreStatePutsBackTheStateSavedBeforeTheUpdateOnce) {
   EXPECT_EQ(u.StateSlot(0, w, 0).data<float>()[0], before.data<float>()[0]);
   EXPECT_FALSE(u.RestoreState(0));
   EXPECT_FALSE(u.SavedStateSlot(0, 0).defined());
+}
+
+// A server's updates, cut into pieces over the worker pool, give every rule's values and
+// state bit for bit as one call does (servers and their replicas must agree).
+TEST(Updater, PiecesOverThePoolGiveTheSameBitsAsOneCall) {
+  const int64_t n = (int64_t{1} << 20) + 12345;  // several pieces and a ragged last one
+  Tensor grad = Tensor::Empty({n}, DType::kF32);
+  Tensor start = Tensor::Empty({n}, DType::kF32);
+  for (int64_t i = 0; i < n; ++i) {
+    grad.data<float>()[i] = 0.001f * static_cast<float>((i * 7919) % 2001 - 1000);
+    start.data<float>()[i] = 0.01f * static_cast<float>((i * 104729) % 201 - 100);
+  }
+  for (const char* type : {"sgd", "nag", "adam", "rmsprop", "signum", "lars"}) {
+    OptimizerConfig opt;
+    opt.type = type;
+    opt.lr = 0.1f;
+    opt.momentum = 0.9f;
+    opt.wd = 1e-4f;
+    ASSERT_TRUE(ValidateOptimizerConfig(opt).ok()) << type;
+    Updater whole(opt), pieces(opt);
+    pieces.set_spread_over_pool(true);
+    Tensor w_whole = start.Clone(), w_pieces = start.Clone();
+    for (int step = 0; step < 3; ++step) {
+      whole.Update(7, grad, &w_whole);
+      pieces.Update(7, grad, &w_pieces);
+    }
+    ASSERT_EQ(0, std::memcmp(w_whole.raw_data(), w_pieces.raw_data(), w_whole.nbytes())) << type;
+    const Tensor s_whole = whole.State(7, w_whole), s_pieces = pieces.State(7, w_pieces);
+    ASSERT_EQ(s_whole.defined(), s_pieces.defined()) << type;
+    if (s_whole.defined()) {
+      EXPECT_EQ(0, std::memcmp(s_whole.raw_data(), s_pieces.raw_data(), s_whole.nbytes())) << type;
+    }
+  }
 }
 
 TEST(OptimizerConfig, ValidationNamesTheFlag) {
