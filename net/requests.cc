@@ -69,6 +69,8 @@ RequestLinks RequestLinks::Of(Cluster* cluster) {
   l.send = [cluster](int node, Message&& m) { return cluster->Send(node, std::move(m)); };
   l.failure = [cluster] { return cluster->failure(); };
   l.name = [cluster](int node) { return "server " + std::to_string(cluster->ids().ServerRank(node)); };
+  l.landing_port = cluster->me().port();
+  l.landing_node = cluster->me().id();
   return l;
 }
 
@@ -101,6 +103,7 @@ void Requests::Send(int node, Message msg, int priority, PendingRequest pending)
   if (lost_.count(node) && Reroute(&pending, &node)) return;
   msg.meta.set_receiver_id(node);
   pending.node = node;
+  MaybeLand(id, msg, &pending);
   if (options_.keep_for_resend) pending.request = msg;
   if (IsKeyCommand(pending.command)) ++key_pending_[pending.key];
   pending_[id] = std::move(pending);
@@ -124,6 +127,22 @@ void Requests::Send(int node, Message msg, int priority, PendingRequest pending)
     last_direct_small_ = gatherable;
     last_direct_end_ = std::chrono::steady_clock::now();
   }
+}
+
+void Requests::MaybeLand(uint64_t id, const Message& msg, PendingRequest* p) const {
+  const wire::Command c = p->command;
+  if (links_.landing_port <= 0 || p->pull == nullptr || (c != wire::PULL && c != wire::PUSHPULL)) return;
+  const Tensor& flat = p->pull->flat;
+  // Small requests may be gathered, their answers several frames to one id: never landed.
+  if (msg.meta.slices_size() != 1 || Gatherable(msg) || !flat.defined() || !flat.device().is_cpu() ||
+      (flat.dtype() != DType::kF32 && flat.dtype() != DType::kF16 && flat.dtype() != DType::kBF16) ||
+      msg.meta.pull_dtype() != ToWire(flat.dtype()) || p->length <= 0 ||
+      p->offset < 0 || p->offset + p->length > flat.numel()) {
+    return;
+  }
+  const Tensor dst = flat.Slice(p->offset, p->offset + p->length);
+  Landings::Get().Add(LandingOf(id), dst.raw_data(), dst.nbytes(), static_cast<int>(ToWire(flat.dtype())));
+  p->landing = true;
 }
 
 Status Requests::Post(int node, Message msg) {
@@ -181,10 +200,12 @@ Status Requests::Transmit(SendQueue::Item&& out) {
 
 void Requests::Finish(uint64_t id, const Status& s) {
   bool wake_waiters = false;
+  bool landing = false;
   {
     std::lock_guard<std::mutex> l(mu());
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
+    landing = it->second.landing;
     bool key_done = false;
     if (IsKeyCommand(it->second.command)) {
       auto k = key_pending_.find(it->second.key);
@@ -199,6 +220,8 @@ void Requests::Finish(uint64_t id, const Status& s) {
     // would cost a context switch per key.
     wake_waiters = pending_.empty() || key_done;
   }
+  // Before the waiter moves on: nothing may be read into its array afterwards.
+  if (landing) Landings::Get().Remove(LandingOf(id));
   if (wake_waiters) done_cv_.notify_all();
 }
 
@@ -218,6 +241,7 @@ int Requests::NodeLost(int node) {
       auto p = pending_.find(id);
       if (out->node != node || p == pending_.end()) return true;
       queued.insert(id);
+      if (p->second.landing) Landings::Get().Remove(LandingOf(id), /*wait=*/false);  // its slice may change
       if (Reroute(&p->second, &out->node)) {
         dropped.push_back(id);
         return false;
@@ -230,6 +254,7 @@ int Requests::NodeLost(int node) {
     for (auto& [id, p] : pending_) {
       if (p.node != node || queued.count(id)) continue;
       gathered_.erase(id);
+      if (p.landing) Landings::Get().Remove(LandingOf(id), /*wait=*/false);
       int to = node;
       if (Reroute(&p, &to)) {
         dropped.push_back(id);
@@ -299,9 +324,11 @@ int64_t Requests::Complete(const Answer& a, const Message& m, size_t i) {
     Finish(a.ids[i], Status::Ok());
     return 0;
   }
-  // Copied on this thread, outside the lock: the caller's thread waits meanwhile.
+  // Copied on this thread, outside the lock: the caller's thread waits meanwhile; a landed
+  // frame (net/landing.h) is there already.
   const int64_t t0 = profile::NowUs();
-  p.pull->flat.Slice(p.offset, p.offset + p.length).CopyFrom(m.data[i]);
+  Tensor dst = p.pull->flat.Slice(p.offset, p.offset + p.length);
+  if (dst.raw_data() != m.data[i].raw_data()) dst.CopyFrom(m.data[i]);
   if (p.pull->remaining.fetch_sub(1) == 1) {
     for (Tensor& o : p.pull->others) o.CopyFrom(p.pull->flat);
   }

@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "net/cluster.h"
+#include "net/landing.h"
 #include "net/send_queue.h"
 
 namespace tally {
@@ -92,6 +93,7 @@ struct PendingRequest {
   // whose chain's next server gets the request should its server be lost.
   bool replica_copy = false;
   int chain = -1;
+  bool landing = false;  // its answer's values may be read straight into pull->flat (net/landing.h)
 };
 
 // The commands that carry data of one key, which WaitKey waits for.
@@ -103,6 +105,10 @@ struct RequestLinks {
   std::function<Status(int node, Message&&)> send;     // Cluster::Send
   std::function<Status()> failure;                     // Cluster::failure: ok while healthy
   std::function<std::string(int node)> name;           // "server 2", for messages
+  // This node's listening port and id, under which large pulls' answers are registered to
+  // be read straight into their arrays (net/landing.h); 0: never.
+  int landing_port = 0;
+  int landing_node = -1;
   static RequestLinks Of(Cluster* cluster);
 };
 
@@ -179,6 +185,10 @@ class Requests {
   std::mutex& mu() const { return queue_.mu(); }
   // A request the reroute hook drops: true. REQUIRES: mu() held.
   bool Reroute(PendingRequest* p, int* node);
+  // Registers where the answer to request `id` (msg) may land, when it is a large pull into
+  // a host array of the answer's dtype.
+  void MaybeLand(uint64_t id, const Message& msg, PendingRequest* p) const;
+  LandingKey LandingOf(uint64_t id) const { return LandingKey{links_.landing_port, links_.landing_node, id}; }
 
   const RequestLinks links_;
   const RequestOptions options_;

@@ -62,18 +62,21 @@ struct RecordJob {
   uint8_t* tag;
 };
 
-// Every record of the parts; false if some record's index would not fit (RecordIndex).
-bool Records(const std::vector<PartJob>& parts, std::vector<RecordJob>* jobs, size_t* total) {
+// Every record of parts [first, last); false if some record's index would not fit
+// (RecordIndex). The tags follow the ciphertext: in `out` when sealing, in `in` when opening
+// (which may write the plain bytes elsewhere).
+bool Records(const std::vector<PartJob>& parts, size_t first, size_t last, bool opening, std::vector<RecordJob>* jobs,
+             size_t* total) {
   *total = 0;
-  for (size_t p = 0; p < parts.size(); ++p) {
+  for (size_t p = first; p < last; ++p) {
     const size_t n = parts[p].plain, records = RecordCount(n);
+    uint8_t* sealed = opening ? static_cast<uint8_t*>(const_cast<void*>(parts[p].in)) : parts[p].out;
     *total += n;
     for (size_t r = 0; r < records; ++r) {
       uint32_t index = 0;
       if (!RecordIndex(p, r, &index)) return false;
       const size_t offset = r * kRecordBytes;
-      jobs->push_back({&parts[p], index, offset, std::min(kRecordBytes, n - offset),
-                       parts[p].out + n + r * kTagBytes});
+      jobs->push_back({&parts[p], index, offset, std::min(kRecordBytes, n - offset), sealed + n + r * kTagBytes});
     }
   }
   return true;
@@ -248,10 +251,11 @@ namespace {
 // message, spread over the crypto threads for a large one. False, calling nothing, if the
 // parts cannot be sealed (CheckSealable).
 template <typename Fn>
-bool ForEachRecord(const std::vector<PartJob>& parts, uint64_t counter, Fn fn) {
+bool ForEachRecord(const std::vector<PartJob>& parts, size_t first, size_t last, bool opening, uint64_t counter,
+                   Fn fn) {
   size_t total = 0;
   std::vector<RecordJob> jobs;
-  if (!Records(parts, &jobs, &total)) return false;
+  if (!Records(parts, first, last, opening, &jobs, &total)) return false;
   auto one = [&](size_t i) {
     uint8_t iv[kIvBytes];
     RecordIv(counter, jobs[i].index, iv);
@@ -271,7 +275,8 @@ void SealParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], con
   SealedHeader h;
   CHECK(ParseSealedHeader(header, kSealedHeaderBytes, &h));
   CHECK_EQ(h.parts, parts.size());
-  const bool sealed = ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
+  const bool sealed = ForEachRecord(parts, 0, parts.size(), /*opening=*/false, h.counter,
+                                    [&](const RecordJob& j, const uint8_t* iv) {
     uint8_t aad[kRecordAadBytes];
     RecordAad(header, j, aad);
     SealRecord(key, iv, aad, sizeof aad, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len,
@@ -280,11 +285,14 @@ void SealParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], con
   CHECK(sealed) << "SealParts without CheckSealable";
 }
 
-bool OpenParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts) {
+bool OpenParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts,
+               size_t first, size_t last) {
   SealedHeader h;
-  if (!ParseSealedHeader(header, kSealedHeaderBytes, &h) || h.parts != parts.size()) return false;
+  last = std::min(last, parts.size());
+  if (!ParseSealedHeader(header, kSealedHeaderBytes, &h) || h.parts != parts.size() || first > last) return false;
   std::atomic<bool> all_open{true};
-  const bool indexed = ForEachRecord(parts, h.counter, [&](const RecordJob& j, const uint8_t* iv) {
+  const bool indexed = ForEachRecord(parts, first, last, /*opening=*/true, h.counter,
+                                     [&](const RecordJob& j, const uint8_t* iv) {
     uint8_t aad[kRecordAadBytes];
     RecordAad(header, j, aad);
     if (!OpenRecord(key, iv, aad, sizeof aad, static_cast<const uint8_t*>(j.part->in) + j.offset, j.len, j.tag,

@@ -106,9 +106,10 @@ bool RecordIndex(size_t part, size_t record, uint32_t* index);
 // naming the part that cannot. Needs only the sizes, so it runs before anything is allocated.
 Status CheckSealable(const std::vector<size_t>& plain_sizes);
 
-// One part to seal or open: `plain` bytes at `in`, written to `out` (the ciphertext, then
-// one tag per record). Part 0 is the Meta; part i > 0 the i-th data frame. Opening works in
-// place (in == out), leaving the plain bytes at the start.
+// One part to seal or open: `plain` bytes at `in`, written to `out` (sealing: the
+// ciphertext, then one tag per record; opening: the plain bytes, the tags read after the
+// ciphertext at `in`). Part 0 is the Meta; part i > 0 the i-th data frame. Opening works in
+// place (in == out), leaving the plain bytes at the start, or into another buffer.
 struct PartJob {
   const void* in;
   size_t plain;
@@ -119,6 +120,9 @@ struct PartJob {
 // grown at a record boundary opens no record. REQUIRES for sealing: parts.size() ==
 // header's parts and CheckSealable(their sizes); opening refuses parts that fail it.
 void SealParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts);
-bool OpenParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts);
+// Opening may take the parts in turns, [first, last) at a time (the Meta first, to learn
+// where the data goes); every part must be opened before the message is used.
+bool OpenParts(const AeadKey& key, const uint8_t header[kSealedHeaderBytes], const std::vector<PartJob>& parts,
+               size_t first = 0, size_t last = SIZE_MAX);
 
 }  // namespace tally

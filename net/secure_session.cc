@@ -100,7 +100,7 @@ ServerSession::ServerSession(std::string peer, const AeadKey& key, const uint8_t
   std::memcpy(client_nonce_, client_nonce, kNonceBytes);
 }
 
-Status ServerSession::Open(std::vector<WireFrame>* frames) {
+Status ServerSession::Open(std::vector<WireFrame>* frames, const Place& place) {
   std::vector<WireFrame>& f = *frames;
   SealedHeader h;
   if (f.empty() || !ParseSealedHeader(f[0].data, f[0].size, &h)) {
@@ -124,12 +124,31 @@ Status ServerSession::Open(std::vector<WireFrame>* frames) {
     uint8_t* p = static_cast<uint8_t*>(const_cast<void*>(f[i].data)) + skip;
     parts.push_back({p, plain, p});
   }
-  if (!OpenParts(key_, static_cast<const uint8_t*>(f[0].data), parts)) {
-    return Status::InvalidArgument("a message from " + peer_ + " fails authentication");
+  const uint8_t* header = static_cast<const uint8_t*>(f[0].data);
+  std::vector<bool> placed(f.size(), false);
+  bool opened;
+  if (place != nullptr && f.size() > 1) {  // the Meta first, to learn where the data goes
+    opened = OpenParts(key_, header, parts, 0, 1);
+    for (size_t i = 1; opened && i < f.size(); ++i) {
+      if (uint8_t* dst = place(parts[0].out, parts[0].plain, i, parts[i].plain)) {
+        parts[i].out = dst;
+        placed[i] = true;
+      }
+    }
+    opened = opened && OpenParts(key_, header, parts, 1, f.size());
+  } else {
+    opened = OpenParts(key_, header, parts);
   }
+  if (!opened) return Status::InvalidArgument("a message from " + peer_ + " fails authentication");
   last_ = h.counter;
-  f[0].data = static_cast<const uint8_t*>(f[0].data) + kSealedHeaderBytes;
-  for (size_t i = 0; i < f.size(); ++i) f[i].size = parts[i].plain;
+  f[0].data = header + kSealedHeaderBytes;
+  for (size_t i = 0; i < f.size(); ++i) {
+    f[i].size = parts[i].plain;
+    if (!placed[i]) continue;
+    if (f[i].release) f[i].release();  // the sealed block; the plain bytes are the placer's
+    f[i].release = nullptr;
+    f[i].data = parts[i].out;
+  }
   return Status::Ok();
 }
 

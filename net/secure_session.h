@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -80,9 +81,14 @@ class ServerSession {
   ServerSession(std::string peer, const AeadKey& key, const uint8_t client_nonce[kNonceBytes]);
   const std::string& peer() const { return peer_; }
   const uint8_t* client_nonce() const { return client_nonce_; }
-  // Opens a sealed message in place: on success the frames hold the plain Meta and data.
-  // On failure nothing is changed that matters: the message is dropped.
-  Status Open(std::vector<WireFrame>* frames);
+  // Where a data part may be opened instead of in place (net/landing.h): given the opened
+  // Meta (part 0's plain bytes), a data part's index and its plain size, a buffer of that
+  // size, or null. It may receive unauthenticated bytes if a later record fails.
+  using Place = std::function<uint8_t*(const uint8_t* meta, size_t meta_bytes, size_t part, size_t plain)>;
+  // Opens a sealed message in place (or a data part where `place` says): on success the
+  // frames hold the plain Meta and data, a placed part's frame pointing at its buffer (its
+  // sealed block freed). On failure nothing is changed that matters: the message is dropped.
+  Status Open(std::vector<WireFrame>* frames, const Place& place = nullptr);
 
  private:
   const std::string peer_;

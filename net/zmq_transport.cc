@@ -30,6 +30,7 @@
 
 #include "base/host_blocks.h"
 #include "net/secure_session.h"
+#include "net/landing.h"
 #include "net/transport.h"
 #include "net/zmtp_receiver.h"
 
@@ -84,6 +85,7 @@ class ZmqTransport : public Transport {
     std::unique_ptr<ZmtpReceiver> receiver;
     TALLY_RETURN_IF_ERROR(ZmtpReceiver::Start(host, port, options, &receiver, bound_port));
     receiver_ = std::move(receiver);
+    port_ = *bound_port;
     return Status::Ok();
   }
 
@@ -318,12 +320,36 @@ class ZmqTransport : public Transport {
     return SendFrames(id, peer, &frames);
   }
 
+  // Secure: where an answer's one data frame is opened when its request registered a
+  // landing (net/landing.h; the plain receiver reads such frames there itself). *claimed:
+  // the landing taken, to be marked landed once the message is opened or refused.
+  ServerSession::Place LandingPlace(size_t frames, LandingKey* claimed, bool* took) const {
+    const int port = port_.load();
+    if (frames != 2 || !Landings::Get().Any(port)) return nullptr;
+    return [=](const uint8_t* meta, size_t meta_bytes, size_t part, size_t plain) -> uint8_t* {
+      wire::Meta m;
+      if (part != 1 || !m.ParseFromArray(meta, static_cast<int>(meta_bytes)) || m.command() != wire::RESPONSE ||
+          m.slices_size() != 1 || !m.error().empty()) {
+        return nullptr;
+      }
+      *claimed = LandingKey{port, m.receiver_id(), m.request_id()};
+      void* dst = Landings::Get().Claim(*claimed, plain, m.dtype());
+      *took = dst != nullptr;
+      return static_cast<uint8_t*>(dst);
+    };
+  }
+
   // Opens (secure) and decodes one message from the receiver; always takes its frames.
   Status Accept(ZmtpReceiver::Incoming in, Message* msg) {
     std::string peer;
     if (auth_) {
-      Status s = in.session ? in.session->Open(&in.frames)
+      LandingKey landing;
+      bool took = false;
+      Status s = in.session ? in.session->Open(&in.frames, LandingPlace(in.frames.size(), &landing, &took))
                             : Status::Internal("a message from a connection that proved nothing");
+      // A refused message may have left bytes there: its answer comes again (delivery
+      // resends what is not acknowledged) and is copied over them before the pull is done.
+      if (took) Landings::Get().Landed(landing);
       if (!s.ok()) {
         for (WireFrame& f : in.frames) f.release();
         return s;
@@ -357,6 +383,7 @@ class ZmqTransport : public Transport {
   std::atomic<int64_t> rejected_{0};
   std::mutex bind_mu_;
   std::unique_ptr<ZmtpReceiver> receiver_;  // GUARDED_BY(bind_mu_): set once, by Bind
+  std::atomic<int> port_{0};                // the bound port, under which landings are registered
   std::mutex recv_mu_;                      // one Recv at a time
   std::mutex peers_mu_;
   std::map<int, std::unique_ptr<Peer>> peers_;  // GUARDED_BY(peers_mu_)

@@ -11,6 +11,7 @@
 #include <glog/logging.h>
 
 #include "base/host_blocks.h"
+#include "net/transport.h"
 
 namespace tally {
 namespace {
@@ -21,6 +22,7 @@ constexpr size_t kDirectReadBytes = 64 << 10;   // a frame with this much to com
 constexpr size_t kReadTurnBytes = 4 << 20;      // then the next connection's turn
 constexpr size_t kMaxPendingOutput = 64 << 10;  // handshake answers a peer has not read
 constexpr size_t kMaxFramesPerMessage = kMaxSlicesPerMessage + 1;
+constexpr size_t kMaxLandingMetaBytes = 4 << 10;  // an answer's Meta is a few dozen bytes
 
 // One whole single-frame message, as the peer's DEALER reads it.
 std::string ZmtpFrameOf(const std::string& body) {
@@ -135,6 +137,17 @@ bool Connection::OnFrame(uint64_t size, bool more, uint8_t** dest, uint64_t* kee
            " allowed";
     return false;
   }
+  if (index_ == 2 && landing_ready_) {  // an answer's one data frame: into its array?
+    landing_ready_ = false;
+    if (void* p = size > 0 ? Landings::Get().Claim(landing_, size, landing_dtype_) : nullptr) {
+      const LandingKey key = landing_;
+      frames_.push_back({p, size, [key] { Landings::Get().Landed(key); }});  // the connection closed mid-frame
+      landing_reading_ = true;
+      *dest = static_cast<uint8_t*>(p);
+      *keep = size;
+      return true;
+    }
+  }
   // Received frames come from the host block cache: a step receives the same sizes every
   // time, and a fresh multi-MB buffer would be faulted in page by page.
   void* p = size > 0 ? TryAllocateHostBlock(size) : nullptr;
@@ -149,7 +162,16 @@ bool Connection::OnFrame(uint64_t size, bool more, uint8_t** dest, uint64_t* kee
 }
 
 bool Connection::OnFrameEnd(std::string* why) {
-  if (more_) return true;
+  if (landing_reading_) {  // the frame is in its array, which the requester owns
+    landing_reading_ = false;
+    frames_.back().release();
+    frames_.back().release = nullptr;
+  }
+  if (more_) {
+    if (index_ == 1 && proved_) NoteLanding();
+    return true;
+  }
+  landing_ready_ = false;
   const size_t count = index_;
   index_ = 0;
   if (!proved_) return UnprovedMessage(count, why);
@@ -164,6 +186,18 @@ bool Connection::OnFrameEnd(std::string* why) {
   }
   owner_->Enqueue({std::move(frames), session_, from_});
   return true;
+}
+
+void Connection::NoteLanding() {
+  landing_ready_ = false;
+  const int port = owner_->landing_port();
+  if (frames_.size() != 1 || frames_[0].size > kMaxLandingMetaBytes || !Landings::Get().Any(port)) return;
+  wire::Meta meta;  // read again by DecodeMessage: a small price next to copying the values
+  if (!meta.ParseFromArray(frames_[0].data, static_cast<int>(frames_[0].size))) return;
+  if (meta.command() != wire::RESPONSE || meta.slices_size() != 1 || !meta.error().empty()) return;
+  landing_ = LandingKey{port, meta.receiver_id(), meta.request_id()};
+  landing_dtype_ = meta.dtype();
+  landing_ready_ = true;
 }
 
 // A whole message on a connection that has not proved the secret: a HELLO or a CONFIRM is

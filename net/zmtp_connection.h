@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "net/landing.h"
 #include "net/secure_session.h"
 #include "net/zmtp.h"
 #include "net/zmtp_receiver.h"
@@ -38,6 +39,9 @@ class ConnectionOwner {
   virtual void Enqueue(ZmtpReceiver::Incoming in) = 0;
   // The connection proved the secret (its first CONFIRM verified).
   virtual void Proved(Connection* c) = 0;
+  // The listening port under which this node's landings are registered (net/landing.h);
+  // 0: none are taken (a secure receiver opens sealed frames where they were read).
+  virtual int landing_port() const { return 0; }
   // The events to wait for on its socket may have changed.
   virtual void Watch(Connection* c) = 0;
 };
@@ -84,6 +88,7 @@ class Connection : public ZmtpDecoder::Sink {
   bool UnprovedMessage(size_t frames, std::string* why);
   bool Handshake(uint8_t type, const void* data, size_t n, std::string* why);
   bool TakeHandshakeToken();
+  void NoteLanding();  // frame 0 read: whether frame 1 may land (net/landing.h)
   void Reject(const std::string& why) const;
 
   ConnectionOwner* const owner_;
@@ -101,6 +106,11 @@ class Connection : public ZmtpDecoder::Sink {
   size_t index_ = 0;
   bool more_ = false;
   std::vector<WireFrame> frames_;        // proved: every frame, whole
+  // Frame 1 of this message may land (its Meta answers a registered request), and the frame
+  // being read is landing there.
+  bool landing_ready_ = false, landing_reading_ = false;
+  LandingKey landing_;
+  int landing_dtype_ = 0;
   uint8_t first_[kMaxHandshakeBytes];    // unproved: the first frame's first bytes
   uint64_t first_size_ = 0;
   std::shared_ptr<ServerSession> session_;

@@ -49,8 +49,9 @@ std::string Address(const sockaddr_storage& a) {
 
 class ReceiverImpl : public ZmtpReceiver, public ConnectionOwner {
  public:
-  ReceiverImpl(const Options& options, int listen_fd, int epoll_fd, int wake_fd)
+  ReceiverImpl(const Options& options, int listen_fd, int epoll_fd, int wake_fd, int port)
       : options_(options), listen_fd_(listen_fd), epoll_fd_(epoll_fd), wake_fd_(wake_fd),
+        landing_port_(options.responder == nullptr ? port : 0),
         staging_(kZmtpStagingBytes) {
     Register(listen_fd_, kListenerTag, EPOLLIN);
     Register(wake_fd_, kWakeTag, EPOLLIN);
@@ -78,6 +79,7 @@ class ReceiverImpl : public ZmtpReceiver, public ConnectionOwner {
   }
   void Enqueue(Incoming in) override;
   void Proved(Connection* c) override { unproved_.erase(c->unproved); }
+  int landing_port() const override { return landing_port_; }
   void Watch(Connection* c) override;
 
  private:
@@ -98,6 +100,7 @@ class ReceiverImpl : public ZmtpReceiver, public ConnectionOwner {
 
   const Options options_;
   const int listen_fd_, epoll_fd_, wake_fd_;
+  const int landing_port_;  // plain: the bound port, under which landings are registered
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> closed_once_{false};  // Close has run
@@ -339,7 +342,7 @@ Status ZmtpReceiver::Start(const std::string& host, int port, const Options& opt
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   const int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   PCHECK(epoll_fd >= 0 && wake_fd >= 0) << "epoll_create1 / eventfd";
-  *out = std::make_unique<ReceiverImpl>(options, listen_fd, epoll_fd, wake_fd);
+  *out = std::make_unique<ReceiverImpl>(options, listen_fd, epoll_fd, wake_fd, *bound_port);
   return Status::Ok();
 }
 
