@@ -138,6 +138,24 @@ class KVStore:
         return len(self._kv.membership[2])
 
     @property
+    def live_ranks(self):
+        """The ranks of the live workers as last heard (every rank without --elastic)."""
+        self._poll_membership()
+        return list(self._kv.membership[2])
+
+    @property
+    def worker_slots(self):
+        """The ranks a worker of the job can have: 0 .. worker_slots - 1 (DMLC_NUM_WORKER, the
+        workers the job started with; a joiner takes the rank of one that left)."""
+        return self._kv.num_workers
+
+    @property
+    def elastic(self):
+        """Whether workers may leave and join this job (a dist type under TALLY_ELASTIC=1,
+        tools/launch.py --elastic; the same on every worker of the job)."""
+        return self._type.startswith("dist") and os.environ.get("TALLY_ELASTIC") == "1"
+
+    @property
     def summed_workers(self):
         """The workers whose pushes the last pull summed, as its server said: under --elastic
         the live ones of that very step (what an average divides by); else num_workers."""

@@ -24,12 +24,13 @@ replaces a key's value with the sum over the workers, which makes one round trip
 gradient sum and, with zeros pushed by every worker but 0, the broadcast. Each worker then
 applies its own torch optimizer to the same averaged gradients, so weights stay equal.
 
-Elastic workers (--elastic): each step's average divides by the workers its sum counted
-(kv.summed_workers). A worker that joins the running job (TALLY_JOIN=1, kv.joined) cannot
-take the weights from the servers, which hold gradients: at its first step it pushes zeros
-(its own weights are not the job's), every worker divides that step's sum by the workers
-before the join, and after the step worker 0's weights and buffers are broadcast again, so
-that the joiner's weights are the others' from there on (docs/python.md, "Elastic workers").
+Elastic workers (--elastic, TALLY_ELASTIC=1): every step pushes every key (those without a
+gradient as zeros) and one small control key, whose sum tells every worker alike what the
+step counted (tally/torch_elastic.py): a gradient step's average divides by the workers
+whose gradients it holds; a worker that joined the running job (TALLY_JOIN=1, kv.joined)
+pushes zeros at its first step, since the servers hold gradients, not weights, and the
+lowest live rank that holds the job's weights then broadcasts its weights and buffers to it
+(docs/python.md, "Elastic workers").
 """
 import weakref
 
@@ -38,9 +39,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from . import kv as _kvmod
+from . import torch_elastic as _elastic
+from .torch_elastic import StepInfo
 
 __all__ = ["broadcast_parameters", "HookState", "allreduce_hook", "DistributedDataParallel",
-           "DistributedOptimizer", "init_process_group"]
+           "DistributedOptimizer", "init_process_group", "step_info", "next_step", "StepInfo"]
 
 _KV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -81,11 +84,10 @@ class _KeyTable:
 
     def __init__(self, kv, tensors, op):
         self.kv = kv
+        self.kv_dtypes = _KV_DTYPES
         self.numels, self.where, self.tensors = [], {}, []
-        # --elastic: the workers the last step's sum counted, and whether this worker joined
-        # the running job and has not yet taken part in a step (then it pushes zeros).
-        self.last_count = None
-        self.push_zeros = kv.joined
+        self.steps = 0  # without --elastic: the rounds so far, and the last gradient one's
+        self.gradient_step = None
         values = []
         for t in tensors:
             _check_cpu(t, op)
@@ -110,22 +112,41 @@ class _KeyTable:
             values.append(v.clone() if kv.joined else v)
         if not values:
             raise ValueError("tally.torch %s: no tensor with values to register" % op)
+        # --elastic: one more key, the control key every step pushes (tally/torch_elastic.py).
+        self.control_key = len(values) if kv.elastic else None
+        if kv.elastic:
+            values.append(torch.zeros(2 + 3 * kv.worker_slots, dtype=torch.float32))
         kv.init(list(range(len(values))), values)
+        self.rounds = _elastic.Rounds(kv, self) if kv.elastic else None
 
-    def step_done(self):
-        """After a step's gradients were summed: (the workers to divide the sum by, whether
-        worker 0's weights go to a worker that joined at this step, once the step is done).
-        Every worker gets the same answer, from the servers' count of the step's pushes: a
-        count above the last step's is a join, whose joiner pushed zeros (push_zeros)."""
-        n = self.kv.summed_workers
-        if self.push_zeros:
-            divide, joined = n - 1, True  # this worker is the joiner (one a step: docs/python.md)
-        elif self.last_count is not None and n > self.last_count:
-            divide, joined = self.last_count, True
-        else:
-            divide, joined = n, False
-        self.push_zeros, self.last_count = False, n
-        return divide, joined
+    @property
+    def fresh(self):
+        """A worker that joined the running job and has pushed nothing yet (--elastic)."""
+        return self.rounds is not None and self.rounds.fresh
+
+    def gradients_done(self, pushed_keys):
+        """After a step's gradient pushes (wait=False): waits for them and returns (the
+        workers to divide the sums by, whether this worker's own gradients counted). Under
+        --elastic the other keys and the control key go too (tally/torch_elastic.py);
+        without, every worker counts, as many as the servers summed."""
+        if self.rounds is None:
+            self.kv.wait_all()
+            self.gradient_step = self.steps
+            self.steps += 1
+            return self.kv.summed_workers, True
+        mine = self.rounds.pushes_gradients()
+        info = self.rounds.gradients(pushed_keys)
+        if info is None:  # a joiner's first step fell on the others' broadcast
+            return 1, False
+        return info.divisor, mine
+
+    def pushes_gradients(self):
+        return self.rounds is None or self.rounds.pushes_gradients()
+
+    def settle(self, op):
+        """--elastic: broadcasts until every worker counted holds the job's weights."""
+        if self.rounds is not None:
+            self.rounds.settle(self.tensors, op)
 
     @staticmethod
     def _slot(t):
@@ -165,9 +186,45 @@ def broadcast_parameters(model_or_state_dict, kv):
     op = "broadcast_parameters"
     tensors = _tensors_of(model_or_state_dict, op)
     table = _table(kv, tensors, op)
-    if table.push_zeros:
-        return  # a joiner: the others broadcast after its first step, not now
-    _broadcast(kv, table, tensors, op)
+    if table.rounds is None:
+        _broadcast(kv, table, tensors, op)
+        table.steps += 1
+        return
+    for t in tensors:
+        if t.numel():
+            table.key(t, op)  # a tensor of another model raises, as without --elastic
+    if table.fresh:
+        return  # a joiner: it takes the job's weights after its first step, not now
+    # --elastic: every key travels (each key's step is the job's), from the lowest live
+    # rank that holds the job's weights; again until one such rank was counted.
+    table.rounds.broadcast(table.tensors, op)
+    table.settle(op)
+
+
+def step_info(kv):
+    """The last gradient step tally.torch took on kv's store: a StepInfo(step, counted,
+    divisor, present). Under --elastic, step is the job's step, counted the ranks whose
+    gradients the sums held, divisor what they were divided by (len(counted)), present the
+    ranks the step counted a push of (a joiner's zeros at its first step among them);
+    without, counted and present are every rank. None before the first."""
+    table = _tables.get(kv)
+    if table is None:
+        return None
+    if table.rounds is not None:
+        return table.rounds.last
+    if table.gradient_step is None:
+        return None
+    ranks = list(range(kv.num_workers))
+    return StepInfo(table.gradient_step, ranks, kv.summed_workers, ranks)
+
+
+def next_step(kv):
+    """The job's step of tally.torch's next push on kv's store (--elastic: every key is
+    pushed at every step, so it is each key's; a joiner starts at kv.first_step)."""
+    table = _tables.get(kv)
+    if table is None:
+        return kv.first_step
+    return table.rounds.step if table.rounds is not None else table.steps
 
 
 def _broadcast(kv, table, tensors, op):
@@ -202,18 +259,20 @@ class HookState:
     def __init__(self, kv, model_or_params):
         self.kv = kv
         self.table = _table(kv, model_or_params, "HookState")
-        self.num_workers = kv.num_workers  # at the start; the averages divide by summed_workers
+        self.num_workers = kv.num_workers  # at the start; the averages divide by the step's count
         self._pending = []  # (future, bucket buffer) of this backward pass's buckets so far
-        # --elastic: a worker joined at the last step; worker 0's weights are broadcast before
-        # the next forward (after the optimizer's step; during backward they are still in use).
-        self.broadcast_due = False
+        self._keys = []  # the keys this backward pass pushed so far
+        # --elastic: after a join the lead's weights are broadcast before the next forward
+        # (after the optimizer's step; during backward they are still in use), by the module's
+        # forward pre-hook: a list of parameters has no forward to hook.
         if isinstance(model_or_params, torch.nn.Module):
             model_or_params.register_forward_pre_hook(self._before_forward)
+        elif kv.elastic:
+            raise TypeError("tally.torch HookState: under --elastic (TALLY_ELASTIC=1) pass the module, not its "
+                            "parameters: a worker that joins takes the job's weights before a forward")
 
     def _before_forward(self, module, inputs):
-        if self.broadcast_due:
-            self.broadcast_due = False
-            _broadcast(self.kv, self.table, self.table.tensors, "allreduce_hook")
+        self.table.settle("allreduce_hook")
 
 
 def allreduce_hook(state, bucket):
@@ -232,18 +291,21 @@ def allreduce_hook(state, bucket):
     if offset != buf.numel():
         raise ValueError("tally.torch allreduce_hook: the bucket holds %d values, its parameters %d"
                          % (buf.numel(), offset))
-    if state.table.push_zeros:
+    if not state.table.pushes_gradients():
         buf.zero_()  # a joiner's first step: gradients of weights that are not the job's
     state.kv.pushpull(keys, views, priority=-min(keys), wait=False)
+    state._keys.extend(keys)
     future = torch.futures.Future()
     state._pending.append((future, buf))
     if bucket.is_last():
-        state.kv.wait_all()
         pending, state._pending = state._pending, []
-        n, joined = state.table.step_done()  # --elastic: the live workers of this step
-        state.broadcast_due = state.broadcast_due or joined
+        pushed, state._keys = state._keys, []
+        n, mine = state.table.gradients_done(pushed)  # --elastic: the workers this step counted
         for f, b in pending:
-            b.div_(n)  # DDP's allreduce averages
+            if mine:
+                b.div_(n)  # DDP's allreduce averages
+            else:
+                b.zero_()  # a joiner's first step applies nothing: the broadcast brings the weights
             f.set_result(b)
     return future
 
@@ -288,7 +350,6 @@ class DistributedOptimizer:
         self.table = _table(kv, self._params if model_or_params is None else model_or_params,
                             "DistributedOptimizer")
         self._keys = [self.table.key(p, "DistributedOptimizer") for p in self._params]
-        self._broadcast_due = False  # --elastic: a worker joined at the last synchronize()
 
     @property
     def param_groups(self):
@@ -298,26 +359,34 @@ class DistributedOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def synchronize(self):
-        """Averages the gradients in place (step() does it first)."""
+        """Averages the gradients in place (step() does it first). Returns whether they are
+        this worker's share of the step (False in a worker that joined, at its first step:
+        its gradients are then zeros)."""
+        zeros = not self.table.pushes_gradients()
         for p, k in sorted(zip(self._params, self._keys), key=lambda pk: -pk[1]):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            if self.table.push_zeros:
+            if zeros:
                 p.grad.zero_()  # a joiner's first step: gradients of weights that are not the job's
             self.kv.pushpull(k, p.grad, priority=-k, wait=False)
-        self.kv.wait_all()
-        n, joined = self.table.step_done()  # --elastic: the live workers of this step
-        self._broadcast_due = self._broadcast_due or joined
+        n, mine = self.table.gradients_done(self._keys)  # --elastic: the workers this step counted
         with torch.no_grad():
             for p in self._params:
-                p.grad.div_(n)
+                if mine:
+                    p.grad.div_(n)
+                else:
+                    p.grad.zero_()
+        return mine
 
     def step(self, closure=None):
-        self.synchronize()
-        result = self.optimizer.step(closure)
-        if self._broadcast_due:  # a worker joined at this step: worker 0's weights to it
-            self._broadcast_due = False
-            _broadcast(self.kv, self.table, self.table.tensors, "DistributedOptimizer")
+        """synchronize(), the wrapped optimizer's step, and under --elastic, after a join,
+        the broadcast of the lead's weights and buffers. A worker that joined skips the
+        wrapped step at its first step (its weights are not the job's; the broadcast brings
+        them), so its optimizer's state starts at its next step."""
+        result = None
+        if self.synchronize():
+            result = self.optimizer.step(closure)
+        self.table.settle("DistributedOptimizer")
         return result
 
     def state_dict(self):
