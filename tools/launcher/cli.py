@@ -77,7 +77,7 @@ def build_parser():
                              "server that died, receiving its slices, so that --server-replicas "
                              "holds again (needs --server-replicas; synchronous kvstores; default: 0)")
     parser.add_argument("--elastic", action="store_true",
-                        help="a worker other than worker 0 that dies or gets SIGTERM leaves the job and the "
+                        help="a worker (of any rank) that dies or gets SIGTERM leaves the job and the "
                              "others go on (TALLY_ELASTIC=1 to every process; docs/faults.md, \"Elastic "
                              "workers\"); without it a dead worker ends the job")
     parser.add_argument("--max-workers", type=int, metavar="N",
@@ -87,7 +87,7 @@ def build_parser():
     parser.add_argument("--min-workers", type=int, metavar="M",
                         help="--elastic: when fewer than M workers are live, the job stops at an agreed "
                              "step with its checkpoint, as on a SIGTERM, and --max-restarts starts it again "
-                             "whole (default: 1, the job goes on with worker 0 alone)")
+                             "whole (default: 1, the job goes on with one worker)")
     parser.add_argument("--max-joins", type=int, metavar="K",
                         help="--max-workers: at most K new processes for each rank (default: 3)")
     parser.add_argument("--log-dir", metavar="DIR",

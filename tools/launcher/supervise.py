@@ -9,7 +9,7 @@ the grace period, SIGKILL. With --max-restarts, a job that ended because a proce
 is then started again whole (`run_with_restarts`). A process that ends on a SIGTERM the
 launcher did not send (Slurm's scancel --signal=TERM) is a stop, not a failure: the rest of
 the job is left to stop at the workers' agreed step, and nothing restarts.
-Under --elastic a worker but worker 0 that ends leaves the job instead of ending it; with
+Under --elastic a worker (of any rank) that ends leaves the job instead of ending it; with
 --max-workers a new process takes its rank's place (elastic.Joins), and below --min-workers
 live workers the job stops at an agreed step with its checkpoint, for --max-restarts.
 """
@@ -134,6 +134,10 @@ class Job:
         than ending it."""
         if self.joins is None or child.proc.role != "worker":
             return False
+        if child.poll() in (SAVED_STOP_STATUS, STOPPED_STATUS):
+            # `tally train`'s stop at the step the workers agreed on (the lead's, with its
+            # checkpoint): the whole job stops, whatever the rank (wait_for_stop).
+            return False
         if child.poll() == 0:
             if "left the job" not in (child.last_lines.get(sys.stdout) or ""):
                 return False
@@ -182,7 +186,7 @@ class Job:
 
     def stop_below_min(self, live):
         """Fewer live workers than --min-workers: the job stops as a SIGTERM to it stops it
-        (run: the workers agree on a step, worker 0 saves the checkpoint), and ends as failed,
+        (run: the workers agree on a step, the lead saves the checkpoint), and ends as failed,
         so that --max-restarts starts it again whole."""
         waiting = self.joins.waiting()
         self.joins.close()

@@ -11,6 +11,7 @@ says for its role:
 Entries are `who=action`; `who` is `worker1` (role and rank), `worker` (role) or `*`,
 the most specific entry wins, and with no entry the process exits 0. Actions:
     exitN[:SECONDS]  wait SECONDS (default 0), then exit with status N
+    exitafter:N:A+B  exit with status N once FAKE_STATE_DIR/A and B exist
     sleep            sleep until killed
     grandchild       start a child that sleeps, then sleep until killed
     ignoreterm       ignore SIGTERM, then sleep until killed
@@ -205,6 +206,11 @@ def main():
         open(marker, "w").close()
     if elastic_action(rank, action):
         sys.exit(0)
+    if action.startswith("exitafter:"):
+        status, _, names = action[len("exitafter:"):].partition(":")
+        for name in names.split("+"):
+            wait_for_file(name)
+        action = "exit" + status
     if action.startswith("exit"):
         status, _, delay = action[4:].partition(":")
         time.sleep(float(delay or 0))

@@ -107,6 +107,51 @@ class ElasticLauncherTest(LaunchCase):
         self.assertIn("worker 1 on localhost joined the job", err)
         self.assertNothingLeft()
 
+    def test_worker_0_that_leaves_is_replaced_like_any_rank(self):
+        # Worker 0 gets no special case: its leave is the scheduler's to decide (the lead
+        # passes to the lowest live rank, docs/faults.md), and its joiner is rank 0 again.
+        rc, out, err, _ = self.launch_elastic(
+            ["-s", "1", "--elastic", "--max-workers", "2", "--env", "FAKE_STATE_DIR", "--env",
+             "FAKE_PRINT_VARS:TALLY_JOIN"],
+            "worker0=leave,joinworker0=waitfile:joined-0,scheduler=announce:0:1,*=waitfile:joined-0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: worker 0 on localhost left the job (exited 0 after its SIGTERM); a new worker 0 "
+                      "on localhost joins in 1 s (TALLY_JOIN=1)", err)
+        self.assertIn("launch.py: started worker 0 on localhost to join the job (TALLY_JOIN=1, join 1 of at "
+                      "most 3 for its rank)", err)
+        self.assertIn("launch.py: worker 0 on localhost joined the job: from step 7 (membership 1)", err)
+        self.assertIn("launch.py: the job finished: the scheduler, 1 server and 2 workers exited 0", err)
+        self.assertIn("(worker 0 on localhost lost on the way)", err)
+        self.assertNotIn("stopping the job", err)
+        first, joiner = self.starts(out, "worker 0")
+        self.assertEqual(first, joiner)
+        self.assertEqual(out.count("[worker 0] var TALLY_JOIN=1"), 1, out)
+        self.assertNothingLeft()
+
+    def test_a_killed_worker_0_is_replaced_too(self):
+        rc, out, err, _ = self.launch_elastic(
+            ["-s", "1", "--elastic", "--max-workers", "2", "--env", "FAKE_STATE_DIR"],
+            "worker0=exit9,joinworker0=waitfile:joined-0,scheduler=announce:0:1,*=waitfile:joined-0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: worker 0 on localhost exited with status 9; it leaves the job (--elastic) once "
+                      "the scheduler has decided the step; a new worker 0 on localhost joins in 1 s", err)
+        self.assertIn("worker 0 on localhost joined the job", err)
+        self.assertIn("the job finished: the scheduler, 1 server and 2 workers exited 0", err)
+        self.assertNothingLeft()
+
+    def test_without_elastic_worker_0s_death_ends_the_job_and_max_restarts_restarts_it(self):
+        rc, out, err, _ = self.launch_elastic(
+            ["-n", "2", "-s", "1", "--max-restarts", "1", "--env", "FAKE_STATE_DIR"],
+            # Worker 0 dies once every other process of the first attempt is in place.
+            "worker0=once:exitafter:9:ready-worker1+ready-server0+ready-scheduler0,*=once:savestop",
+            command=RESUMABLE)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("launch.py: worker 0 on localhost exited with status 9; stopping the job", err)
+        self.assertIn("launch.py: restart 1 of 1 after worker 0 on localhost exited with status 9", err)
+        self.assertIn("the job completed on attempt 2 of 2", err)
+        self.assertNotIn("join", err)
+        self.assertNothingLeft()
+
     def test_without_max_workers_nobody_takes_the_leavers_place(self):
         rc, out, err, _ = self.launch_elastic(["-n", "2", "-s", "1", "--elastic", "--env", "FAKE_STATE_DIR"],
                                               "worker1=leave,*=waitfile:left-1.1")
