@@ -86,7 +86,10 @@ bool AllFinite(const Tensor& t) {
 
 bool IsWireDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
-void SumInF32(const std::vector<Tensor>& parts, Tensor* out) {
+namespace {
+
+// SumInF32, and whether every element of the sum is finite when `check`.
+bool SumBlocks(const std::vector<Tensor>& parts, Tensor* out, bool check) {
   CHECK(!parts.empty());
   CHECK(out->dtype() == DType::kF32) << out->ToString();
   const int64_t n = out->numel();
@@ -96,6 +99,7 @@ void SumInF32(const std::vector<Tensor>& parts, Tensor* out) {
   }
   float* acc = out->data<float>();
   const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::atomic<bool> finite{true};
   auto sum_blocks = [&](int64_t first, int64_t last) {
     float scratch[kBlock];
     for (int64_t b = first; b < last; ++b) {
@@ -113,10 +117,18 @@ void SumInF32(const std::vector<Tensor>& parts, Tensor* out) {
 #pragma omp simd
         for (int64_t i = 0; i < len; ++i) a[i] += s[i];
       }
+      if (check && AnyAllOnesExponent(a, len, uint32_t{0x7f800000})) finite.store(false, std::memory_order_relaxed);
     }
   };
   ForBlockRanges(blocks, n * static_cast<int64_t>(parts.size()), sum_blocks);
+  return finite.load();
 }
+
+}  // namespace
+
+void SumInF32(const std::vector<Tensor>& parts, Tensor* out) { SumBlocks(parts, out, /*check=*/false); }
+
+bool SumInF32AllFinite(const std::vector<Tensor>& parts, Tensor* out) { return SumBlocks(parts, out, /*check=*/true); }
 
 Tensor ConvertForWire(const Tensor& src, DType dtype) {
   if (src.dtype() == dtype) return src;

@@ -21,6 +21,9 @@ namespace tally {
 // REQUIRES: parts is not empty; every part is f32, f16 or bf16 on the CPU with out->numel()
 // elements; out is f32 and overlaps no part unless it is parts[0] itself.
 void SumInF32(const std::vector<Tensor>& parts, Tensor* out);
+// SumInF32, returning AllFinite(*out), each block checked while the sum has it in cache
+// (a server's sync step skips a non-finite sum): no second pass over the sum.
+bool SumInF32AllFinite(const std::vector<Tensor>& parts, Tensor* out);
 
 // src as `dtype` (the dtype a pull asked for): src itself when it already is, else a new
 // tensor, a large one converted over the worker pool. Rounds as Tensor::To does.

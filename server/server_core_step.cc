@@ -39,9 +39,10 @@ void ServerCore::ApplyReadySteps(ServerSlice* s) {
 
 Tensor ServerCore::Apply(ServerSlice* s, const std::vector<Tensor>& grads, int64_t step, float scale, float lr) {
   const int64_t t0 = profile::NowUs();
-  Tensor g = s->pushes.Sum(grads);  // the summing: slice_aggregator.h
+  bool finite = true;  // sync: checked while summing; async steps are never skipped
+  Tensor g = s->pushes.Sum(grads, async_ ? nullptr : &finite);  // the summing: slice_aggregator.h
   const int64_t t1 = profile::NowUs();
-  if (!async_ && !AllFinite(g)) {
+  if (!finite) {
     std::vector<int> ranks;
     std::string who;
     for (size_t r = 0; r < grads.size(); ++r) {

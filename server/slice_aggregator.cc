@@ -45,11 +45,18 @@ void SliceAggregator::NoteAsync(int64_t step, int rank) {
   seen_[rank].Add(step);
 }
 
-Tensor SliceAggregator::Sum(const std::vector<Tensor>& grads) {
-  if (grads.size() == 1 && grads[0].dtype() == DType::kF32) return grads[0];
+Tensor SliceAggregator::Sum(const std::vector<Tensor>& grads, bool* finite) {
+  if (grads.size() == 1 && grads[0].dtype() == DType::kF32) {
+    if (finite != nullptr) *finite = AllFinite(grads[0]);
+    return grads[0];
+  }
   // A sum still on its way (a backup's copy, a pull's answer) is not overwritten.
   if (!buffer_.defined() || buffer_.storage().use_count() > 1) buffer_ = Tensor::Empty({length_}, DType::kF32);
-  SumInF32(grads, &buffer_);
+  if (finite != nullptr) {
+    *finite = SumInF32AllFinite(grads, &buffer_);
+  } else {
+    SumInF32(grads, &buffer_);
+  }
   return buffer_;
 }
 

@@ -81,8 +81,9 @@ class SliceAggregator {
 
   // The fp32 sum of grads, in their order: one fp32 push is its own sum (no copy; it is the
   // server's own, TakeData saw to that); otherwise the sum is written into the slice's
-  // buffer, fresh if a send still holds the old one.
-  Tensor Sum(const std::vector<Tensor>& grads);
+  // buffer, fresh if a send still holds the old one. finite (may be null): whether every
+  // element of the sum is finite, found while summing (AllFinite of a lone fp32 push).
+  Tensor Sum(const std::vector<Tensor>& grads, bool* finite = nullptr);
   // Without an optimizer a sum becomes the values: when `sum` is this slice's buffer, the
   // next Sum writes into `old_values` instead (if nothing else holds them), not into it.
   void SumBecameValues(const Tensor& sum, const Tensor& old_values);

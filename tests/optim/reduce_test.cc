@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -67,6 +68,36 @@ TEST(AllFinite, FindsOneBadValueAnywhereInALargeArray) {
       }
     }
   }
+}
+
+// The sum's finiteness found while summing, as AllFinite of the sum finds it: one bad value
+// anywhere in any part, in every dtype, and two finite parts whose sum overflows fp32.
+TEST(SumInF32AllFinite, IsTheSumAndAllFiniteOfItInOnePass) {
+  const int64_t n = (int64_t{1} << 20) + 777;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<Tensor> parts;
+    for (int r = 0; r < 3; ++r) {
+      Tensor f = Tensor::Empty({n}, DType::kF32);
+      for (int64_t i = 0; i < n; ++i) f.data<float>()[i] = 0.25f * static_cast<float>(r + 1) + 1e-3f * (i % 97);
+      parts.push_back(f.To(dtype));
+    }
+    Tensor fused = Tensor::Empty({n}, DType::kF32), plain = Tensor::Empty({n}, DType::kF32);
+    EXPECT_TRUE(SumInF32AllFinite(parts, &fused)) << DTypeName(dtype);
+    SumInF32(parts, &plain);
+    EXPECT_EQ(std::memcmp(fused.raw_data(), plain.raw_data(), plain.nbytes()), 0) << DTypeName(dtype);
+    for (int64_t where : {int64_t{0}, n / 3, n - 1}) {
+      std::vector<Tensor> bad = parts;
+      Tensor f = bad[2].To(DType::kF32);
+      f.data<float>()[where] = std::numeric_limits<float>::quiet_NaN();
+      bad[2] = f.To(dtype);
+      EXPECT_FALSE(SumInF32AllFinite(bad, &fused)) << DTypeName(dtype) << " NaN at " << where;
+    }
+  }
+  Tensor big = Tensor::Empty({3}, DType::kF32);
+  for (int i = 0; i < 3; ++i) big.data<float>()[i] = 3e38f;
+  Tensor sum = Tensor::Empty({3}, DType::kF32);
+  EXPECT_FALSE(SumInF32AllFinite({big, big}, &sum));  // 6e38 overflows to +Inf
+  EXPECT_TRUE(SumInF32AllFinite({big}, &sum));
 }
 
 }  // namespace
