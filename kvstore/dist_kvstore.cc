@@ -59,7 +59,13 @@ class DistKVStore : public KVStore, public TrainerHooks, public MembershipView, 
   }
   int64_t first_step() const override { return first_step_; }
   Status TellLossScale(int r, int64_t step, const LossScaleState& s) override { return channel_->TellLossScale(r, step, s); }
-  Status JoinedLossScale(int64_t t, LossScaleState* out) override { return channel_->LossScaleFor(t, kDistWaitTimeoutMs, out); }
+  Status JoinedLossScale(int64_t t, LossScaleState* out) override {  // told by the lead before the join
+    std::vector<Membership> c;
+    TALLY_RETURN_IF_ERROR(HeardMembership(&c));
+    const int teller = JoinTeller(c, JoinEpoch(c, rank(), t, num_workers()), num_workers());
+    return channel_->LossScaleFor(t, teller, kDistWaitTimeoutMs, out);
+  }
+  void SetElastic() override { elastic_ = true; }
   Status Barrier() override { return cluster_->Barrier(kGroupWorkers, kDistWaitTimeoutMs); }
 
   Status SetOptimizer(const OptimizerConfig& config) override {
@@ -80,13 +86,12 @@ class DistKVStore : public KVStore, public TrainerHooks, public MembershipView, 
     }
     return Status::Ok();
   }
-  // Sent with every push (Meta.grad_scale); the servers divide the summed gradient by it.
   Status GetMasterWeights(const std::vector<int>& keys, std::vector<Tensor>* out) override;
   // The servers start from the fp32 values given to Init: nothing to restore here.
   Status SetMasterWeights(const std::vector<int>& keys, const std::vector<Tensor>& values) override {
     return Status::InvalidArgument("--kv-store " + name() + " keeps no fp32 master weights here");
   }
-  Status SetGradientScale(float scale) override {
+  Status SetGradientScale(float scale) override {  // sent with every push (Meta.grad_scale)
     if (!(scale > 0.0f)) return Status::InvalidArgument("a gradient scale must be positive");
     gradient_scale_ = scale;
     return Status::Ok();
@@ -104,17 +109,10 @@ class DistKVStore : public KVStore, public TrainerHooks, public MembershipView, 
   Status WaitAll() override;
   Status WaitKey(int key) override { return channel_->WaitKey(key, kDistWaitTimeoutMs); }
   bool TakeSkippedStep(SkippedStep* out) override {
-    if (!has_skipped_) return false;
-    *out = skipped_;
-    has_skipped_ = false;
-    return true;
+    if (has_skipped_) *out = skipped_;
+    return std::exchange(has_skipped_, false);
   }
-  Times TakeTimes() override {
-    Times t;
-    t.pull_us = channel_->TakePullMicros();
-    t.on_caller_thread = false;
-    return t;
-  }
+  Times TakeTimes() override { return Times{channel_->TakePullMicros(), 0, /*on_caller_thread=*/false}; }
   Status GetOptimizerState(const std::vector<int>& keys, std::vector<Tensor>* states) override;
   Status SetOptimizerState(const std::vector<int>& keys, const std::vector<Tensor>& states) override;
   Status KeySlices(int key, std::vector<Placement::Slice>* out) const override;
@@ -195,6 +193,7 @@ class DistKVStore : public KVStore, public TrainerHooks, public MembershipView, 
   const std::unique_ptr<Comm> comm_;
   std::shared_ptr<DistChannel> channel_;
   bool has_optimizer_ = false;
+  bool elastic_ = false;  // SetElastic
   OptimizerConfig optimizer_;
   float gradient_scale_ = 1.0f;  // SetGradientScale
   bool initialised_ = false;
@@ -553,7 +552,8 @@ void DistKVStore::SetLearningRate(float lr) {
     optimizer_.lr = lr;  // goes out with SET_OPTIMIZER
     return;
   }
-  if (!has_optimizer_ || rank() != 0) return;
+  // --elastic: each live worker sends it (any may come to lead; docs/wire.md, "SET_LR").
+  if (!has_optimizer_ || (rank() != 0 && !elastic_)) return;
   // Applies from the next push on; keys normally share one step count (every step pushes
   // every key), otherwise the most advanced key's next step is taken.
   int64_t step = 0;

@@ -113,6 +113,7 @@ class GpuDistKVStore : public KVStore, public TrainerHooks {
   MasterWeightStore* master_weights() override { return inner_hooks_->master_weights(); }
   bool TakeSkippedStep(SkippedStep* out) override;
   void RequestStop() override { inner_hooks_->RequestStop(); }
+  void SetElastic() override { inner_hooks_->SetElastic(); }
   bool StopAgreed() const override { return inner_hooks_->StopAgreed(); }
   Times TakeTimes() override { return inner_hooks_->TakeTimes(); }
 

@@ -9,12 +9,14 @@
 //   std::vector<MembershipView::Membership> changes;
 //   TALLY_RETURN_IF_ERROR(view->HeardMembership(&changes));  // what the data's re-cut follows
 //   const int n = view->summed_workers();        // the last pull's sum counted n workers
+//   const int lead = MembershipView::LeadAt(changes, /*step=*/41, kv->num_workers());
 //
 // The distributed types answer from what the scheduler and the servers said (dist_kvstore.h).
 // A store whose workers never come and go (local, device) answers with a FixedMembership:
 // every worker live from step 0, no change ever heard. Owned by the store it belongs to.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +37,44 @@ class MembershipView {
   };
   // Epoch 0: ranks 0 .. num_workers - 1 live from step 0, what every worker starts from.
   static Membership Everyone(int num_workers);
+  // The lead at `step` (the run's count): the lowest rank live there, as `changes` (by
+  // epoch) say; -1 when none is. The lead writes the checkpoints and tells a joiner its loss
+  // scale, so that a job whose worker 0 left goes on saving (docs/faults.md, "The lead").
+  static int LeadAt(const std::vector<Membership>& changes, int64_t step, int num_workers) {
+    std::vector<int> live = Everyone(num_workers).live;
+    for (const Membership& c : changes) {
+      if (c.from_step <= step) live = c.live;
+    }
+    return live.empty() ? -1 : *std::min_element(live.begin(), live.end());
+  }
+  // The epoch of the change that made worker `rank` live from `step` on (a join); -1: none.
+  static int64_t JoinEpoch(const std::vector<Membership>& changes, int rank, int64_t step, int num_workers) {
+    std::vector<int> before = Everyone(num_workers).live;
+    for (const Membership& c : changes) {
+      const bool now = std::count(c.live.begin(), c.live.end(), rank) > 0;
+      if (c.from_step == step && now && std::count(before.begin(), before.end(), rank) == 0) return c.epoch;
+      before = c.live;
+    }
+    return -1;
+  }
+  // Who tells the worker that joins in change `epoch` its loss scale (LOSS_SCALE): the
+  // lowest rank live both before that change and after it, which settles the step before the
+  // join and goes on (a rank 0 that joins takes the lead from its step, but is told by the
+  // lead before it). -1: no such change, or nobody live on both sides.
+  static int JoinTeller(const std::vector<Membership>& changes, int64_t epoch, int num_workers) {
+    std::vector<int> before = Everyone(num_workers).live;
+    for (const Membership& c : changes) {
+      if (c.epoch == epoch) {
+        int teller = -1;
+        for (int r : c.live) {
+          if (std::find(before.begin(), before.end(), r) != before.end() && (teller < 0 || r < teller)) teller = r;
+        }
+        return teller;
+      }
+      before = c.live;
+    }
+    return -1;
+  }
 
   virtual ~MembershipView() = default;
 

@@ -63,10 +63,16 @@ class TrainerHooks {
   virtual void RequestStop() { stop_requested_ = true; }
   virtual bool StopAgreed() const { return stop_requested_; }
 
+  // --elastic: the job's lead can change (worker 0 may leave), so every live worker sends
+  // the learning rate it sets, the same on each (docs/wire.md, SET_LR); without it worker 0
+  // alone does. Types without servers ignore it.
+  virtual void SetElastic() {}
+
   // --elastic under dist_sync and dist_device_sync: the dynamic loss scale of a worker that
   // joins the running job must be the others' at its first step (docs/faults.md, "A worker
-  // joins"). Worker 0 tells it (TellLossScale, once it has settled the step before), and
-  // the joiner waits for it (JoinedLossScale). Types without joiners have nothing to tell.
+  // joins"). The lead before the join (MembershipView::JoinTeller) tells it (TellLossScale,
+  // once it has settled the step before), and the joiner waits for it from that worker alone
+  // (JoinedLossScale). Types without joiners have nothing to tell.
   struct LossScaleState {
     float scale = 1.0f;
     int64_t clean = 0;      // clean steps in a row

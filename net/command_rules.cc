@@ -68,7 +68,7 @@ unsigned AllowedSenders(wire::Role to, wire::Command command) {
     case wire::REPLICATE:
     case wire::REPLICA_STATE:
       return server ? kFromServer : 0;
-    case wire::LOSS_SCALE:  // worker 0's alone: CheckCommandSender
+    case wire::LOSS_SCALE:  // the lead's alone: the joiner checks (CheckLossScaleTeller)
       return scheduler || server ? 0 : kFromWorker;
     default:
       return 0;
@@ -126,13 +126,17 @@ Status CheckCommandSender(const NodeIds& ids, wire::Role to, const wire::Meta& m
   const std::string name = wire::Command_IsValid(command) ? wire::Command_Name(command)
                                                           : "command " + std::to_string(command);
   const unsigned allowed = AllowedSenders(to, command);
-  if (command == wire::LOSS_SCALE && meta.sender_id() != ids.Worker(0)) {
-    return Status::InvalidArgument(name + " from " + DescribeSender(ids, meta.sender_id()) + " to " + RoleName(to) +
-                                   ": only worker 0, which leads the job, sends it");
-  }
   if (allowed & KindOf(ids, meta.sender_id())) return Status::Ok();
   return Status::InvalidArgument(name + " from " + DescribeSender(ids, meta.sender_id()) + " to " + RoleName(to) +
                                  ": " + (allowed ? "only " + KindNames(allowed) + " sends it" : "nobody sends it"));
+}
+
+Status CheckLossScaleTeller(const NodeIds& ids, int sender_id, int teller, int64_t step) {
+  if (teller >= 0 && ids.IsWorker(sender_id) && ids.WorkerRank(sender_id) == teller) return Status::Ok();
+  return Status::InvalidArgument("LOSS_SCALE for step " + std::to_string(step) + " from " +
+                                 DescribeSender(ids, sender_id) + ": only the lead before that join, " +
+                                 (teller >= 0 ? "worker " + std::to_string(teller) : std::string("nobody")) +
+                                 ", sends it");
 }
 
 Status CheckNoticeFields(const NodeIds& ids, const wire::Meta& meta) {

@@ -11,7 +11,8 @@
 // The sender is msg.meta.sender_id(), which an authenticated transport has matched to the
 // member the connection proved (a negative id is no member's: only REGISTER, sent before
 // the node has an id, carries -1). The finer checks of a command's own fields (a worker's
-// step, worker 0 alone for INIT) stay with the handler that knows them. A pure function.
+// step, worker 0 alone for INIT, the lead alone for LOSS_SCALE) stay with the handler that
+// knows them. A pure function.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,12 @@ namespace tally {
 // Ok when node meta.sender_id() may send meta.command() to a node of role `to`; otherwise
 // InvalidArgument naming the command, the sender and who may send it.
 Status CheckCommandSender(const NodeIds& ids, wire::Role to, const wire::Meta& meta);
+
+// LOSS_SCALE (a joiner's loss scale, docs/wire.md) comes from a worker, and only from the
+// one that leads the job just before the join: `teller`, which the joiner works out from its
+// own membership view (MembershipView::JoinTeller); -1: nobody may. Ok when sender_id is
+// that worker; otherwise InvalidArgument naming the sender and the teller.
+Status CheckLossScaleTeller(const NodeIds& ids, int sender_id, int teller, int64_t step);
 
 // "node 4 (worker 1)", "node -3 (no node of this job)": a sender as the logs name it.
 std::string DescribeSender(const NodeIds& ids, int id);

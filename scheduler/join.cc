@@ -20,15 +20,13 @@ Status JoinRank(const ClusterConfig& cfg, const ElasticMembership& members, cons
   }
   int r = asked.rank();
   if (r < 0) {
-    for (int c = 1; c < cfg.num_workers && r < 0; ++c) {
+    for (int c = 0; c < cfg.num_workers && r < 0; ++c) {
       if (!members.live().count(c) && !members.Pending(c)) r = c;
     }
     if (r < 0) return Status::Unavailable("every worker rank is live: the job has no place for another");
   }
   const std::string name = "worker " + std::to_string(r);
-  if (r == 0 || r >= cfg.num_workers) {
-    return Status::InvalidArgument(name + (r == 0 ? " leads the job and never leaves it" : " is out of range"));
-  }
+  if (r >= cfg.num_workers) return Status::InvalidArgument(name + " is out of range");
   if (members.live().count(r) || members.Pending(r)) {
     return Status::Unavailable(name + (!members.Pending(r)       ? " is live"
                                        : members.live().count(r) ? " is still leaving"

@@ -1,6 +1,7 @@
 // The rank a worker registering with a running --elastic job takes (docs/faults.md, "A
-// worker joins"): the one it asks for (TALLY_RANK), or the lowest rank not live; never
-// worker 0 (it leads the job and never leaves), never a rank live or still leaving.
+// worker joins"): the one it asks for (TALLY_RANK), or the lowest rank not live (worker 0
+// too, once it left: it leads the job again from its join), never a rank live or still
+// leaving.
 //
 //   int rank;
 //   Status s = JoinRank(cfg, members, register_message, &rank);

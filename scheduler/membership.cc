@@ -66,6 +66,7 @@ Status ElasticMembership::Decide(int64_t* from_step, int64_t* skip_step) {
   }
   deciding_ = false;
   last_applied_ = applied;
+  last_async_ = through == std::numeric_limits<int64_t>::max();
   *skip_step = -1;
   if (joining_) return DecideJoin(through == std::numeric_limits<int64_t>::max(), applied, from_step);
   if (through == std::numeric_limits<int64_t>::max()) {

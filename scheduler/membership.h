@@ -77,6 +77,8 @@ class ElasticMembership {
   // The last decided change's max(applied) over the reports (-1: none applied): a joiner's
   // MEMBERSHIP carries it (docs/wire.md, "A worker joins").
   int64_t last_applied() const { return last_applied_; }
+  // Whether the last decided change had no slice reported (dist_async: no common step).
+  bool async() const { return last_async_; }
   const std::set<int>& live() const { return live_; }
   int leaver() const { return leaver_; }
   const std::string& why() const { return why_; }
@@ -102,6 +104,7 @@ class ElasticMembership {
   std::map<int, std::pair<int64_t, int64_t>> reports_;  // by server id: (through, applied)
   std::map<int64_t, std::pair<int64_t, int64_t>> replay_;
   int64_t last_applied_ = -1;
+  bool last_async_ = false;
 };
 
 }  // namespace tally

@@ -43,4 +43,25 @@ Status AssignRanks(const std::vector<Message>& regs, const NodeIds& ids, std::ve
   return Status::Ok();
 }
 
+Status GatherTimedOut(const ClusterConfig& cfg, int all_servers, const std::vector<Message>& regs,
+                      Transport* transport) {
+  int servers = 0, workers = 0;
+  for (const Message& r : regs) (r.meta.nodes(0).role() == wire::SERVER ? servers : workers)++;
+  std::string why = "the job did not gather within " + std::to_string(cfg.register_timeout_ms) +
+                    " ms (TALLY_REGISTER_TIMEOUT_MS): " + std::to_string(workers) + " of " +
+                    std::to_string(cfg.num_workers) + " workers and " + std::to_string(servers) + " of " +
+                    std::to_string(all_servers) + " servers registered";
+  // Tell those who came, so that they do not wait for a table that never comes.
+  for (size_t i = 0; i < regs.size(); ++i) {
+    const wire::Node& n = regs[i].meta.nodes(0);
+    int id = 1000000 + static_cast<int>(i);
+    if (!transport->Connect(id, n.host(), n.port(), NodeName(n.role(), n.rank())).ok()) continue;
+    Message m;
+    m.meta.set_command(wire::SHUTDOWN);
+    m.meta.set_error(why);
+    transport->Send(id, m).ok();
+  }
+  return Status::Unavailable(why);
+}
+
 }  // namespace tally

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "net/cluster.h"
 #include "net/node_ids.h"
 #include "net/transport.h"
 
@@ -21,5 +22,11 @@ Status AssignRanks(const std::vector<Message>& regs, const NodeIds& ids, std::ve
 // Puts node n at `rank` of its role: nodes[id] becomes n with that rank and id (a gathered
 // node, or a worker joining a running job at its rank).
 void PlaceNode(const wire::Node& n, int rank, const NodeIds& ids, std::vector<wire::Node>* nodes);
+
+// The job did not gather within cfg.register_timeout_ms: tells each node in `regs` so
+// (SHUTDOWN naming why), so that none waits for a table that never comes, and returns why
+// (Unavailable: how many of each role registered).
+Status GatherTimedOut(const ClusterConfig& cfg, int all_servers, const std::vector<Message>& regs,
+                      Transport* transport);
 
 }  // namespace tally

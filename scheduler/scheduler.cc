@@ -71,7 +71,7 @@ class Scheduler {
       int64_t left = cfg_.register_timeout_ms - MsSince(start);
       Message m;
       if (left <= 0 || !transport_->Recv(&m, static_cast<int>(std::min<int64_t>(left, 200))).ok()) {
-        if (left <= 0) return GatherTimedOut(regs);
+        if (left <= 0) return GatherTimedOut(cfg_, servers(), regs, transport_.get());
         continue;
       }
       Status allowed = CheckCommandSender(ids_, wire::SCHEDULER, m.meta);
@@ -129,26 +129,6 @@ class Scheduler {
     table.meta.set_receiver_id(id);
     for (const wire::Node& x : nodes_) *table.meta.add_nodes() = x;
     return transport_->Send(id, table);
-  }
-
-  Status GatherTimedOut(const std::vector<Message>& regs) {
-    int servers = 0, workers = 0;
-    for (const Message& r : regs) (r.meta.nodes(0).role() == wire::SERVER ? servers : workers)++;
-    std::string why = "the job did not gather within " + std::to_string(cfg_.register_timeout_ms) +
-                      " ms (TALLY_REGISTER_TIMEOUT_MS): " + std::to_string(workers) + " of " +
-                      std::to_string(cfg_.num_workers) + " workers and " + std::to_string(servers) + " of " +
-                      std::to_string(this->servers()) + " servers registered";
-    // Tell those who came, so that they do not wait for a table that never comes.
-    for (size_t i = 0; i < regs.size(); ++i) {
-      const wire::Node& n = regs[i].meta.nodes(0);
-      int id = 1000000 + static_cast<int>(i);
-      if (!transport_->Connect(id, n.host(), n.port(), NodeName(n.role(), n.rank())).ok()) continue;
-      Message m;
-      m.meta.set_command(wire::SHUTDOWN);
-      m.meta.set_error(why);
-      transport_->Send(id, m).ok();
-    }
-    return Status::Unavailable(why);
   }
 
   Status AssignRanks(const std::vector<Message>& regs) {
@@ -216,7 +196,6 @@ class Scheduler {
   }
 
   Status Serve() {
-    std::set<int> done_workers;
     std::map<uint32_t, std::set<int>> barriers;
     auto last_beat = Clock::now();
     while (true) {
@@ -224,7 +203,7 @@ class Scheduler {
       if (transport_->Recv(&m, 50).ok()) {
         const int from = m.meta.sender_id();
         if (m.meta.command() == wire::REGISTER && from == -1) {  // a repeat that crossed the node table, or a join
-          if (elastic_) TALLY_RETURN_IF_ERROR(OnJoin(m, &done_workers));
+          if (elastic_) TALLY_RETURN_IF_ERROR(OnJoin(m));
           continue;
         }
         Status allowed = CheckCommandSender(ids_, wire::SCHEDULER, m.meta);
@@ -247,7 +226,8 @@ class Scheduler {
             break;
           case wire::WORKER_DONE:
             profile::Tracer::Get().Instant("worker done", "scheduler", profile::NowUs());
-            done_workers.insert(from);
+            done_.insert(from);
+            if (elastic_) EndJoinsPastTheEnd(m.meta.step());
             break;
           case wire::LEAVE:
           case wire::MEMBERSHIP_REPORT: {
@@ -273,7 +253,7 @@ class Scheduler {
         Status s = OnSilent(silent);
         if (!s.ok()) return s;
       }
-      if (AllLiveDone(done_workers)) return EndTheJob();
+      if (AllLiveDone(done_)) return EndTheJob();
     }
   }
 
@@ -305,7 +285,8 @@ class Scheduler {
   }
 
   // --elastic: a worker joins the running job (scheduler/join.h, docs/wire.md "A worker joins").
-  Status OnJoin(const Message& m, std::set<int>* done) {
+  Status OnJoin(const Message& m) {
+    std::set<int>* done = &done_;
     int rank = -1;
     if (RepeatsRegister(nodes_, m)) return Status::Ok();
     Status why = JoinRank(cfg_, members_, m, &rank);
@@ -337,17 +318,17 @@ class Scheduler {
     return StartMembership();
   }
 
-  // --elastic: worker `id` leaves on its own before step `step` (it pushed every step before).
-  // Outside --elastic, or from worker 0 (which leads the job), a LEAVE is refused like any
-  // message its sender may not send: it ends nothing.
+  // --elastic: worker `id` leaves on its own before step `step` (it pushed every step before);
+  // worker 0 too, the lead passing to the lowest live rank (docs/faults.md, "The lead").
+  // Outside --elastic a LEAVE is refused like any message its sender may not send: it ends
+  // nothing.
   Status OnLeave(const Message& m) {
     const int id = m.meta.sender_id(), rank = ids_.WorkerRank(id);
     const int64_t step = m.meta.step();
-    if (!elastic_ || rank == 0 || step < 0) {
+    if (!elastic_ || step < 0) {
       Refuse(m, Status::InvalidArgument("LEAVE from " + DescribeSender(ids_, id) + " before step " +
                                         std::to_string(step) + ": " +
-                                        (!elastic_ ? "the job is not --elastic" : rank == 0 ? "worker 0 leads the job"
-                                                                                            : "a negative step")));
+                                        (!elastic_ ? "the job is not --elastic" : "a negative step")));
       return Status::Ok();
     }
     left_.insert(id);
@@ -409,7 +390,12 @@ class Scheduler {
     profile::Tracer::Get().Instant("membership", "scheduler", profile::NowUs());
     const int id = ids_.Worker(leaver);
     if (joined && (dead_.count(id) || left_.count(id))) members_.Queue(leaver, members_.why() + "; it left meanwhile");
-    if (joined) return StartMembership();  // a joiner gone meanwhile leaves next
+    if (joined) {
+      joins_[id] = {from, members_.async()};
+      EndJoinsPastTheEnd(0);
+      return StartMembership();  // a joiner gone meanwhile leaves next
+    }
+    joins_.erase(id);
     if (left_.count(id)) {  // alive: it waits for the job's end, which is its own
       Message bye;
       bye.meta.set_command(wire::SHUTDOWN);
@@ -418,6 +404,28 @@ class Scheduler {
     }
     dead_.insert(id);
     return StartMembership();
+  }
+
+  // --elastic: a worker finished after `end` steps of the run (WORKER_DONE's step; 0: it did
+  // not say). A synchronous step needs every live worker, so the job's last step is end - 1
+  // for all of them; a joiner whose first step is at or past `end` has nothing to train and
+  // would wait for it forever: it is told the job ended before its first step (it exits 0
+  // saying so) and counts as done, so the job ends now (docs/faults.md, "A worker joins").
+  void EndJoinsPastTheEnd(int64_t end) {
+    run_end_ = std::max(run_end_, end);
+    for (const auto& [id, join] : joins_) {
+      if (run_end_ <= 0 || join.async || join.from < run_end_ || done_.count(id)) continue;
+      const std::string why = "the job's last step was " + std::to_string(run_end_ - 1) + ", before worker " +
+                              std::to_string(ids_.WorkerRank(id)) + "'s first, step " + std::to_string(join.from) +
+                              ": " + kEndedBeforeItsFirstStep;
+      LOG(WARNING) << "scheduler: " << why;
+      Message bye;
+      bye.meta.set_command(wire::SHUTDOWN);
+      bye.meta.set_receiver_id(id);
+      bye.meta.set_error(why);
+      transport_->Send(id, bye).ok();
+      done_.insert(id);
+    }
   }
 
   // A barrier names a group of nodes (kGroup*) of which its sender is one: a node cannot
@@ -473,7 +481,7 @@ class Scheduler {
     if (elastic_) {
       std::vector<int> rest;
       for (int id : silent) {
-        if (!ids_.IsWorker(id) || ids_.WorkerRank(id) == 0) {
+        if (!ids_.IsWorker(id)) {
           rest.push_back(id);
           continue;
         }
@@ -556,6 +564,13 @@ class Scheduler {
   ElasticMembership members_;      // --elastic: the live workers and the change being decided
   std::set<int> left_;             // workers that said LEAVE (ids): alive, on their way out
   std::vector<wire::Meta> changes_;  // every MEMBERSHIP sent, by epoch: told again to a joiner
+  struct Join {
+    int64_t from;  // its first step
+    bool async;
+  };
+  std::map<int, Join> joins_;      // live workers that joined the running job, by id
+  std::set<int> done_;             // workers that said WORKER_DONE (or were told the job ended)
+  int64_t run_end_ = 0;            // the most steps of the run a worker finished after (0: none said)
   Clock::time_point change_began_;  // of the change being decided
   const NodeIds ids_;
   std::unique_ptr<Transport> transport_;

@@ -21,8 +21,8 @@
 // starts from, and the step skipped everywhere when the leaver died between its pushes of
 // one step (scheduler/membership.h), tells every node (MEMBERSHIP), appends the change to
 // membership_log, and sends a leaver still alive SHUTDOWN. The job then ends when every live
-// worker is done. Worker 0 leads the job (the optimizer, learning rates, checkpoints): its
-// loss still ends it. A worker that registers with the running job saying it can join
+// worker is done. Worker 0 may leave too: the lowest live rank leads the job (checkpoints,
+// a joiner's loss scale, the stop on SIGTERM; docs/faults.md, "The lead"). A worker that registers with the running job saying it can join
 // (TALLY_JOIN=1) is admitted at a rank not live (scheduler/join.h), unless a live worker has
 // finished already; it gets the node table and then every MEMBERSHIP so far, and its join is
 // decided with the servers as a leave is (its MEMBERSHIP carries the servers' applied_max).
@@ -38,6 +38,10 @@
 #include "net/cluster.h"
 
 namespace tally {
+
+// The end of the SHUTDOWN error a joiner gets when the job's last step came before its first
+// (the late-join race, docs/faults.md): `tally train` exits 0 on it, saying so.
+constexpr char kEndedBeforeItsFirstStep[] = "the job ended before this worker's first step";
 
 struct SchedulerOptions {
   bool elastic = false;

@@ -241,7 +241,7 @@ int ThreadsPerWorker(const Cluster* cluster) {
 
 // SIGTERM (a spot instance's notice, Slurm's preemption, the launcher stopping the job): the
 // worker finishes its step, the job agrees on the step to stop after (TrainerHooks::RequestStop),
-// worker 0 saves a checkpoint there, and the workers exit with StoppedExit().
+// worker 0 (--elastic: the lead) saves a checkpoint there, and the workers exit with StoppedExit().
 std::atomic<bool> g_terminate{false};
 constexpr int kTerminatedExit = 128 + SIGTERM;
 
@@ -249,12 +249,12 @@ constexpr int kTerminatedExit = 128 + SIGTERM;
 // is a success (0), which schedulers take as such (Slurm: COMPLETED, and requeueable). A stop
 // without --model-prefix lost the run's work: 128 + SIGTERM. TALLY_STOPPED_STATUS replaces
 // the 0: tools/launch.py sets 75 so that it can tell a saved stop from the end of training.
-int StoppedExit(int rank) {
+int StoppedExit(bool lead) {
   if (FLAGS_model_prefix.empty()) {
-    if (rank == 0) std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
+    if (lead) std::printf("tally train: no --model-prefix, so no checkpoint was saved\n");
     return kTerminatedExit;
   }
-  if (rank == 0) {
+  if (lead) {
     std::printf("tally train: stopped on SIGTERM at the job's agreed step, the checkpoint saved under %s: the same "
                 "command with --resume auto continues from it\n", FLAGS_model_prefix.c_str());
   }
@@ -364,20 +364,25 @@ FitCallbacks WireCallbacks(NodeProfiler* prof, ProgressBar* bar, Trainer* traine
   return cb;
 }
 
-// --elastic: a worker other than 0 leaves on its own SIGTERM (worker 0, which leads the
-// job, still stops the whole job there), or before the step --membership-replay names
-// (*rejoins: and joins again later).
-Status WireLeave(Cluster* cluster, int rank, FitOptions* o, bool* rejoins) {
+// --elastic: a worker leaves on its own SIGTERM, except the job's lead (the lowest live rank
+// it has heard of), which stops the whole job there as worker 0 does without --elastic; or
+// before the step --membership-replay names (*rejoins: and joins again later).
+Status WireLeave(Cluster* cluster, Trainer* trainer, int rank, FitOptions* o, bool* rejoins) {
   ElasticOptions elastic;
   TALLY_RETURN_IF_ERROR(ElasticFlags(&elastic));
   if (!elastic.elastic) return Status::Ok();
   if (cluster == nullptr) return Status::InvalidArgument("--elastic needs a dist_* --kv-store");
   int64_t replay = -1;
   TALLY_RETURN_IF_ERROR(ReplayLeaveStep(rank, o->begin_step, &replay, rejoins));
-  if (rank == 0 && replay >= 0) return Status::InvalidArgument("--membership-replay: worker 0 cannot leave");
-  if (rank == 0) return Status::Ok();
-  o->stop = nullptr;
-  o->leave = [replay](int64_t step) { return g_terminate.load() || (replay >= 0 && step >= replay); };
+  trainer->kvstore().trainer_hooks()->SetElastic();
+  MembershipView* view = trainer->kvstore().membership_view();
+  o->leads = [view, rank] {
+    const std::vector<int> live = view->membership().live;
+    return !live.empty() && *std::min_element(live.begin(), live.end()) == rank;
+  };
+  o->leave = [replay, leads = o->leads](int64_t step) {
+    return (g_terminate.load() && !leads()) || (replay >= 0 && step >= replay);
+  };
   return Status::Ok();
 }
 
@@ -406,12 +411,16 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
                 trainer->config().optimizer.no_wd_keys.size());
   }
   ProgressBar bar(FLAGS_progress);
-  const bool saves = !FLAGS_model_prefix.empty() && rank == 0;
   FitOptions options = MakeFitOptions(cfg, lr, resume, rank);
   if (first > 0) options.begin_step = first;
-  s = WireLeave(cluster, rank, &options, rejoin);
+  s = WireLeave(cluster, trainer, rank, &options, rejoin);
   if (!s.ok()) return Fail("", s);
+  // Worker 0 saves; under --elastic, whoever leads at the checkpoint's step.
+  const bool saves = !FLAGS_model_prefix.empty() && (rank == 0 || options.leads);
   FitCallbacks callbacks = WireCallbacks(prof, &bar, trainer, num_workers, saves);
+  if (saves && options.leads) {
+    callbacks.checkpoint = LeadsCheckpoints(trainer, rank, first > 0 ? 0 : resume.step, callbacks.checkpoint);
+  }
   if (first > 0) AnnounceJoin(rank, first, times, &callbacks);
   std::unique_ptr<FitBoard> board;
   s = OpenWorkerBoard(trainer, rank, FLAGS_top_k, &board);
@@ -419,7 +428,7 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
   if (board) board->Attach(&callbacks);
   FitResult result;
   s = Fit(trainer, train_data.get(), val_data.get(), options, callbacks, &result);
-  if (!s.ok()) return Fail(result.failed_at, s);
+  if (!s.ok()) return EndedBeforeItsFirstStep(cluster, s) ? 0 : Fail(result.failed_at, s);
   if (result.left) {
     *rejoin = *rejoin && !g_terminate.load();
     s = LeaveJob(cluster, result.steps);
@@ -431,13 +440,15 @@ int RunFit(const TrainerConfig& cfg, LrScheduleConfig lr, const Checkpoint& resu
     return 0;
   }
   if (result.stopped) {
+    const bool lead = options.leads ? options.leads() : rank == 0;  // it saved the checkpoint
     if (cluster) cluster->Finish(/*timeout_ms=*/60000);
     prof->Finish().ok();
     std::fflush(stdout);
-    return StoppedExit(rank);
+    return StoppedExit(lead);
   }
   if (cluster) {
-    s = cluster->Finish(/*timeout_ms=*/60000);
+    WaitForDoneGate();
+    s = cluster->Finish(/*timeout_ms=*/60000, result.steps - (first > 0 ? 0 : resume.step));  // the run's count
     if (!s.ok()) return Fail("worker " + std::to_string(rank) + ": ", s);
   }
   s = prof->Finish();
@@ -563,7 +574,7 @@ int RunWorker(TrainerConfig cfg, const LrScheduleConfig& lr_schedule, bool rejoi
   const double ready_s = ProcessSeconds() - began_s;  // a joiner: its weights are in
   std::unique_ptr<NodeProfiler> prof;  // after `cluster`: destroyed first
   if (s.ok()) s = StartWorkerProfiler(cluster.get(), rank, &prof);
-  if (!s.ok()) return Fail("", s);
+  if (!s.ok()) return EndedBeforeItsFirstStep(cluster.get(), s) ? 0 : Fail("", s);
   PrintBanner();
   return RunFit(cfg, lr_schedule, resume, cluster.get(), trainer.get(), prof.get(), JoinTimes{began_s, ready_s},
                 rejoin);

@@ -2,17 +2,21 @@
 #include "tools/train_elastic.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <gflags/gflags.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
+
+#include "base/fault_hooks.h"
 
 DEFINE_bool(elastic, false, "with a dist_* --kv-store: a worker that dies or gets SIGTERM leaves the job and the "
             "rest go on (docs/faults.md); TALLY_ELASTIC=1 (tools/launch.py --elastic) does the same");
@@ -148,6 +152,37 @@ void AnnounceJoin(int rank, int64_t first_step, const JoinTimes& times, FitCallb
                 times.began_s > 0 ? "began to join again" : "started");
     std::fflush(stdout);
   };
+}
+
+SaveFn LeadsCheckpoints(Trainer* trainer, int rank, int64_t run_start, SaveFn save) {
+  return [trainer, rank, run_start, save](int64_t epoch, int64_t batch, int64_t step) {
+    MembershipView* view = trainer->kvstore().membership_view();
+    std::vector<MembershipView::Membership> changes;
+    TALLY_RETURN_IF_ERROR(view->HeardMembership(&changes));
+    if (MembershipView::LeadAt(changes, step - 1 - run_start, trainer->kvstore().num_workers()) != rank) {
+      return Status::Ok();
+    }
+    return save(epoch, batch, step);
+  };
+}
+
+bool EndedBeforeItsFirstStep(const Cluster* cluster, const Status& s) {
+  if (cluster == nullptr || cluster->joined_after_epoch() == 0 ||
+      s.message().find(kEndedBeforeItsFirstStep) == std::string::npos) {
+    return false;
+  }
+  std::printf("tally train: worker %d joined the running job, but %s: nothing to train\n", cluster->me().rank(),
+              s.message().c_str());
+  std::fflush(stdout);
+  return true;
+}
+
+void WaitForDoneGate() {
+  const std::string& gate = FaultHooksInEffect().done_gate;
+  if (gate.empty()) return;
+  std::printf("tally train: TALLY_TEST_DONE_GATE: waiting for %s before saying this worker is done\n", gate.c_str());
+  std::fflush(stdout);
+  while (access(gate.c_str(), F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 Status LeaveJob(Cluster* cluster, int64_t step) {

@@ -11,12 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "net/cluster.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/fit.h"
+#include "worker/trainer.h"
 
 namespace tally {
 
@@ -49,6 +51,24 @@ struct JoinTimes {
 // joined the job at step 71 (--elastic) ..."), with its weights' time, and once its first
 // step is done, that step's time after it began to join.
 void AnnounceJoin(int rank, int64_t first_step, const JoinTimes& times, FitCallbacks* callbacks);
+
+// --elastic: the checkpoints are the lead's (the lowest live rank), as this worker heard the
+// changes up to the step before the checkpoint's (Fit settled it, so it heard every one): a
+// job whose worker 0 left goes on saving, and a worker 0 that joined again saves from its
+// join (docs/faults.md, "The lead"). `save` wrapped so that it saves on the lead alone.
+// run_start: the run's first step in the job's count (a change's from_step counts the run's).
+using SaveFn = std::function<Status(int64_t epoch, int64_t batch, int64_t step)>;
+SaveFn LeadsCheckpoints(Trainer* trainer, int rank, int64_t run_start, SaveFn save);
+
+// A worker that joined the running job and was told (the scheduler's SHUTDOWN, `s` its
+// failure) that the job's last step came before its first: a join decided between the last
+// step and the job's end, with nothing to train. True, having said so: it exits 0. False for
+// any other failure.
+bool EndedBeforeItsFirstStep(const Cluster* cluster, const Status& s);
+
+// TALLY_TEST_DONE_GATE (tests only, base/fault_hooks.h): waits until its file exists, before
+// a worker that trained to the end tells the scheduler so. Returns at once when unset.
+void WaitForDoneGate();
 
 // This worker leaves the job before `step`: it tells the scheduler (LEAVE) and waits for
 // the change to be decided (the scheduler's SHUTDOWN to it).

@@ -148,7 +148,7 @@ class FitLoop {
 
   // Batch b of `epoch`, at the schedule's position lr_batch.
   Status RunBatch(int epoch, int64_t b, int64_t lr_batch) {
-    if (o_.stop != nullptr && o_.stop->load()) trainer_->RequestStop();
+    if (o_.stop != nullptr && o_.stop->load() && (!o_.leads || o_.leads())) trainer_->RequestStop();
     const float lr = static_cast<float>(LearningRate(lr_batch, o_.lr));
     if (lr != applied_lr_) {
       trainer_->SetLearningRate(lr);

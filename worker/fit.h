@@ -61,6 +61,9 @@ struct FitOptions {
   // When it becomes true (a SIGTERM handler sets it), the job agrees on a step to stop after
   // (Trainer::RequestStop); Fit saves a checkpoint there and returns. nullptr: never.
   const std::atomic<bool>* stop = nullptr;
+  // --elastic: whether this worker leads the job now (the lowest live rank it has heard of);
+  // only the lead asks the job to stop, the others leave (`leave`). Empty: always.
+  std::function<bool()> leads;
   // --elastic: asked before each step (the job's step count); when true, this worker leaves
   // the job before that step: Fit settles the step in flight and returns with
   // FitResult::left. Empty: never.

@@ -162,8 +162,8 @@ Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
     }
   }
   if (!IsDistributedSync(kv_->type())) return Status::Ok();
-  // The others' dynamic loss scale at this step, which worker 0 tells once it has settled
-  // the step before (TellJoiners): every push of a step must carry the same scale.
+  // The others' dynamic loss scale at this step, which the lead before the join tells once it
+  // has settled the step before (TellJoiners): every push of a step must carry the same scale.
   TrainerHooks::LossScaleState state;
   TALLY_RETURN_IF_ERROR(hooks_->JoinedLossScale(step_, &state));
   scaler_.Restore(state.scale, static_cast<int32_t>(state.clean), state.overflows);
@@ -171,20 +171,24 @@ Status Trainer::TakeJoinedWeights(const std::vector<Tensor>& values) {
 }
 
 Status Trainer::TellJoiners() {
-  if (!distributed() || !IsDistributedSync(kv_->type()) || kv_->rank() != 0) return Status::Ok();
+  if (!distributed() || !IsDistributedSync(kv_->type())) return Status::Ok();
+  MembershipView* view = kv_->membership_view();
+  if (view->membership().epoch == 0) return Status::Ok();  // nobody has joined
   std::vector<MembershipView::Membership> changes;
-  TALLY_RETURN_IF_ERROR(kv_->membership_view()->HeardMembership(&changes));
-  std::vector<int> before(kv_->num_workers());
-  for (int r = 0; r < kv_->num_workers(); ++r) before[r] = r;
+  TALLY_RETURN_IF_ERROR(view->HeardMembership(&changes));
+  std::vector<int> before = MembershipView::Everyone(kv_->num_workers()).live;
   TrainerHooks::LossScaleState state;
   state.scale = scaler_.scale();
   state.clean = scaler_.clean_steps();
   state.overflows = scaler_.overflows();
   for (const MembershipView::Membership& c : changes) {
+    // c.from_step counts this run's steps, step_ the job's (a resumed run: run_start_step_);
+    // the joiner asks by its store's first step, in the run's count. The lead before the
+    // change tells (MembershipView::JoinTeller; the joiner takes it from that worker alone).
+    const bool tells = c.from_step + run_start_step_ == step_ &&
+                       MembershipView::JoinTeller(changes, c.epoch, kv_->num_workers()) == kv_->rank();
     for (int r : c.live) {
-      // c.from_step counts this run's steps, step_ the job's (a resumed run: run_start_step_);
-      // the joiner asks by its store's first step, in the run's count.
-      if (c.from_step + run_start_step_ != step_ || std::find(before.begin(), before.end(), r) != before.end()) continue;
+      if (!tells || std::find(before.begin(), before.end(), r) != before.end()) continue;
       TALLY_RETURN_IF_ERROR(hooks_->TellLossScale(r, c.from_step, state));
     }
     before = c.live;

@@ -174,8 +174,8 @@ class Trainer {
   // A worker that joined a running job: the weights Init pulled into values, its first step
   // and the others' loss scale there.
   Status TakeJoinedWeights(const std::vector<Tensor>& values);
-  // Worker 0, after settling a step: tells each worker that joins at the next one the loss
-  // scale to start with (TrainerHooks::TellLossScale).
+  // The lead before a join (MembershipView::JoinTeller), after settling a step: tells each
+  // worker that joins at the next one the loss scale to start with (TellLossScale).
   Status TellJoiners();
   Status KeepStepOnDevice();
   // Over the parameter server: a dist_* type and the job joined.

@@ -44,14 +44,13 @@ MODEL = ["--kv-store", "dist_sync", "--num-layers", "8", "--image-shape", "3,16,
          "--batch-size", "16", "--num-examples", "960", "--num-epochs", str(EPOCHS), "--disp-batches", "1",
          "--num-val-examples", "32", "--seed", "5", "--optimizer", "nag", "--lr-scheduler", "cosine"]
 FINAL = "-%04d" % EPOCHS
-BATCH_LINE = re.compile(r"^\[worker 0\] Epoch\[(\d+)\] Batch \[\d+-(\d+)\]", re.M)
 VICTIM = 2
 
 
-def worker0_step(text):
-    """Steps worker 0 has done: one Speedometer line a step (--disp-batches 1). Epochs re-cut
-    over the live workers after a change may hold more batches than the first's."""
-    return len(BATCH_LINE.findall(text))
+def worker0_step(text, rank=0):
+    """Steps worker 0 (or `rank`) has done: one Speedometer line a step (--disp-batches 1).
+    Epochs re-cut over the live workers after a change may hold more batches than the first's."""
+    return len(re.findall(r"^\[worker %d\] Epoch\[(\d+)\] Batch \[\d+-(\d+)\]" % rank, text, re.M))
 
 
 class ElasticTest(FaultCase):
@@ -68,10 +67,10 @@ class ElasticTest(FaultCase):
         self.addCleanup(self.stop_launcher, proc)
         return proc, path, prefix
 
-    def wait_step(self, proc, path, step, timeout=120):
+    def wait_step(self, proc, path, step, timeout=120, rank=0):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            done = worker0_step(read(path))
+            done = worker0_step(read(path), rank)
             if done >= step:
                 return done
             if proc.poll() is not None:
@@ -79,14 +78,14 @@ class ElasticTest(FaultCase):
             time.sleep(0.01)
         self.fail("no step %d within %d s:\n%s" % (step, timeout, read(path)[-4000:]))
 
-    def victim_pid(self):
+    def victim_pid(self, rank=VICTIM):
         deadline = time.time() + 30
         while time.time() < deadline:
-            pids = tagged_pids(self.tag, "worker", VICTIM)
+            pids = tagged_pids(self.tag, "worker", rank)
             if len(pids) == 1:
                 return pids[0]
             time.sleep(0.05)
-        self.fail("no single process for worker %d" % VICTIM)
+        self.fail("no single process for worker %d" % rank)
 
     def wait_blocked(self, pid, timeout=60):
         """Waits until process `pid` stops using CPU (its time unchanged over 0.3 s): a worker
@@ -127,15 +126,15 @@ class ElasticTest(FaultCase):
         self.assertEqual(code, 0, out[-6000:])
         return out
 
-    def assertFinished(self, out):
-        """Worker 0 trained every epoch to its end (their length in batches may change)."""
-        self.assertLogHas(out, r"\[worker 0\] Epoch\[%d\] Train-accuracy" % (EPOCHS - 1))
+    def assertFinished(self, out, rank=0):
+        """Worker 0 (or `rank`) trained every epoch to its end (their length in batches may change)."""
+        self.assertLogHas(out, r"\[worker %d\] Epoch\[%d\] Train-accuracy" % (rank, EPOCHS - 1))
 
     def changes(self, prefix):
         with open(os.path.join(os.path.dirname(prefix), "membership.jsonl")) as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def replay_matches(self, prefix, changes, launch_args=(), extra=()):
+    def replay_matches(self, prefix, changes, launch_args=(), extra=(), victim=VICTIM):
         """--membership-replay of the run's file: the same changes at the same steps, and the
         same final checkpoint bit for bit."""
         file = os.path.join(self.dir, "changes.jsonl")
@@ -143,12 +142,12 @@ class ElasticTest(FaultCase):
             f.writelines(json.dumps(c) + "\n" for c in changes)
         proc, path, replay = self.launch("replay", ["--membership-replay", file] + list(extra), launch_args=launch_args)
         out = self.finish(proc, path)
-        self.assertLogHas(out, r"worker %d left the job" % VICTIM)
+        self.assertLogHas(out, r"worker %d left the job" % victim)
         again = self.changes(replay)
         def key(c):
             return (c["from_step"], c.get("left"), c.get("joined"), c["live"])
         self.assertEqual([key(c) for c in again], [key(c) for c in changes], "\n".join(
-            l for l in out.splitlines() if "membership" in l or "worker 2" in l or "[worker 2]" in l)[-6000:])
+            l for l in out.splitlines() if "membership" in l or "worker %d" % victim in l)[-6000:])
         self.assertSameCheckpoint(prefix + FINAL, replay + FINAL)
         return out
 
@@ -306,6 +305,121 @@ class ElasticTest(FaultCase):
         self.assertLogHas(joined, r"Epoch\[%d\] Train-accuracy" % (EPOCHS - 1))
         again = self.replay_matches(prefix, changes, extra=extra)
         self.assertLogHas(again, r"\[worker %d\] tally train: worker %d joined the job at step %d" % (VICTIM, VICTIM, step))
+
+    def saved_by(self, text, prefix, epoch):
+        """The ranks whose output says they saved checkpoint `epoch` of prefix."""
+        line = r"\[worker (\d+)\] Saved checkpoint to \"%s\"" % re.escape(prefix + "-%04d.params" % epoch)
+        return sorted(int(r) for r in re.findall(line, text))
+
+    def test_killed_worker_0_leaves_and_the_lead_passes_to_worker_1(self):
+        """kill -9 of worker 0 near step 30: it leaves as any worker does; worker 1, the
+        lowest live rank, leads from the change's step: it writes the checkpoints; the job
+        finishes with 3 workers and exits 0, and the replay (worker 0 leaving before the
+        recorded step) ends with the same weights, bit for bit."""
+        proc, path, prefix = self.launch("run")
+        pid = self.victim_pid(0)
+        at = self.wait_step(proc, path, 30, rank=1)
+        os.kill(pid, signal.SIGKILL)
+        print("kill -9 worker 0 at worker 1's step %d" % at)
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"worker 0 on \S+ was killed by signal 9 \(SIGKILL\); it leaves the job")
+        self.assertLogHas(out, r"membership 1: worker 0 stopped answering")
+        changes = self.changes(prefix)
+        self.assertEqual([(c["left"], c["live"]) for c in changes], [([0], [1, 2, 3])], changes)
+        self.assertGreaterEqual(changes[0]["from_step"], at - 2)
+        self.assertFinished(out, rank=1)
+        for epoch in range(1, EPOCHS + 1):
+            self.assertEqual(self.saved_by(out, prefix, epoch), [1], "checkpoint %d" % epoch)
+        self.assertLatestLoads(prefix)
+        # The cosine schedule's rate changes every step: after worker 0, the others' SET_LR.
+        self.assertNotRegex(out, r"\[server \d\] .*refused")
+        again = self.replay_matches(prefix, changes, victim=0)
+        self.assertEqual(self.saved_by(again, os.path.join(self.dir, "replay", "m"), EPOCHS), [1])
+
+    def test_worker_0_killed_then_a_new_worker_0_joins_and_leads_again(self):
+        """kill -9 of worker 0 at step 30; a new worker 0 process (the killed one's command
+        line and environment plus TALLY_JOIN=1) joins once worker 1 is at step 50, gets the
+        loss scale from worker 1, the lead before its join (LOSS_SCALE goes to every joiner
+        under dist_sync: on these CPU workers the scale is 1, fp16 needs GPUs), and leads from
+        its join's step: the final checkpoint is its own. The job ends with 4 workers, and the
+        replay ends with the same weights."""
+        proc, path, prefix = self.launch("run")
+        pid = self.victim_pid(0)
+        argv, env = self.process_of(pid)
+        at = self.wait_step(proc, path, 30, rank=1)
+        os.kill(pid, signal.SIGKILL)
+        self.wait_step(proc, path, 50, timeout=240, rank=1)
+        self.assertLogHas(read(path), r"membership 1: worker 0 stopped answering")
+        join_path = os.path.join(self.dir, "joiner.log")
+        joiner = self.start_joiner(argv, env, join_path)
+        out = self.finish(proc, path)
+        try:
+            code = joiner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.fail("the joiner still runs after the job's end:\n" + read(join_path)[-4000:])
+        joined = read(join_path)
+        self.assertEqual(code, 0, joined[-6000:])
+        step = int(re.search(r"tally train: worker 0 joined the job at step (\d+) \(--elastic\)", joined).group(1))
+        self.assertLogHas(joined, r"worker 1's loss scale for step %d" % step)
+        self.assertNotIn("refused", joined)
+        changes = self.changes(prefix)
+        self.assertEqual([(c.get("left"), c.get("joined"), c["live"]) for c in changes],
+                         [([0], None, [1, 2, 3]), (None, [0], [0, 1, 2, 3])], changes)
+        self.assertEqual(step, changes[1]["from_step"])
+        self.assertFinished(out, rank=1)
+        self.assertLogHas(joined, r"Epoch\[%d\] Train-accuracy" % (EPOCHS - 1))
+        self.assertRegex(joined, r"Saved checkpoint to \"%s\"" % re.escape(prefix + FINAL + ".params"))
+        self.assertEqual(self.saved_by(out, prefix, EPOCHS), [], "the final checkpoint is the new worker 0's")
+        again = self.replay_matches(prefix, changes, victim=0)
+        self.assertLogHas(again, r"\[worker 0\] tally train: worker 0 joined the job at step %d" % step)
+
+    def test_a_join_decided_after_the_jobs_last_step_ends_at_once(self):
+        """The late-join race, held open: the live workers wait between their last step and
+        telling the scheduler they are done (TALLY_TEST_DONE_GATE); a new worker 2 (the first
+        killed at step 30) joins there, its first step after the job's last. Once the gate
+        opens, the workers' WORKER_DONE says the run's step count, the scheduler tells the
+        joiner the job ended before its first step: it exits 0 saying so, and the job ends at
+        once instead of waiting for the joiner's timeout (10 minutes)."""
+        gate = os.path.join(self.dir, "done-gate")
+        proc, path, prefix = self.launch("run", env={"TALLY_TEST_DONE_GATE": gate})
+        pid = self.victim_pid()
+        argv, env = self.process_of(pid)
+        self.wait_step(proc, path, 30)
+        os.kill(pid, signal.SIGKILL)
+        waiting = re.compile(r"^\[worker \d\] tally train: TALLY_TEST_DONE_GATE: waiting", re.M)
+        deadline = time.time() + 240
+        while len(waiting.findall(read(path))) < WORKERS - 1:
+            if time.time() > deadline or proc.poll() is not None:
+                self.fail("the live workers never reached the gate:\n" + read(path)[-4000:])
+            time.sleep(0.05)
+        join_path = os.path.join(self.dir, "joiner.log")
+        joiner = self.start_joiner(argv, env, join_path)
+        deadline = time.time() + 120
+        while not re.search(r"membership 2: worker %d joined" % VICTIM, read(path)):
+            if time.time() > deadline or joiner.poll() is not None:
+                self.fail("the join was not decided:\n" + read(path)[-3000:] + read(join_path)[-3000:])
+            time.sleep(0.05)
+        with open(gate, "w"):
+            pass
+        opened = time.time()
+        out = self.finish(proc, path, timeout=120)
+        try:
+            code = joiner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.fail("the joiner still runs after the job's end:\n" + read(join_path)[-4000:])
+        ended = time.time() - opened
+        joined = read(join_path)
+        self.assertEqual(code, 0, joined[-6000:])
+        said = re.search(r"tally train: worker %d joined the running job, but .*the job's last step was (\d+), before "
+                         r"worker %d's first, step (\d+).*: nothing to train" % (VICTIM, VICTIM), joined)
+        self.assertIsNotNone(said, joined[-4000:])
+        last, first = int(said.group(1)), int(said.group(2))
+        self.assertGreater(first, last)
+        self.assertEqual(self.changes(prefix)[-1]["from_step"], first)
+        self.assertFinished(out)
+        print("a join decided after the last step (%d), from step %d: the job ended %.2f s after the gate opened" % (
+            last, first, ended))
+        self.assertLess(ended, 60)
 
     def test_sigterm_to_the_whole_job_still_stops_it_with_a_checkpoint(self):
         """--elastic changes nothing for a SIGTERM to the launcher: worker 0 stops the job at

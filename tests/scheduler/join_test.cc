@@ -5,6 +5,7 @@
 // when worker 0 and the joiner are done.
 #include "scheduler/join.h"
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -53,7 +54,7 @@ TEST(JoinRank, OnlyAWorkerAtARankNotLiveAndNotLeavingJoins) {
   ElasticMembership m(4, "");
   int rank = -1;
   EXPECT_NE(JoinRank(cfg, m, Register(wire::SERVER, 1), &rank).message().find("only workers join"), std::string::npos);
-  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 0), &rank).message().find("leads the job"), std::string::npos);
+  EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 0), &rank).message().find("worker 0 is live"), std::string::npos);
   EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 4), &rank).message().find("out of range"), std::string::npos);
   EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, 2), &rank).message().find("worker 2 is live"), std::string::npos);
   EXPECT_NE(JoinRank(cfg, m, Register(wire::WORKER, -1), &rank).message().find("every worker rank is live"),
@@ -71,6 +72,11 @@ TEST(JoinRank, OnlyAWorkerAtARankNotLiveAndNotLeavingJoins) {
   EXPECT_EQ(rank, 2);
   ASSERT_TRUE(JoinRank(cfg, m, Register(wire::WORKER, -1), &rank).ok());
   EXPECT_EQ(rank, 1) << "the lowest rank not live";
+  Leave(&m, 0);  // worker 0 may leave (the lead passes on) and join again
+  ASSERT_TRUE(JoinRank(cfg, m, Register(wire::WORKER, -1), &rank).ok());
+  EXPECT_EQ(rank, 0) << "the lowest rank not live";
+  ASSERT_TRUE(JoinRank(cfg, m, Register(wire::WORKER, 0), &rank).ok());
+  EXPECT_EQ(rank, 0);
   Message two = Register(wire::WORKER, 2);
   two.meta.add_nodes()->set_role(wire::WORKER);
   EXPECT_NE(JoinRank(cfg, m, two, &rank).message().find("naming 2 nodes"), std::string::npos);
@@ -330,6 +336,81 @@ TEST(JoinJob, AJoinerThatLeavesWhileItsJoinIsDecidedLeavesNext) {
   const std::string log = ReadFile(dir.Path("membership.jsonl"));
   EXPECT_NE(log.find("\"epoch\": 2, \"from_step\": 11, \"joined\": [1]"), std::string::npos) << log;
   EXPECT_NE(log.find("\"epoch\": 3, \"from_step\": 10, \"left\": [1], \"live\": [0]"), std::string::npos) << log;
+}
+
+// A join decided between the job's last step and its end (the late-join race): the bare
+// server reports step 9 applied, so worker 1, joining after its leave, starts at step 11;
+// worker 0 then finishes after 11 steps of the run (its last, step 10). The joiner's first
+// step never comes: the scheduler tells it so (a SHUTDOWN naming it) and counts it done, and
+// the job ends at once.
+TEST(JoinJob, AJoinerWhoseFirstStepIsPastTheJobsLastIsToldTheJobEndedAndTheJobEnds) {
+  ScopedTempDir dir("join_test");
+  const int port = TestPort(false);
+  SchedulerOptions options;
+  options.elastic = true;
+  options.membership_log = dir.Path("membership.jsonl");
+  Status scheduler;
+  std::thread s([&] {
+    scheduler = RunScheduler(TestClusterConfig(wire::SCHEDULER, port, 2, 1), NewInProcTransport(), nullptr, nullptr,
+                             options);
+  });
+  std::unique_ptr<Cluster> server, workers[2];
+  std::atomic<int64_t> prepared{0};  // the epoch of the last MEMBERSHIP_PREPARE taken in
+  auto join = [&](wire::Role role, int r, std::unique_ptr<Cluster>* out) {
+    ClusterConfig c = TestClusterConfig(role, port, 2, 1);
+    c.rank = r;
+    c.can_join = true;
+    Status st = Cluster::Join(c, NewInProcTransport(), out);
+    EXPECT_TRUE(st.ok()) << st;
+  };
+  std::thread j0([&] { join(wire::SERVER, 0, &server); });
+  std::thread j1([&] { join(wire::WORKER, 0, &workers[0]); });
+  join(wire::WORKER, 1, &workers[1]);
+  j0.join();
+  j1.join();
+  ASSERT_TRUE(server && workers[0] && workers[1]);
+  server->SetDataHandler([&](Message&& m) {
+    if (m.meta.command() == wire::MEMBERSHIP_PREPARE) prepared = m.meta.membership_epoch();
+  });
+  auto report = [&](int64_t epoch) {  // step 9 applied, worker 1's pushes counted through it
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (prepared < epoch && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    Message r;
+    r.meta.set_command(wire::MEMBERSHIP_REPORT);
+    r.meta.set_membership_epoch(epoch);
+    r.meta.set_step(9);
+    r.meta.set_applied_max(9);
+    ASSERT_TRUE(server->Send(kSchedulerId, std::move(r)).ok());
+  };
+  Message leave;
+  leave.meta.set_command(wire::LEAVE);
+  leave.meta.set_step(10);
+  ASSERT_TRUE(workers[1]->Send(kSchedulerId, leave).ok());
+  report(1);
+  EXPECT_TRUE(workers[1]->Finish(60000).ok());
+  workers[1].reset();
+  join(wire::WORKER, 1, &workers[1]);
+  ASSERT_TRUE(workers[1]);
+  report(2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (ReadFile(dir.Path("membership.jsonl")).find("joined") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_NE(ReadFile(dir.Path("membership.jsonl")).find("\"epoch\": 2, \"from_step\": 11, \"joined\": [1]"),
+            std::string::npos);
+  EXPECT_TRUE(workers[0]->Finish(60000, /*steps=*/11).ok());  // the job's SHUTDOWN: nobody left to wait for
+  Status told = workers[1]->Finish(60000);
+  EXPECT_FALSE(told.ok());
+  EXPECT_NE(told.message().find("the job's last step was 10, before worker 1's first, step 11: " +
+                                std::string(kEndedBeforeItsFirstStep)),
+            std::string::npos)
+      << told;
+  EXPECT_TRUE(server->WaitForShutdown().ok());
+  s.join();
+  EXPECT_TRUE(scheduler.ok()) << scheduler;
 }
 
 }  // namespace

@@ -84,9 +84,9 @@ TEST_F(LeaveTest, OutsideElasticALeaveIsRefusedAndEndsNothing) {
   End();
 }
 
-TEST_F(LeaveTest, UnderElasticWorkerOneLeavesAndWorkerZeroMayNot) {
+TEST_F(LeaveTest, UnderElasticWorkerOneLeavesAndANegativeStepIsRefused) {
   Start(/*elastic=*/true);
-  Leave(0, 5);
+  Leave(0, -1);
   WaitRefused(1);
   Leave(1, 0);
   Status left = workers_[1]->Finish(60000);  // its SHUTDOWN comes once the change is decided
@@ -97,6 +97,23 @@ TEST_F(LeaveTest, UnderElasticWorkerOneLeavesAndWorkerZeroMayNot) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_NE(text.str().find("\"from_step\": 0, \"left\": [1], \"live\": [0], \"why\": \"worker 1 left before step 0"),
+            std::string::npos)
+      << text.str();
+}
+
+// Worker 0 leaves like any worker (the lead passes to worker 1); the job ends with worker 1.
+TEST_F(LeaveTest, UnderElasticWorkerZeroLeavesTooAndTheJobEndsWithWorkerOne) {
+  Start(/*elastic=*/true);
+  Leave(0, 0);
+  Status left = workers_[0]->Finish(60000);
+  EXPECT_TRUE(left.ok()) << left;
+  EXPECT_TRUE(workers_[1]->Finish(60000).ok());
+  End();
+  EXPECT_EQ(refused_, 0);
+  std::ifstream in(dir_.Path("membership.jsonl"));
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"from_step\": 0, \"left\": [0], \"live\": [1], \"why\": \"worker 0 left before step 0"),
             std::string::npos)
       << text.str();
 }
