@@ -8,6 +8,8 @@
 
 #include <glog/logging.h>
 
+#include "net/command_rules.h"
+
 namespace tally {
 
 namespace {
@@ -98,15 +100,14 @@ void DistChannel::OnMessage(Message&& m) {
     membership_cv_.notify_all();
     return;
   }
-  if (meta.command() == wire::LOSS_SCALE) {  // worker 0's, to this worker joining (Cluster checked the sender)
+  if (meta.command() == wire::LOSS_SCALE) {  // a worker's (Cluster checked), to this one joining: LossScaleFor
     TrainerHooks::LossScaleState state;
     state.scale = meta.grad_scale();
     state.clean = meta.scale_clean_steps();
     state.overflows = meta.scale_overflows();
-    LOG(INFO) << "kvstore: worker 0's loss scale for step " << meta.step() << ": " << state.scale;
     {
       std::lock_guard<std::mutex> l(membership_mu_);
-      scales_[meta.step()] = state;
+      scales_[meta.sender_id()] = {meta.step(), state};
     }
     membership_cv_.notify_all();
     return;
@@ -215,16 +216,24 @@ Status DistChannel::TellLossScale(int rank, int64_t step, const TrainerHooks::Lo
   return cluster_->Send(cluster_->WorkerId(rank), std::move(m));
 }
 
-Status DistChannel::LossScaleFor(int64_t step, int timeout_ms, TrainerHooks::LossScaleState* out) {
+Status DistChannel::LossScaleFor(int64_t step, int teller, int timeout_ms, TrainerHooks::LossScaleState* out) {
+  const int from = teller >= 0 ? cluster_->WorkerId(teller) : -1;
   std::unique_lock<std::mutex> l(membership_mu_);
-  const bool told = membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms),
-                                            [&] { return !failure_.ok() || scales_.count(step) > 0; });
+  const bool told = membership_cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] {
+    return !failure_.ok() || (scales_.count(from) > 0 && scales_.at(from).first == step);
+  });
+  for (const auto& [sender, told_scale] : scales_) {  // nobody else may say it
+    const Status why = CheckLossScaleTeller(cluster_->ids(), sender, teller, told_scale.first);
+    if (!why.ok()) LOG(WARNING) << "kvstore: refused " << why.message();
+  }
   if (!failure_.ok()) return failure_;
   if (!told) {
-    return Status::Unavailable("kvstore: no LOSS_SCALE for step " + std::to_string(step) + " from worker 0 within " +
+    return Status::Unavailable("kvstore: no LOSS_SCALE for step " + std::to_string(step) + " from worker " +
+                               std::to_string(teller) + ", the lead before this join, within " +
                                std::to_string(timeout_ms) + " ms");
   }
-  *out = scales_.at(step);
+  *out = scales_.at(from).second;
+  LOG(INFO) << "kvstore: worker " << teller << "'s loss scale for step " << step << ": " << out->scale;
   return Status::Ok();
 }
 

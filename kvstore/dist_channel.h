@@ -129,11 +129,12 @@ class DistChannel {
   // once its step is applied, move that reach on by 3 until `step` is within it.
   Status ReachStep(int key, const std::vector<Placement::Slice>& slices, int64_t applied, int64_t step,
                    int timeout_ms);
-  // Worker 0 tells worker `rank`, which joins at step `step`, the loss scale (LOSS_SCALE).
+  // The lead tells worker `rank`, which joins at step `step`, the loss scale (LOSS_SCALE).
   Status TellLossScale(int rank, int64_t step, const TrainerHooks::LossScaleState& state);
-  // LOSS_SCALE from worker 0 for step `step`: waits for it (a joiner's first step).
+  // LOSS_SCALE from worker `teller` for step `step`: waits for it (a joiner's first step);
+  // one from another worker is refused (net/command_rules.h, CheckLossScaleTeller).
   // Returns the cluster's failure, or Unavailable after timeout_ms.
-  Status LossScaleFor(int64_t step, int timeout_ms, TrainerHooks::LossScaleState* out);
+  Status LossScaleFor(int64_t step, int teller, int timeout_ms, TrainerHooks::LossScaleState* out);
   // *applied: the change's applied_max, the newest step a slice had applied when it was
   // decided (-1: none said).
   Status JoinedFrom(int rank, int64_t after, int timeout_ms, int64_t* from_step, int64_t* applied);
@@ -153,7 +154,8 @@ class DistChannel {
   MembershipView::Membership membership_;  // GUARDED_BY(membership_mu_); epoch 0: none heard of
   std::vector<MembershipView::Membership> changes_;  // GUARDED_BY(membership_mu_); by epoch
   std::map<int64_t, int64_t> applied_;        // GUARDED_BY(membership_mu_); a join's applied_max, by epoch
-  std::map<int64_t, TrainerHooks::LossScaleState> scales_;  // GUARDED_BY(membership_mu_); LOSS_SCALE by step
+  // GUARDED_BY(membership_mu_); the last LOSS_SCALE of each sender (node id): (step, state)
+  std::map<int, std::pair<int64_t, TrainerHooks::LossScaleState>> scales_;
   int64_t answered_epoch_ = 0;                // GUARDED_BY(membership_mu_); the highest named
   Status failure_;                            // GUARDED_BY(membership_mu_)
   std::atomic<int> summed_workers_{0};
