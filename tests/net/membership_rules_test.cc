@@ -45,14 +45,25 @@ TEST(MembershipRules, EachCommandHasItsOneKindOfSender) {
   }
 }
 
-// A joiner's loss scale comes from worker 0, which leads the job, and from nobody else.
-TEST(MembershipRules, OnlyWorkerZeroTellsAJoinerItsLossScale) {
+// A joiner's loss scale comes from a worker, and of the workers only from the lead before the
+// join (the teller, MembershipView::JoinTeller), which the joiner checks against its view:
+// worker 1 once worker 0 left, worker 0 while it is live; nobody when there is no teller.
+TEST(MembershipRules, OnlyTheLeadBeforeAJoinTellsTheJoinerItsLossScale) {
   EXPECT_TRUE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Worker(0)));
-  EXPECT_FALSE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Worker(1)));
+  EXPECT_TRUE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Worker(1)));
   EXPECT_FALSE(Allowed(wire::WORKER, wire::LOSS_SCALE, kIds.Server(0)));
   EXPECT_FALSE(Allowed(wire::WORKER, wire::LOSS_SCALE, kSchedulerId));
   EXPECT_FALSE(Allowed(wire::SERVER, wire::LOSS_SCALE, kIds.Worker(0)));
   EXPECT_FALSE(Allowed(wire::SCHEDULER, wire::LOSS_SCALE, kIds.Worker(0)));
+  EXPECT_TRUE(CheckLossScaleTeller(kIds, kIds.Worker(0), /*teller=*/0, 30).ok());
+  EXPECT_FALSE(CheckLossScaleTeller(kIds, kIds.Worker(1), /*teller=*/0, 30).ok());
+  EXPECT_TRUE(CheckLossScaleTeller(kIds, kIds.Worker(1), /*teller=*/1, 30).ok());
+  const Status zero = CheckLossScaleTeller(kIds, kIds.Worker(0), /*teller=*/1, 30);
+  EXPECT_FALSE(zero.ok());
+  EXPECT_NE(zero.message().find("only the lead before that join, worker 1"), std::string::npos) << zero.message();
+  EXPECT_FALSE(CheckLossScaleTeller(kIds, kIds.Server(0), /*teller=*/1, 30).ok());
+  EXPECT_FALSE(CheckLossScaleTeller(kIds, kIds.Worker(0), /*teller=*/-1, 30).ok());
+  EXPECT_FALSE(CheckLossScaleTeller(kIds, -1, /*teller=*/1, 30).ok());
 }
 
 TEST(MembershipRules, AMembershipNamesDistinctWorkersOfTheJob) {
