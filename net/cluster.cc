@@ -156,9 +156,10 @@ class Cluster::Impl {
     return Status::Ok();
   }
 
-  Status Finish(int timeout_ms) {
+  Status Finish(int timeout_ms, int64_t steps) {
     Message m;
     m.meta.set_command(wire::WORKER_DONE);
+    m.meta.set_step(steps);
     TALLY_RETURN_IF_ERROR(Send(0, std::move(m)));
     std::unique_lock<std::mutex> lock(mu_);
     bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return shutdown_ || !failure_.ok(); });
@@ -545,7 +546,7 @@ wire::Node Cluster::node(int id) const { return impl_->node(id); }
 void Cluster::SetDataHandler(std::function<void(Message&&)> h) { impl_->SetDataHandler(std::move(h)); }
 Status Cluster::Send(int id, Message msg) { return impl_->Send(id, std::move(msg)); }
 Status Cluster::Barrier(uint32_t group, int timeout_ms) { return impl_->Barrier(group, timeout_ms); }
-Status Cluster::Finish(int timeout_ms) { return impl_->Finish(timeout_ms); }
+Status Cluster::Finish(int timeout_ms, int64_t steps) { return impl_->Finish(timeout_ms, steps); }
 Status Cluster::WaitForShutdown() { return impl_->WaitForShutdown(); }
 Status Cluster::failure() const { return impl_->failure(); }
 int64_t Cluster::UnacknowledgedBytes(int id) const { return impl_->UnacknowledgedBytes(id); }

@@ -129,8 +129,9 @@ class Cluster {
 
   // Waits until every node of `group` has called Barrier with the same group.
   Status Barrier(uint32_t group, int timeout_ms);
-  // A worker's end: tells the scheduler and waits for the job's SHUTDOWN.
-  Status Finish(int timeout_ms);
+  // A worker's end: tells the scheduler (WORKER_DONE, with `steps`: the steps its run did,
+  // its last step + 1 in the run's count; 0: not said) and waits for the job's SHUTDOWN.
+  Status Finish(int timeout_ms, int64_t steps = 0);
   // A server's life: returns when the scheduler ends the job (Ok) or a node died.
   Status WaitForShutdown();
 
