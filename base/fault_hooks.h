@@ -46,6 +46,10 @@ struct FaultHooks {
   // a line per step to <directory>/reads-<rank>.txt: the step, epoch, batch of the epoch, the
   // pads and the positions it read (tools/train_data.h). Empty: off.
   std::string read_log;
+  // TALLY_TEST_DONE_GATE=<path>: each worker of `tally train` that trained to the end waits
+  // until <path> exists before it tells the scheduler it is done (WORKER_DONE), which holds
+  // the job between its last step and its end (a join decided there: docs/faults.md). Empty: off.
+  std::string done_gate;
 };
 
 // The hooks in effect (all off unless SetFaultHooks was called).

@@ -59,6 +59,7 @@ Status FaultHooksFromEnv(FaultHooks* hooks) {
   if (const char* v = std::getenv("TALLY_TEST_CHECKPOINT_KILL_AT")) hooks->checkpoint_kill_at = std::atoi(v);
   if (const char* v = std::getenv("TALLY_TEST_CLOCK_SKEW_US")) hooks->clock_skew_us = std::strtoll(v, nullptr, 10);
   if (const char* v = std::getenv("TALLY_TEST_READ_LOG")) hooks->read_log = v;
+  if (const char* v = std::getenv("TALLY_TEST_DONE_GATE")) hooks->done_gate = v;
   TALLY_RETURN_IF_ERROR(ParseTestDropPush(hooks));
   return ParseTestNan(hooks);
 }
