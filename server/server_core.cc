@@ -128,23 +128,34 @@ void ServerCore::Refuse(const wire::Meta& m, const Status& why) {
   Respond(m, "server " + std::to_string(ids_.ServerRank(m.receiver_id())) + ": " + what + ": " + why.message());
 }
 
+// INIT, SET_OPTIMIZER and SET_LR are worker 0's. Under --elastic worker 0 may leave, so every
+// live worker sends SET_LR (the same rate), taken from a worker live at its step (docs/wire.md).
+Status ServerCore::CheckLeadCommand(const wire::Meta& m) const {
+  const WorkerMembership* members = hooks_->Members();
+  if (m.command() == wire::SET_LR && members != nullptr) {
+    const int id = m.sender_id();
+    if (ids_.IsWorker(id) && members->Live(ids_.WorkerRank(id), std::max<int64_t>(m.step(), 0))) return Status::Ok();
+    return Status::InvalidArgument("only a worker live at its step sends SET_LR (--elastic)");
+  }
+  if (m.sender_id() == ids_.Worker(0)) return Status::Ok();
+  return Status::InvalidArgument("only worker 0 sends " + wire::Command_Name(m.command()));
+}
+
 void ServerCore::Handle(Message&& msg) {
   const wire::Meta& m = msg.meta;
   const bool of_step = m.command() == wire::PUSH || m.command() == wire::PULL || m.command() == wire::PUSHPULL;
   Status s = AdmitRequest(msg, of_step ? kStepWindow : 0);
-  const bool from_worker0 = m.sender_id() == ids_.Worker(0);
   if (s.ok()) {
     switch (m.command()) {
       case wire::SET_OPTIMIZER:
       case wire::INIT:
       case wire::SET_LR:
-        if (!from_worker0) {
-          s = Status::InvalidArgument("only worker 0 sends " + wire::Command_Name(m.command()));
-        } else if (m.command() == wire::SET_OPTIMIZER) {
+        s = CheckLeadCommand(m);
+        if (s.ok() && m.command() == wire::SET_OPTIMIZER) {
           s = HandleSetOptimizer(msg);
-        } else if (m.command() == wire::INIT) {
+        } else if (s.ok() && m.command() == wire::INIT) {
           s = HandleInit(msg);
-        } else {
+        } else if (s.ok()) {
           s = HandleSetLr(msg);
         }
         if (s.ok()) Respond(m, "");

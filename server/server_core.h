@@ -171,6 +171,7 @@ class ServerCore {
   // INIT with optimizer_state: restores the momentum of known slices (checkpoint resume).
   Status HandleInitState(const Message& msg);
   Status HandleSetLr(const Message& msg);
+  Status CheckLeadCommand(const wire::Meta& m) const;  // INIT, SET_OPTIMIZER, SET_LR: who sends
   Status AdmitStep(const Message& msg, int64_t window);
   // What HandlePush tells the pull of a PUSHPULL.
   struct PushOutcome {

@@ -212,6 +212,29 @@ TEST_F(KVServerElasticTest, MembershipNoticesOfAnotherKindOfJobOrAnOldEpochAreRe
   EXPECT_EQ(server_->NumRefused(), 2);
 }
 
+// --elastic: worker 0 may leave, so every live worker sends SET_LR (the same rate), and the
+// server takes it from a worker live at its step: worker 1's after worker 0 left, not worker
+// 0's any more, nor a server's.
+TEST_F(KVServerElasticTest, ASetLrIsTakenFromAWorkerLiveAtItsStepOnly) {
+  MakeElastic(/*keep_lr=*/false);
+  for (int r = 0; r < 3; ++r) Push(r, 0, 0, One(1));  // step 0 at lr 1
+  EXPECT_EQ(Pulled(0, 0), -3.f);
+  Notice(wire::MEMBERSHIP_PREPARE, 1, 0, {0});
+  Notice(wire::MEMBERSHIP, 1, /*from_step=*/1, {1, 2});
+  auto set_lr = [&](int sender, float lr) {
+    Message m = Request(wire::SET_LR, sender, /*step=*/1);
+    m.meta.set_lr(lr);
+    return m;
+  };
+  Ok(set_lr(Worker(1), 0.5f));
+  Ok(set_lr(Worker(2), 0.5f));
+  Refused(set_lr(Worker(0), 9.f), "only a worker live at its step sends SET_LR");
+  Refused(set_lr(kServerId, 9.f), "SET_LR");
+  Push(1, 0, 1, One(1));
+  Push(2, 0, 1, One(1));
+  EXPECT_EQ(Pulled(0, 1), -3.f - 0.5f * 2.f);  // --elastic-lr linear: the two pushes at 0.5
+}
+
 }  // namespace
 }  // namespace kv_server_test
 }  // namespace tally
