@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/parallel.h"
+#include "ops/sgd_rule.h"
 #include "optim/rules.h"
 
 namespace tally {
@@ -145,6 +146,45 @@ void Updater::SaveState(int key, const Tensor& weight) {
   CopyInto(s.master, &s.saved_master);
   s.saved_scalars = s.scalars;
   s.saved = true;
+}
+
+void Updater::UpdateKeepingUndo(int key, const Tensor& grad, const Tensor& before, Tensor* weight) {
+  CHECK(before.numel() == weight->numel() && before.dtype() == weight->dtype() && before.device() == weight->device())
+      << "update of key " << key << " from " << before.ToString() << " into " << weight->ToString();
+  const Rule rule = RuleOf(config_.type);
+  const bool swap = (rule == Rule::kSgd || rule == Rule::kNag) && weight->dtype() == DType::kF32 &&
+                    weight->device().is_cpu() && grad.dtype() == DType::kF32 && grad.numel() == weight->numel();
+  if (!swap) {
+    if (before.raw_data() != weight->raw_data()) ParallelCopy(weight->raw_data(), before.raw_data(), weight->nbytes());
+    SaveState(key, *weight);
+    Update(key, grad, weight);
+    return;
+  }
+  KeyState& s = StateFor(key, *weight);
+  const int64_t n = weight->numel();
+  std::swap(s.arrays, s.saved_arrays);  // the state as it is becomes the undo copy
+  s.arrays.resize(s.saved_arrays.size());
+  for (size_t i = 0; i < s.arrays.size(); ++i) {
+    if (!s.arrays[i].defined() || s.arrays[i].numel() != n) s.arrays[i] = Tensor::Empty({n}, DType::kF32);
+  }
+  s.saved_master = Tensor();  // fp32 weights have no master
+  s.saved_scalars = s.scalars;
+  s.saved = true;
+  const SgdParams p = ToSgdParams(config_, gradient_scale_);
+  const float* g = grad.data<float>();
+  const float* w_in = before.data<float>();
+  float* w_out = weight->data<float>();
+  const float* m_in = s.arrays.empty() ? nullptr : s.saved_arrays[0].data<float>();
+  float* m_out = s.arrays.empty() ? nullptr : s.arrays[0].data<float>();
+  // The in-place op's arithmetic (SgdUpdateOne), reading one buffer and writing the other.
+  ForPieces(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float w = w_in[i], m = m_in != nullptr ? m_in[i] : 0.0f;
+      SgdUpdateOne(p, g[i], &w, m_out != nullptr ? &m : nullptr);
+      w_out[i] = w;
+      if (m_out != nullptr) m_out[i] = m;
+    }
+  });
 }
 
 bool Updater::RestoreState(int key) {

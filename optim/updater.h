@@ -77,6 +77,14 @@ class Updater {
   // copy of the state and no allocation.
   void SaveState(int key, const Tensor& weight);
   bool RestoreState(int key);
+  // SaveState and Update in one pass, for a caller that keeps its own undo copy of the
+  // weights: the weights before the update are read from `before` (which the caller keeps)
+  // and the updated ones written into *weight, another buffer of the same size. For sgd
+  // and nag on fp32 weights nothing is copied: the state's buffers swap with the saved
+  // ones and the update reads one and writes the other, as it reads `before` and writes
+  // *weight. Other rules copy, then update in place. Bit for bit what SaveState and Update
+  // give.
+  void UpdateKeepingUndo(int key, const Tensor& grad, const Tensor& before, Tensor* weight);
   // A copy of slot `slot` of the state SaveState kept, while RestoreState has not put it
   // back; undefined otherwise (a spare server receives it with the rest, kv_server_spare.cc).
   Tensor SavedStateSlot(int key, int slot) const;

@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "base/parallel.h"
 #include "server/server.h"
 
 namespace tally {
@@ -16,19 +15,17 @@ bool KVServer::SkipWhenReady(ServerSlice* s, int64_t step) {
   return Of(*s).skip_when_ready.erase(step) > 0;  // rolled back before it could be applied
 }
 
-void KVServer::BeforeUpdate(ServerSlice* s, int64_t step) {
+Tensor KVServer::BeforeUpdate(ServerSlice* s, int64_t step) {
   Recovery& r = Of(*s);
-  if (s->value.storage().use_count() > 1) {
-    // A pull answered in fp32 may still be sending these values: they become the undo
-    // copy as they are, and the update writes into a fresh copy.
-    r.undo = s->value;
-    s->value = s->value.Clone();
-  } else {
-    if (!r.undo.defined() || r.undo.storage().use_count() > 1) r.undo = Tensor::Empty({s->length}, DType::kF32);
-    ParallelCopy(r.undo.raw_data(), s->value.raw_data(), s->value.nbytes());  // both fp32, on the host
-  }
-  core_.updater()->SaveState(s->id, s->value);
+  // The values become the undo copy as they are, and the update writes into the buffer the
+  // last undo copy held (a fresh one while something still sends it): no copy each step.
+  // A pull answered in fp32 may still be sending the values: they are only read from now.
+  Tensor before = std::move(s->value);
+  const bool reusable = r.undo.defined() && r.undo.storage().use_count() == 1 && r.undo.numel() == s->length;
+  s->value = reusable ? std::move(r.undo) : Tensor::Empty({s->length}, DType::kF32);
+  r.undo = before;
   r.undo_step = step;
+  return before;  // the optimizer's state: Updater::UpdateKeepingUndo keeps its own undo copy
 }
 
 void KVServer::ValuesReplaced(ServerSlice* s, int64_t step, Tensor* old_values) {

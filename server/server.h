@@ -174,7 +174,7 @@ class KVServer : private CoreHooks {
   bool AnswerPushOnceVisible() const override { return replicas_ > 0; }
   float GradientScale(int64_t step, float scale) const override;     // kv_server_elastic.cc
   bool SkipWhenReady(ServerSlice* s, int64_t step) override;         // kv_server_rollback.cc
-  void BeforeUpdate(ServerSlice* s, int64_t step) override;          // kv_server_rollback.cc
+  Tensor BeforeUpdate(ServerSlice* s, int64_t step) override;        // kv_server_rollback.cc
   void ValuesReplaced(ServerSlice* s, int64_t step, Tensor* old_values) override;
   void StepDone(ServerSlice* s, int64_t step, const Tensor& sum, float scale) override;  // replica
   void Annotate(int64_t step, wire::Meta* answer) const override;    // kv_server_elastic.cc

@@ -62,9 +62,12 @@ class CoreHooks {
   virtual float GradientScale(int64_t /*step*/, float scale) const { return scale; }
   // Sync: whether `step`, its pushes all in, is skipped instead of applied.
   virtual bool SkipWhenReady(ServerSlice* /*s*/, int64_t /*step*/) { return false; }
-  // Sync, before an update writes s->value (it may replace s->value by a copy), and, without
-  // an optimizer, once the sum has replaced the values (*old_values: those it replaced).
-  virtual void BeforeUpdate(ServerSlice* /*s*/, int64_t /*step*/) {}
+  // Sync, before an update writes s->value, and, without an optimizer, once the sum has
+  // replaced the values (*old_values: those it replaced). BeforeUpdate may move the values
+  // away to keep them (an undo copy) and put another buffer of the slice's size in
+  // s->value: it returns them, and the update reads them there and writes s->value
+  // (Updater::UpdateKeepingUndo). Undefined: the update is in place.
+  virtual Tensor BeforeUpdate(ServerSlice* /*s*/, int64_t /*step*/) { return Tensor(); }
   virtual void ValuesReplaced(ServerSlice* /*s*/, int64_t /*step*/, Tensor* /*old_values*/) {}
   // Sync: `step` of s is applied or skipped (sum undefined when skipped).
   virtual void StepDone(ServerSlice* /*s*/, int64_t /*step*/, const Tensor& /*sum*/, float /*scale*/) {}

@@ -67,15 +67,19 @@ Tensor ServerCore::Apply(ServerSlice* s, const std::vector<Tensor>& grads, int64
     RecordApply(step, s->key, t0, t1, -1);
     return g;
   }
-  if (!async_) hooks_->BeforeUpdate(s, step);
-  if (s->value.storage().use_count() > 1) {
+  const Tensor before = async_ ? Tensor() : hooks_->BeforeUpdate(s, step);
+  if (!before.defined() && s->value.storage().use_count() > 1) {
     s->value = s->value.Clone();  // a pull answered in fp32 may still be sending these values
   }
   updater_->set_learning_rate(lr >= 0 ? lr : lr_.For(step));
   updater_->set_gradient_scale(scale);
   updater_->set_wd(s->key <= INT32_MAX ? KeyWd(optimizer_, static_cast<int>(s->key)) : optimizer_.wd);
   updater_->set_key_excluded(s->key <= INT32_MAX && optimizer_.no_wd_keys.count(static_cast<int>(s->key)) != 0);
-  updater_->Update(s->id, g, &s->value);
+  if (before.defined()) {
+    updater_->UpdateKeepingUndo(s->id, g, before, &s->value);
+  } else {
+    updater_->Update(s->id, g, &s->value);
+  }
   RecordApply(step, s->key, t0, t1, profile::NowUs());
   return g;
 }

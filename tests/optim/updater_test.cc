@@ -87,6 +87,50 @@ TEST(Updater, PiecesOverThePoolGiveTheSameBitsAsOneCall) {
   }
 }
 
+// The server's update with its undo copy (values read from one buffer, written into
+// another; the state's buffers swapped) gives what SaveState and an in-place Update give,
+// bit for bit, and RestoreState puts back the state of before it.
+TEST(Updater, UpdateKeepingUndoIsSaveStateAndUpdateInOnePass) {
+  const int64_t n = (int64_t{1} << 17) + 5;
+  Tensor grad = Tensor::Empty({n}, DType::kF32);
+  Tensor start = Tensor::Empty({n}, DType::kF32);
+  for (int64_t i = 0; i < n; ++i) {
+    grad.data<float>()[i] = 0.002f * static_cast<float>((i * 7919) % 1001 - 500);
+    start.data<float>()[i] = 0.01f * static_cast<float>((i * 104729) % 201 - 100);
+  }
+  for (const char* type : {"sgd", "nag", "adam"}) {
+    OptimizerConfig opt;
+    opt.type = type;
+    opt.lr = 0.1f;
+    opt.momentum = 0.9f;
+    opt.wd = 1e-4f;
+    Updater in_place(opt), two_buffers(opt);
+    two_buffers.set_spread_over_pool(true);
+    Tensor w = start.Clone(), a = start.Clone(), b = Tensor::Empty({n}, DType::kF32);
+    for (int step = 0; step < 4; ++step) {
+      const Tensor state_before = in_place.State(3, w);
+      in_place.SaveState(3, w);
+      in_place.Update(3, grad, &w);
+      two_buffers.UpdateKeepingUndo(3, grad, a, &b);  // a: the values before, b: after
+      ASSERT_EQ(0, std::memcmp(w.raw_data(), b.raw_data(), w.nbytes())) << type << " step " << step;
+      const Tensor s1 = in_place.State(3, w), s2 = two_buffers.State(3, b);
+      ASSERT_EQ(0, std::memcmp(s1.raw_data(), s2.raw_data(), s1.nbytes())) << type << " step " << step;
+      ASSERT_EQ(0, std::memcmp(in_place.SavedStateSlot(3, 0).raw_data(), two_buffers.SavedStateSlot(3, 0).raw_data(),
+                               static_cast<size_t>(n) * sizeof(float)))
+          << type << " step " << step;
+      if (step == 2) {  // rolled back: the state of before the update, and the values in a
+        ASSERT_TRUE(two_buffers.RestoreState(3));
+        const Tensor restored = two_buffers.State(3, a);
+        ASSERT_EQ(0, std::memcmp(restored.raw_data(), state_before.raw_data(), restored.nbytes())) << type;
+        ASSERT_TRUE(in_place.RestoreState(3));
+        w = a.Clone();
+        continue;
+      }
+      std::swap(a, b);  // the next update reads the new values; b's buffer takes the one after
+    }
+  }
+}
+
 TEST(OptimizerConfig, ValidationNamesTheFlag) {
   OptimizerConfig c;
   EXPECT_TRUE(ValidateOptimizerConfig(c).ok());

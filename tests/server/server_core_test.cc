@@ -94,7 +94,10 @@ TEST_F(ServerCoreTest, AnAsyncPushIsAppliedWhenItComes) {
 class HalvingLayer : public CoreHooks {
  public:
   float GradientScale(int64_t, float scale) const override { return scale * 2.0f; }
-  void BeforeUpdate(ServerSlice* s, int64_t step) override { before.push_back({s->key, step}); }
+  Tensor BeforeUpdate(ServerSlice* s, int64_t step) override {
+    before.push_back({s->key, step});
+    return Tensor();  // the update in place
+  }
   std::vector<std::pair<uint64_t, int64_t>> before;
 };
 
