@@ -7,8 +7,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "base/thread_name.h"
 
 namespace tally {
 namespace {
@@ -50,7 +53,10 @@ class WorkerPool {
 
   WorkerPool() {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned i = 0; i + 1 < std::min(cores, 8u); ++i) threads_.emplace_back([this] { Loop(); });
+    for (unsigned i = 0; i + 1 < std::min(cores, 8u); ++i) threads_.emplace_back([this, i] {
+      NameThisThread("tally-pool-" + std::to_string(i));
+      Loop();
+    });
   }
 
   static void Drain(Batch* b) {

@@ -5,6 +5,7 @@
 
 #include <glog/logging.h>
 
+#include "base/thread_name.h"
 #include "data/shard.h"
 
 namespace tally {
@@ -53,7 +54,10 @@ Status Loader::Create(const LoaderConfig& config, std::unique_ptr<Loader>* out) 
   l.per_part_ = sizes.per_part;
   l.batches_per_epoch_ = sizes.batches_per_epoch;
   l.max_bad_ = sizes.max_bad;
-  for (int t = 0; t < config.threads; ++t) l.threads_.emplace_back([&l] { l.Run(); });
+  for (int t = 0; t < config.threads; ++t) l.threads_.emplace_back([&l, t] {
+    NameThisThread("tally-load-" + std::to_string(t));
+    l.Run();
+  });
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "base/thread_name.h"
 #include "compress/cuda/quantize.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/factories.h"
@@ -17,7 +18,10 @@ GpuDistKVStore::GpuDistKVStore(std::unique_ptr<KVStore> inner, std::vector<Devic
       packed_pushes_(dynamic_cast<PackedPushes*>(inner_.get())) {
   CHECK(comm_ != nullptr && comm_->devices() == devices_);
   CHECK(packed_pushes_ != nullptr) << "the inner store takes no packed pushes";
-  sender_ = std::thread([this] { SendLoop(); });
+  sender_ = std::thread([this] {
+    NameThisThread("tally-gpu-push");
+    SendLoop();
+  });
 }
 
 GpuDistKVStore::~GpuDistKVStore() {

@@ -234,16 +234,22 @@ if want twotoone; then
   # ratio misses what the real path does).
   b256=("${resnet50[@]}" --dtype float16 --batch-size 256 --num-examples $((256 * 200)) --disp-batches 20)
   step "job:2to1-device" 150 "$out/jobs/2to1-device.log" "$tally" train --gpus 0 --kv-store device "${b256[@]}"
+  rate=$(python3 "$here/tools/gpu_checks_summary.py" --median-speed "$out/jobs/2to1-device.log" 2>/dev/null)
+  # Each thread's CPU per step in the jobs (tools/bench/thread_load.py), against the device
+  # job's step: a thread every step's bytes cross that needs more than the step is the wall.
+  load=()
+  [[ -n "$rate" ]] && load=(--step-ms "$(python3 -c "print(256000 / $rate)")")
   for security in secure plain; do
     flag=(); [[ $security == plain ]] && flag=(--plain)
     step "job:2to1-dist-$security" 200 "$out/jobs/2to1-dist-$security.log" \
+      python3 "$here/tools/bench/thread_load.py" "${load[@]}" --json "$out/jobs/2to1-dist-$security-threads.json" -- \
       python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "${flag[@]}" \
       "$tally" train --gpus 0 --kv-store dist_device_sync "${b256[@]}"
   done
-  rate=$(python3 "$here/tools/gpu_checks_summary.py" --median-speed "$out/jobs/2to1-device.log" 2>/dev/null)
   if [[ -n "$rate" ]]; then
     replay=(bench replay --batch-size 256 --img-per-s "$rate" --wire fp16 --steps 60)
     step "emulation:2to1" 120 "$out/jobs/2to1-emulation.log" \
+      python3 "$here/tools/bench/thread_load.py" "${load[@]}" --json "$out/jobs/2to1-emulation-threads.json" -- \
       python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "$tally" "${replay[@]}"
     step "emulation:2to1-alone" 60 "$out/jobs/2to1-emulation-alone.log" "$tally" "${replay[@]}" --no-comm
   fi
