@@ -154,7 +154,7 @@ Status Loader::Produce(int64_t seq, Batch* batch) {
     if (config_.plan == nullptr) k = PartSlot(batch->index * bs + j, per_part_, part_start, n, &batch->pad);
     Status s;
     for (int64_t tries = 0; tries < per_part_; ++tries) {
-      const int64_t record = config_.plan != nullptr ? (*perm)[(planned.positions[j] + tries) % n]
+      const int64_t record = config_.plan != nullptr ? PlannedRecordAt(*perm, planned.positions[j], tries)
                                                      : RecordAt(*perm, part_start, k, tries, per_part_);
       s = LoadSample(batch->epoch, record, images + j * sample_bytes, labels.data());
       if (s.ok()) break;

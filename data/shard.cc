@@ -51,6 +51,10 @@ int64_t RecordAt(const std::vector<uint32_t>& perm, int64_t part_start, int64_t 
   return perm[(part_start + (k + tries) % per_part) % n];
 }
 
+int64_t PlannedRecordAt(const std::vector<uint32_t>& perm, int64_t position, int64_t tries) {
+  return perm[static_cast<size_t>((position + tries) % static_cast<int64_t>(perm.size()))];
+}
+
 std::shared_ptr<const std::vector<uint32_t>> PermutationCache::Get(int64_t epoch) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = perms_.find(epoch);

@@ -54,6 +54,10 @@ int64_t PartSlot(int64_t position_in_part, int64_t per_part, int64_t part_start,
 // The record at part position k, or, after `tries` bad records, the one `tries` further on.
 int64_t RecordAt(const std::vector<uint32_t>& perm, int64_t part_start, int64_t k, int64_t tries, int64_t per_part);
 
+// --elastic's plan (LoaderConfig::plan): the record at `position` of the epoch's permutation,
+// or, after `tries` bad records, the one `tries` further on (wrapping).
+int64_t PlannedRecordAt(const std::vector<uint32_t>& perm, int64_t position, int64_t tries);
+
 // EpochPermutation of the last `keep` epochs asked for, each computed once (the threads of a
 // loader work on two or three epochs at an epoch's boundary).
 class PermutationCache {

@@ -202,6 +202,17 @@ Status LoaderFor(const TrainerConfig& cfg, const std::string& rec, const std::st
   return Status::Ok();
 }
 
+// The GPU loader's settings: lc's, on the trainer's GPU in its dtype and input channels.
+Status GpuLoaderConfigFor(const TrainerConfig& cfg, const LoaderConfig& lc, GpuLoaderConfig* gc) {
+  gc->loader = lc;
+  gc->device = cfg.gpus[0];
+  gc->dtype = cfg.dtype;
+  gc->channels = StemInputChannels(cfg);
+  gc->buffers = FLAGS_gpu_decode_buffers;
+  gc->hardware_decoder = FLAGS_gpu_decoder == "hardware";
+  return ParseGpuDecodeTuning(FLAGS_gpu_decode_tuning, &gc->tuning);
+}
+
 // Training batches decoded and augmented on the GPU (data/gpu_loader.h): images already
 // on the trainer's GPU in its dtype and input channels, which Trainer::Step copies on the
 // device; labels on the host.
@@ -326,13 +337,14 @@ class SyntheticExamples {
   std::pair<Tensor, Tensor> first_;  // --benchmark 1: the batch reused
 };
 
-// --elastic's pack reader: a Loader decoding this worker's forecast batches ahead
-// (LoaderConfig::plan), made again from the step whose batch differs from the forecast (a
-// change applied: rare).
+// --elastic's pack reader: a Loader (or, gpu set, a GpuLoader) decoding this worker's
+// forecast batches ahead (LoaderConfig::plan), made again from the step whose batch differs
+// from the forecast (a change applied: rare).
 class RecordExamples {
  public:
-  RecordExamples(LoaderConfig base, int rank, int num_classes)
-      : base_(std::move(base)), rank_(rank), num_classes_(num_classes) {}
+  // gpu: the GPU loader's settings but the loader's (base), when the GPU decodes.
+  RecordExamples(LoaderConfig base, std::unique_ptr<GpuLoaderConfig> gpu, int rank, int num_classes)
+      : base_(std::move(base)), gpu_(std::move(gpu)), rank_(rank), num_classes_(num_classes) {}
   Status Read(const ElasticReader& reader, const ElasticStep& at, int64_t step, Tensor* images, Tensor* labels) {
     bool fits = loader_ != nullptr && step == first_step_ + taken_;
     if (fits) {
@@ -342,14 +354,22 @@ class RecordExamples {
     }
     if (!fits) {
       loader_.reset();
+      gpu_loader_.reset();
       base_.plan = reader.shards()->ForecastOf(at.reads ? rank_ : -1);
       base_.plan_first_step = first_step_ = step;
       taken_ = 0;
-      Status s = Loader::Create(base_, &loader_);
-      if (!s.ok()) return Status::InvalidArgument("--data-train: " + s.message());
+      Status s;
+      if (gpu_ != nullptr) {
+        gpu_->loader = base_;
+        s = GpuLoader::Create(*gpu_, &gpu_loader_);
+      } else {
+        s = Loader::Create(base_, &loader_);
+      }
+      const char* flag = gpu_ != nullptr ? "--data-train (decoded on the GPU): " : "--data-train: ";
+      if (!s.ok()) return Status::InvalidArgument(flag + s.message());
     }
     Batch b;
-    TALLY_RETURN_IF_ERROR(loader_->NextBatch(&b));
+    TALLY_RETURN_IF_ERROR(gpu_loader_ != nullptr ? gpu_loader_->NextBatch(&b) : loader_->NextBatch(&b));
     ++taken_;
     TALLY_RETURN_IF_ERROR(CheckLabels(b.labels, b.images.dim(0), num_classes_));
     *images = b.images;
@@ -359,8 +379,10 @@ class RecordExamples {
 
  private:
   LoaderConfig base_;
+  const std::unique_ptr<GpuLoaderConfig> gpu_;
   const int rank_, num_classes_;
   std::unique_ptr<Loader> loader_;
+  std::unique_ptr<GpuLoader> gpu_loader_;
   int64_t first_step_ = 0, taken_ = 0;
 };
 
@@ -396,9 +418,8 @@ Status MakeElasticTrainSource(const TrainerConfig& cfg, int rank, int workers, c
                                          Tensor* labels) { return synthetic->Read(at, images, labels); },
                              out);
   }
-  if (!cfg.gpus.empty() && FLAGS_gpu_decode == 1 && !gflags::GetCommandLineFlagInfoOrDie("gpu_decode").is_default) {
-    return Status::InvalidArgument("--gpu-decode 1: --elastic decodes its batches on the CPU; --gpu-decode 0");
-  }
+  bool gpu_decode = false;
+  TALLY_RETURN_IF_ERROR(UseGpuDecode(cfg, &gpu_decode));
   LoaderConfig lc;
   TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, IdxFor(FLAGS_data_train, FLAGS_data_train_idx), true,
                                         rank, workers, DataPosition(), &lc));
@@ -407,7 +428,14 @@ Status MakeElasticTrainSource(const TrainerConfig& cfg, int rank, int workers, c
   Status s = OpenLoaderPack(lc, "loader", &pack, &sizes);
   if (!s.ok()) return Status::InvalidArgument("--data-train: " + s.message());
   const int64_t examples = static_cast<int64_t>(pack->num_indexed());
-  auto records = std::make_shared<RecordExamples>(lc, rank, cfg.model.num_classes);
+  std::unique_ptr<GpuLoaderConfig> gpu;
+  if (gpu_decode) {
+    gpu = std::make_unique<GpuLoaderConfig>();
+    TALLY_RETURN_IF_ERROR(GpuLoaderConfigFor(cfg, lc, gpu.get()));
+    std::printf("tally train: training images decoded on cuda:%d by nvJPEG (%s decoder), --elastic's batches\n",
+                gpu->device, FLAGS_gpu_decoder.c_str());
+  }
+  auto records = std::make_shared<RecordExamples>(lc, std::move(gpu), rank, cfg.model.num_classes);
   return MakeElasticSource(rank, workers, examples, batch, start,
                            [records](const ElasticReader& reader, const ElasticStep& at, int64_t step, Tensor* images,
                                      Tensor* labels) { return records->Read(reader, at, step, images, labels); },
@@ -435,14 +463,10 @@ Status MakeTrainSource(const TrainerConfig& cfg, int rank, int workers, const Da
   std::unique_ptr<BatchSource> source;
   std::string decoded_by;
   if (gpu_decode) {
+    LoaderConfig lc;
+    TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, idx, true, rank, workers, start, &lc));
     GpuLoaderConfig gc;
-    TALLY_RETURN_IF_ERROR(LoaderConfigFor(cfg, FLAGS_data_train, idx, true, rank, workers, start, &gc.loader));
-    gc.device = cfg.gpus[0];
-    gc.dtype = cfg.dtype;
-    gc.channels = StemInputChannels(cfg);
-    gc.buffers = FLAGS_gpu_decode_buffers;
-    gc.hardware_decoder = FLAGS_gpu_decoder == "hardware";
-    TALLY_RETURN_IF_ERROR(ParseGpuDecodeTuning(FLAGS_gpu_decode_tuning, &gc.tuning));
+    TALLY_RETURN_IF_ERROR(GpuLoaderConfigFor(cfg, lc, &gc));
     std::unique_ptr<GpuLoader> loader;
     Status s = GpuLoader::Create(gc, &loader);
     if (!s.ok()) return Status::InvalidArgument("--data-train (decoded on the GPU, --gpu-decode 1): " + s.message());

@@ -265,16 +265,25 @@ void NvjpegLoader::GpuLoop(int t, int T) {
 
 Status NvjpegLoader::Prepare(int64_t seq, HostBatch* batch, NvjpegProbe* probe) {
   const int bs = config_.loader.batch_size;
-  const BatchPosition at = PositionOf(seq, config_.loader.first_epoch, config_.loader.first_batch, batches_per_epoch_);
+  const LoaderConfig& lc = config_.loader;
+  // --elastic: the batch is the plan's (its positions in the epoch's permutation), as Loader's.
+  BatchPosition at;
+  ShardBatch planned;
+  if (lc.plan != nullptr) {
+    planned = lc.plan->At(lc.plan_first_step + seq, &at.epoch, &at.index);
+  } else {
+    at = PositionOf(seq, lc.first_epoch, lc.first_batch, batches_per_epoch_);
+  }
   batch->meta.epoch = at.epoch;
   batch->meta.index = at.index;
-  batch->meta.pad = 0;
+  batch->meta.pad = lc.plan != nullptr ? planned.pad : 0;
   batch->meta.labels = Tensor::Empty({bs}, DType::kI32);
   batch->samples.resize(bs);
   const int64_t n = static_cast<int64_t>(reader_->num_indexed());
   const int64_t part_start = config_.loader.part_index * per_part_;
   for (int j = 0; j < bs; ++j) {
-    const int64_t k = PartSlot(at.index * bs + j, per_part_, part_start, n, &batch->meta.pad);
+    const int64_t k = lc.plan != nullptr ? planned.positions[static_cast<size_t>(j)]
+                                         : PartSlot(at.index * bs + j, per_part_, part_start, n, &batch->meta.pad);
     TALLY_RETURN_IF_ERROR(PrepareSample(at.epoch, k, 0, /*cpu_decode=*/false, probe, &batch->samples[j]));
     batch->meta.labels.data<int32_t>()[j] = batch->samples[j].label;
   }
@@ -286,7 +295,9 @@ Status NvjpegLoader::PrepareSample(int64_t epoch, int64_t k, int64_t first_try, 
   const std::shared_ptr<const std::vector<uint32_t>> perm = perms_.Get(epoch);
   const int64_t part_start = config_.loader.part_index * per_part_;
   for (int64_t tries = first_try; tries < per_part_; ++tries) {
-    const int64_t record = RecordAt(*perm, part_start, k, tries, per_part_);
+    // k: the sample's place in this worker's part, or (a plan) its position in the epoch.
+    const int64_t record = config_.loader.plan != nullptr ? PlannedRecordAt(*perm, k, tries)
+                                                          : RecordAt(*perm, part_start, k, tries, per_part_);
     Status s = LoadHostSample(*reader_, augmenter_, config_.loader.seed, epoch, record, cpu_decode, probe, sample);
     if (s.ok()) {
       sample->part_position = k;

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "data/elastic_shard.h"
 #include "data/gpu_loader.h"
 #include "data/loader.h"
 #include "ops/device.h"
@@ -155,7 +156,10 @@ TEST(GpuLoader, FailsClearlyWithoutNvjpegOrGpu) {
 
 // The same batches as the CPU Loader: labels, epoch, index and pad exactly, images within
 // the tolerance above. Runs past two epochs, so every output buffer is reused.
-void CompareWithCpu(DType dtype, int channels, int buffers, const std::string& tuning = "default") {
+// With plan, both read --elastic's forecast batches of worker 1 from step 3 of a cut over
+// workers 0, 1 and 2 that worker 2 left at step 1 (LoaderConfig::plan).
+void CompareWithCpu(DType dtype, int channels, int buffers, const std::string& tuning = "default",
+                    bool plan = false) {
   TALLY_REQUIRE_GPU();
   if (!GpuDecodeBuilt()) GTEST_SKIP() << "skipped: this build has no nvJPEG";
   ScopedTempDir pack_dir("gpu_loader_test");  // before the loaders: removed after they stop
@@ -163,6 +167,15 @@ void CompareWithCpu(DType dtype, int channels, int buffers, const std::string& t
   cfg.dtype = dtype;
   cfg.channels = channels;
   cfg.buffers = buffers;
+  if (plan) {
+    ElasticShards shards(20, cfg.loader.batch_size, {0, 1, 2});
+    ASSERT_TRUE(shards.AddChange(/*from_step=*/1, {0, 1}).ok());
+    for (int step = 0; step <= 3; ++step) shards.Advance();  // applied at step 1 + the lag
+    cfg.loader.num_parts = 3;
+    cfg.loader.part_index = 1;
+    cfg.loader.plan = shards.ForecastOf(1);
+    cfg.loader.plan_first_step = 3;
+  }
   ASSERT_TRUE(ParseGpuDecodeTuning(tuning, &cfg.tuning).ok()) << tuning;
   std::unique_ptr<GpuLoader> gpu;
   Status s = GpuLoader::Create(cfg, &gpu);
@@ -255,6 +268,8 @@ TEST(GpuLoader, TheCudaDecoderDecodesBesideOtherWorkOnTheDevice) { DecodeBesideO
 TEST(GpuLoader, MatchesCpuLoaderF32TwoBuffers) { CompareWithCpu(DType::kF32, 3, 2); }
 TEST(GpuLoader, MatchesCpuLoaderF16FourChannels) { CompareWithCpu(DType::kF16, 4, 3); }
 TEST(GpuLoader, MatchesCpuLoaderBF16FourBuffers) { CompareWithCpu(DType::kBF16, 3, 4); }
+// --elastic's batches (a plan) decoded on the GPU: the records the CPU Loader reads for it.
+TEST(GpuLoader, MatchesCpuLoaderReadingAnElasticPlan) { CompareWithCpu(DType::kF16, 4, 3, "default", /*plan=*/true); }
 // Every way of driving nvJPEG that bench io --gpu --decode-overlap measures decodes the same.
 TEST(GpuLoader, MatchesCpuLoaderWithEveryDecodeTuning) {
   TALLY_REQUIRE_GPU();
