@@ -37,10 +37,16 @@ class PyKVStore {
     const MembershipView::Membership m = Store()->membership_view()->membership();
     return py::make_tuple(m.epoch, m.from_step, m.live);
   }
+  // Every change heard of, by epoch, as [(epoch, from_step, live ranks)]: it first waits for
+  // each MEMBERSHIP a server's answer so far was decided under (MembershipView), so that
+  // after a pull it holds every change that pull's sums follow.
+  py::list heard_membership();
   int summed_workers() const { return Store()->membership_view()->summed_workers(); }
   // A worker that joined a running --elastic job (TALLY_JOIN=1): its init receives the job's
   // values, and its first push is the job's step first_step (0 for the others).
   bool joined() const { return cluster_ != nullptr && cluster_->joined_after_epoch() > 0; }
+  // A joiner: the last change before its own join (0 elsewhere).
+  int64_t joined_after_epoch() const { return cluster_ == nullptr ? 0 : cluster_->joined_after_epoch(); }
   int64_t first_step() const { return Store()->membership_view()->first_step(); }
   int num_devices() const { return num_devices_; }
   bool closed() const { return kv_ == nullptr; }
@@ -120,6 +126,15 @@ PyKVStore::PyKVStore(const std::string& type, int num_devices) : num_devices_(nu
     return KVStore::Create(spec, &kv_);
   });
   if (IsDistributed(spec.type)) ForgetJobSecret();
+}
+
+py::list PyKVStore::heard_membership() {
+  KVStore* kv = Store();
+  std::vector<MembershipView::Membership> changes;
+  Call([&] { return kv->membership_view()->HeardMembership(&changes); });
+  py::list out;
+  for (const MembershipView::Membership& c : changes) out.append(py::make_tuple(c.epoch, c.from_step, c.live));
+  return out;
 }
 
 std::vector<int> PyKVStore::keys() const {
@@ -347,6 +362,8 @@ void BindKVStore(py::module_& m) {
       .def_property_readonly("membership", &PyKVStore::membership)
       .def_property_readonly("summed_workers", &PyKVStore::summed_workers)
       .def_property_readonly("joined", &PyKVStore::joined)
+      .def_property_readonly("joined_after_epoch", &PyKVStore::joined_after_epoch)
+      .def("heard_membership", &PyKVStore::heard_membership)
       .def_property_readonly("first_step", &PyKVStore::first_step)
       .def_property_readonly("num_devices", &PyKVStore::num_devices)
       .def_property_readonly("closed", &PyKVStore::closed)

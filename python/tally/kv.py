@@ -118,8 +118,9 @@ class KVStore:
     def __init__(self, impl, type):
         self._kv = impl
         self._type = type
+        # [fn, the last membership epoch fn was told of]: it starts at this worker's start (a
+        # joiner's before its own join: the changes before it are the job's history).
         self._membership_fns = []
-        self._membership_seen = 0  # the last membership epoch the callbacks were told of
 
     # -- what the store is --------------------------------------------------------------
     @property
@@ -132,16 +133,16 @@ class KVStore:
 
     @property
     def num_workers(self):
-        """The workers of the job; under --elastic (TALLY_ELASTIC=1) the live ones as last
-        heard from the scheduler (docs/faults.md, "A worker leaves")."""
-        self._poll_membership()
-        return len(self._kv.membership[2])
+        """The workers of the job; under --elastic (TALLY_ELASTIC=1) the live ones as heard
+        from the scheduler, every change the last pull's sums were decided under included
+        (docs/faults.md, "A worker leaves")."""
+        return len(self._poll_membership())
 
     @property
     def live_ranks(self):
-        """The ranks of the live workers as last heard (every rank without --elastic)."""
-        self._poll_membership()
-        return list(self._kv.membership[2])
+        """The ranks of the live workers, as num_workers counts them (every rank without
+        --elastic)."""
+        return list(self._poll_membership())
 
     @property
     def worker_slots(self):
@@ -175,20 +176,27 @@ class KVStore:
         return self._kv.first_step
 
     def on_membership(self, fn):
-        """Calls fn(epoch, from_step, live_ranks) after each membership change (--elastic),
-        on the caller's thread, at the first call of this store's (push, pull, pushpull,
-        wait, wait_all, num_workers) after the change is heard of; changes heard of before
-        fn was registered are not replayed. Returns fn."""
-        self._membership_fns.append(fn)
+        """Calls fn(epoch, from_step, live_ranks) for each membership change (--elastic), in
+        epoch order, each once, on the caller's thread, at the first call of this store's
+        (push, pull, pushpull, wait, wait_all, num_workers, live_ranks) after the change is
+        heard of: epoch numbers the job's changes 1, 2, ...; from_step is the job's step
+        from which the live workers are live_ranks. fn is told every change since this
+        worker started, whenever it was registered; a joiner's fn its own join and what
+        follows, not the job's history before it. Returns fn."""
+        self._membership_fns.append([fn, self._kv.joined_after_epoch])
         return fn
 
     def _poll_membership(self):
-        epoch, from_step, live = self._kv.membership
-        if epoch <= self._membership_seen:
-            return
-        self._membership_seen = epoch
-        for fn in list(self._membership_fns):
-            fn(epoch, from_step, list(live))
+        """The live ranks now; tells the callbacks of every change not told yet."""
+        if not self._type.startswith("dist"):
+            return self._kv.membership[2]
+        changes = self._kv.heard_membership()
+        for entry in list(self._membership_fns):
+            for epoch, from_step, live in changes:
+                if epoch > entry[1]:
+                    entry[1] = epoch
+                    entry[0](epoch, from_step, list(live))
+        return changes[-1][2] if changes else self._kv.membership[2]
 
     @property
     def num_devices(self):

@@ -27,9 +27,11 @@ from kv_test import DEAD_TIMEOUT_MS, start_job, write_script
 
 BOUND_S = 300  # how long a process may take to do what the test waits for (ends at once when done)
 LR = 0.05
+MODEL = "torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4))"
 
-# Each worker trains a Linear(8, 4) with plain SGD, from weights of its own (a seed of its
-# rank; a joiner's of 1000 + rank). A worker in DIE dies (SIGKILL) just before its push of
+# Each worker trains MODEL (with BatchNorm: its buffers, which no gradient pushes, must keep
+# every key's step count the job's for a joiner) with plain SGD, from weights of its own (a
+# seed of its rank; a joiner's of 1000 + rank). A worker in DIE dies (SIGKILL) just before its push of
 # step DIE_AT. Once the file PAUSE exists, the workers that started with the job wait before
 # their next step until TARGET workers are live: the joins are then decided while no step is
 # applied, so they share their first step F. A worker in LEAVE dies just before its push of
@@ -42,7 +44,7 @@ SCRIPT = textwrap.dedent("""
 
     kv = tally.kv.create("dist_sync")
     torch.manual_seed(1000 + kv.rank if kv.joined else kv.rank)
-    model = torch.nn.Linear(8, 4)
+    model = eval(MODEL)
     tally.torch.broadcast_parameters(model, kv)
     if MODE == "ddp":
         net = tally.torch.DistributedDataParallel(model, kv)
@@ -51,7 +53,7 @@ SCRIPT = textwrap.dedent("""
         net = model
         opt = tally.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), kv, model)
     changes = []
-    kv.on_membership(lambda epoch, from_step, live: changes.append((from_step, live)))
+    kv.on_membership(lambda epoch, from_step, live: changes.append((epoch, from_step, live)))
     first = kv.first_step if kv.joined else None
     if kv.joined:
         print("joined: first step %d" % first, flush=True)
@@ -66,7 +68,7 @@ SCRIPT = textwrap.dedent("""
             while kv.num_workers < TARGET:
                 assert time.time() < deadline, "no join in 120 s"
                 time.sleep(0.01)
-            first = max(f for f, live in changes)
+            first = max(f for e, f, live in changes)
             print("paused before step %d: the joins count from step %d" % (t, first), flush=True)
         if kv.rank in LEAVE and not kv.joined and first is not None and t == first:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -81,8 +83,9 @@ SCRIPT = textwrap.dedent("""
             print("gstep %d seed %d counted %s present %s divisor %d"
                   % (info.step, seed, info.counted, info.present, info.divisor), flush=True)
         i += 1
-    w = torch.cat([model.weight.detach().flatten(), model.bias.detach().flatten()])
+    w = torch.cat([p.detach().flatten() for p in model.parameters()])
     print("weights %s" % w.numpy().tobytes().hex(), flush=True)
+    print("heard epochs %s" % [e for e, f, live in changes], flush=True)
 """)
 
 
@@ -103,7 +106,7 @@ def reference(logs):
     {(role, rank): steps_of(its output)}; the counted ranks' own lines hold their seeds."""
     torch = kv_test.torch
     torch.manual_seed(0)
-    model = torch.nn.Linear(8, 4)
+    model = eval(MODEL)
     steps = sorted({s for found in logs.values() for s in found})
     for s in steps:
         agreed = {(tuple(found[s][1]), found[s][3]) for found in logs.values() if s in found}
@@ -122,15 +125,15 @@ def reference(logs):
         with torch.no_grad():
             for p, g in zip(model.parameters(), total):
                 p.add_(g / divisor, alpha=-LR)
-    return torch.cat([model.weight.detach().flatten(), model.bias.detach().flatten()])
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 @unittest.skipIf(kv_test.torch is None, "torch is not importable")
 class ElasticTorchTest(unittest.TestCase):
     def run_case(self, mode, workers, die, die_at, target, joiners, leave):
         pause = os.path.join(tempfile.mkdtemp(), "pause")
-        head = ("MODE = %r\nLR = %r\nDIE = %r\nDIE_AT = %d\nPAUSE = %r\nTARGET = %d\nLEAVE = %r\n"
-                % (mode, LR, die, die_at, pause, target, leave))
+        head = ("MODEL = %r\nMODE = %r\nLR = %r\nDIE = %r\nDIE_AT = %d\nPAUSE = %r\nTARGET = %d\nLEAVE = %r\n"
+                % (MODEL, mode, LR, die, die_at, pause, target, leave))
         procs, output = start_job(self, write_script(head + SCRIPT), workers,
                                   dict(TALLY_ELASTIC="1", TALLY_DEAD_TIMEOUT_MS=str(DEAD_TIMEOUT_MS)))
         stay = [r for r in range(workers) if r not in die]
@@ -159,6 +162,15 @@ class ElasticTorchTest(unittest.TestCase):
         self.assertEqual(len({tuple(w) for w in weights.values()}), 1, weights)
         self.assertEqual(len(weights[ends[0]]), 1, weights)
         logs = {key: steps_of(output(key)) for key in procs if key[0] in ("worker", "joiner")}
+        # on_membership tells every change once, in order, though the joins come at once: a
+        # worker of the start from the first, a joiner from its own join.
+        for key in ends:
+            heard = re.search(r"^heard epochs \[([\d, ]*)\]$", output(key), re.M)
+            self.assertIsNotNone(heard, output(key)[-2000:])
+            epochs = [int(e) for e in heard.group(1).split(",") if e.strip()]
+            self.assertTrue(epochs and epochs == list(range(epochs[0], epochs[-1] + 1)), (key, epochs))
+            if key[0] == "worker":
+                self.assertEqual(epochs[0], 1, (key, epochs))
         return first, weights[ends[0]][0], logs, ends
 
     def wait_for(self, procs, output, ranks, found, what, every=True):
