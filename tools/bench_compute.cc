@@ -28,6 +28,11 @@ DEFINE_bool(peer, true, "also time PyTorch (Debian's python3-torch) in the same 
 DEFINE_string(python, "/usr/bin/python3", "the Python that has torch and torchvision");
 DEFINE_bool(gpu, false, "the GPU case: resnet50, batch 256, 224x224, on cuda:0 (30 timed steps unless --steps)");
 DEFINE_string(bench_dtype, "float16", "with --gpu: float16 (dynamic loss scaling), bfloat16 or float32");
+DEFINE_string(peer_modes, "", "PyTorch's ways to run the step (tools/bench/torch_compute_peer.py --modes): "
+              "eager, compile, cudagraphs; default eager, with --gpu all three");
+DEFINE_string(peer_compile_modes, "default",
+              "torch.compile modes for the peer's compile (e.g. default,max-autotune-no-cudagraphs; "
+              "max-autotune compiles for many minutes)");
 
 namespace tally {
 namespace {
@@ -138,7 +143,17 @@ double MedianStepSeconds(const ComputeCase& c, DType dtype, int steps, int warmu
   return times[times.size() / 2];
 }
 
-// Fills the best of PyTorch's layouts into row; the other layout goes into the note.
+// A JSON line's string field (empty when absent).
+std::string JsonString(const std::string& line, const std::string& field) {
+  const std::string key = "\"" + field + "\": \"";
+  const size_t at = line.find(key);
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size();
+  return line.substr(from, line.find('"', from) - from);
+}
+
+// Fills the fastest of PyTorch's layouts and modes into row; the others, and the modes that
+// were skipped or failed, go into the note.
 void MeasurePeer(const ComputeCase& c, DType dtype, int steps, int warmup, BenchRow* row) {
   std::ostringstream cmd;
   cmd << "OMP_NUM_THREADS=" << FLAGS_threads << " " << FLAGS_python << " " << TallyHome()
@@ -146,22 +161,32 @@ void MeasurePeer(const ComputeCase& c, DType dtype, int steps, int warmup, Bench
       << " --image " << c.image << " --classes " << c.classes << " --threads " << FLAGS_threads
       << " --steps " << steps << " --warmup " << warmup;
   if (c.gpu) {
-    cmd << " --device cuda --layouts channels_last";
+    // Timed as Tally's steps are: groups of 10, one wait a group.
+    cmd << " --device cuda --layouts channels_last --group 10";
     if (dtype != DType::kF32) cmd << " --amp " << DTypeName(dtype);
   }
+  const std::string modes = !FLAGS_peer_modes.empty() ? FLAGS_peer_modes : c.gpu ? "eager,compile,cudagraphs" : "eager";
+  cmd << " --modes " << modes << " --compile-modes " << FLAGS_peer_compile_modes;
   cmd << " 2>/dev/null";
   bool ok = false;
   std::string out = RunCapture(cmd.str(), &ok);
   std::istringstream lines(out);
   std::string line, others;
   while (std::getline(lines, line)) {
-    size_t l = line.find("\"layout\": \""), v = line.find("\"img_per_s\": "), t = line.find("\"torch\": \"");
-    if (l == std::string::npos || v == std::string::npos) continue;
-    std::string layout = line.substr(l + 11, line.find('"', l + 11) - l - 11);
-    double ips = std::atof(line.c_str() + v + 13);
-    std::string version = t == std::string::npos ? "" : line.substr(t + 10, line.find('"', t + 10) - t - 10);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "pytorch-%s %s", version.c_str(), layout.c_str());
+    const std::string layout = JsonString(line, "layout"), mode = JsonString(line, "mode");
+    if (layout.empty()) continue;
+    const std::string not_run = !JsonString(line, "skipped").empty() ? JsonString(line, "skipped")
+                                                                     : JsonString(line, "error");
+    if (!not_run.empty()) {
+      others += "pytorch " + mode + " not measured (" + not_run + ") ";
+      continue;
+    }
+    const size_t v = line.find("\"img_per_s\": ");
+    if (v == std::string::npos) continue;
+    const double ips = std::atof(line.c_str() + v + 13);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "pytorch-%s %s %s", JsonString(line, "torch").c_str(), layout.c_str(),
+                  mode.empty() ? "eager" : mode.c_str());
     if (ips > row->peer) {
       if (row->peer > 0) others += row->peer_name + " " + std::to_string(row->peer).substr(0, 6) + " ";
       row->peer = ips;
@@ -181,7 +206,7 @@ void MeasurePeer(const ComputeCase& c, DType dtype, int steps, int warmup, Bench
 
 int BenchCompute(int argc, char** argv) {
   ParseFlags("tally bench compute [--json] [--threads=2] [--steps=3] [--cases=resnet50,resnet20] "
-             "[--gpu [--bench-dtype=float16]]", &argc, &argv, {__FILE__});
+             "[--gpu [--bench-dtype=float16]] [--peer-modes=eager,compile,cudagraphs]", &argc, &argv, {__FILE__});
   SetNumThreads(FLAGS_threads);
   DType dtype = DType::kF32;
   if (FLAGS_gpu) {

@@ -168,7 +168,12 @@ if want bench || want jobs || want input; then
 fi
 
 if want bench || want input; then
-  want bench && step bench 240 "$out/bench.log" "$tally" bench compute --gpu --json --python python3
+  # Tally against PyTorch eager, torch.compile and the compiled step as CUDA graphs, fp16 and bf16.
+  for dtype in float16 bfloat16; do
+    want bench && step "bench-$dtype" 420 "$out/bench-$dtype.log" "$tally" bench compute --gpu --json \
+      --python python3 --bench-dtype "$dtype"
+  done
+  cat "$out/bench-float16.log" "$out/bench-bfloat16.log" >"$out/bench.log" 2>/dev/null
   step bench-io 120 "$out/bench-io.log" "$tally" bench io --gpu --json --data "$pack.rec"
   step bench-io-overlap 150 "$out/bench-io-overlap.log" "$tally" bench io --gpu --decode-overlap --json \
     --data "$pack.rec"
