@@ -251,6 +251,12 @@ if want twotoone; then
       python3 "$here/tools/launch.py" -n 1 -s 2 --launcher local "${flag[@]}" \
       "$tally" train --gpus 0 --kv-store dist_device_sync "${b256[@]}"
   done
+  # Two worker processes on the one GPU and four servers: the servers at the 2:1 ratio under
+  # two workers' load (each worker has half the GPU, so its img/s is not the device job's).
+  step "job:2to1-two-workers" 240 "$out/jobs/2to1-two-workers.log" \
+    python3 "$here/tools/bench/thread_load.py" --json "$out/jobs/2to1-two-workers-threads.json" -- \
+    python3 "$here/tools/launch.py" -n 2 -s 4 --launcher local \
+    "$tally" train --gpus 0 --kv-store dist_device_sync "${b256[@]}"
   if [[ -n "$rate" ]]; then
     replay=(bench replay --batch-size 256 --img-per-s "$rate" --wire fp16 --steps 60)
     step "emulation:2to1" 120 "$out/jobs/2to1-emulation.log" \
