@@ -199,8 +199,20 @@ class ElasticLauncherTest(LaunchCase):
             out.append(line)
             if "SIGTERM: serving on" in line:
                 break
+        # The workers that leave first, then, once the launcher has reaped them (so has seen
+        # them leave), worker 0 and the server: were worker 0's exit seen first, the launcher
+        # would wait for the job's stop without naming the leaves.
+        leavers = [p for p in job if ElasticTallyTest.has_env(p, b"DMLC_ROLE=worker")
+                   and not ElasticTallyTest.has_env(p, b"TALLY_RANK=0")]
+        self.assertEqual(len(leavers), 2, job)
+        for pid in leavers:
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + JOB_BOUND_S
+        while any(os.path.exists(f"/proc/{pid}") for pid in leavers):
+            self.assertLess(time.monotonic(), deadline, "the leavers were not reaped")
+            time.sleep(0.05)
         for pid in job:
-            if pid != scheduler[0]:
+            if pid != scheduler[0] and pid not in leavers:
                 os.kill(pid, signal.SIGTERM)
         out.append(launcher.stdout.read())
         err = launcher.stderr.read()
