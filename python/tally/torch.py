@@ -113,11 +113,13 @@ class _KeyTable:
         if not values:
             raise ValueError("tally.torch %s: no tensor with values to register" % op)
         # --elastic: one more key, the control key every step pushes (tally/torch_elastic.py).
-        self.control_key = len(values) if kv.elastic else None
-        if kv.elastic:
+        # dist_async has no step that every worker's push is in: it averages as before.
+        elastic = kv.elastic and kv.type != "dist_async"
+        self.control_key = len(values) if elastic else None
+        if elastic:
             values.append(torch.zeros(2 + 3 * kv.worker_slots, dtype=torch.float32))
         kv.init(list(range(len(values))), values)
-        self.rounds = _elastic.Rounds(kv, self) if kv.elastic else None
+        self.rounds = _elastic.Rounds(kv, self) if elastic else None
 
     @property
     def fresh(self):
@@ -267,7 +269,7 @@ class HookState:
         # forward pre-hook: a list of parameters has no forward to hook.
         if isinstance(model_or_params, torch.nn.Module):
             model_or_params.register_forward_pre_hook(self._before_forward)
-        elif kv.elastic:
+        elif self.table.rounds is not None:
             raise TypeError("tally.torch HookState: under --elastic (TALLY_ELASTIC=1) pass the module, not its "
                             "parameters: a worker that joins takes the job's weights before a forward")
 

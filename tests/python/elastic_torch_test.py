@@ -222,6 +222,19 @@ class ElasticTorchTest(unittest.TestCase):
                 print("%s: worker 1 left at worker 2's first step %d; every worker ends with the same "
                       "weights, %g from the reference" % (mode, first, diff))
 
+    def test_worker_0_leaves_and_a_new_worker_0_joins(self):
+        # The lead is the lowest rank that holds the job's weights: worker 1 once worker 0 is
+        # gone, also for the new worker 0's broadcast (docs/faults.md, "The lead").
+        first, weights, logs, ends = self.run_case("optimizer", 3, die=[0], die_at=3, target=3,
+                                                   joiners=[0], leave=[])
+        at = logs["worker", 1][first]
+        self.assertEqual((at[1], at[2], at[3]), ([1, 2], [0, 1, 2], 2), at)
+        after = logs["worker", 1][max(logs["worker", 1])]
+        self.assertEqual((after[1], after[3]), ([0, 1, 2], 3), after)
+        diff = self.check_reference(weights, logs)
+        print("worker 0 left, a new worker 0 joined at step %d; every worker ends with the same weights, %g from "
+              "the reference" % (first, diff))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
