@@ -229,7 +229,8 @@ class Job:
         """After a SIGTERM to the launcher (Slurm's `--signal=B:TERM@60`, say): whether
         every worker stopped as `tally train` does on SIGTERM; True when the checkpoint
         was saved, so that nothing was lost."""
-        workers = [c for c in self.children if c.proc.role == "worker" and c.popen is not None]
+        # --elastic: the workers that left or died before the stop (self.lost) are no part of it.
+        workers = [c for c in self.live() if c.proc.role == "worker" and c.popen is not None]
         other = [c for c in workers if c.poll() not in (0, SAVED_STOP_STATUS, STOPPED_STATUS)]
         if workers and saved_stop(workers):
             say(RESUME_ADVICE)
