@@ -373,6 +373,31 @@ class ElasticTest(FaultCase):
         again = self.replay_matches(prefix, changes, victim=0)
         self.assertLogHas(again, r"\[worker 0\] tally train: worker 0 joined the job at step %d" % step)
 
+    def test_after_worker_0_died_a_sigterm_to_the_job_stops_it_with_the_new_leads_checkpoint(self):
+        """The stop agreement follows the lead: once worker 0 was killed and its leave decided,
+        a SIGTERM to the whole job makes worker 1 (the lead now) ask for the stop; every worker
+        stops at the agreed step, worker 1 saves the checkpoint there and says so, and it loads."""
+        proc, path, prefix = self.launch("run")
+        pid = self.victim_pid(0)
+        self.wait_step(proc, path, 20, rank=1)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 120
+        while not re.search(r"membership 1: worker 0 stopped answering", read(path)):
+            if time.time() > deadline or proc.poll() is not None:
+                self.fail("worker 0's leave was not decided:\n" + read(path)[-4000:])
+            time.sleep(0.05)
+        at = self.wait_step(proc, path, worker0_step(read(path), 1) + 3, rank=1)
+        os.kill(proc.pid, signal.SIGTERM)
+        out = self.finish(proc, path)
+        self.assertLogHas(out, r"the workers stopped at their agreed step with the checkpoint saved")
+        self.assertLogHas(out, r"\[worker 1\] tally train: stopped on SIGTERM at the job's agreed step, the checkpoint "
+                               r"saved")
+        self.assertLogHas(out, r"\[worker 1\] Saved checkpoint to \"%s-\d{4}.params\"" % re.escape(prefix))
+        self.assertNotRegex(out, r"\[worker [23]\] Saved checkpoint")
+        self.assertNotRegex(out, r"\[worker 1\] Epoch\[%d\] Train-accuracy" % (EPOCHS - 1))
+        self.assertLatestLoads(prefix)
+        print("worker 0 killed; SIGTERM to the job at worker 1's step %d: worker 1 saved the stop's checkpoint" % at)
+
     def test_a_join_decided_after_the_jobs_last_step_ends_at_once(self):
         """The late-join race, held open: the live workers wait between their last step and
         telling the scheduler they are done (TALLY_TEST_DONE_GATE); a new worker 2 (the first
