@@ -148,7 +148,7 @@ class _KeyTable:
     def settle(self, op):
         """--elastic: broadcasts until every worker counted holds the job's weights."""
         if self.rounds is not None:
-            self.rounds.settle(self.tensors, op)
+            self.rounds.settle(op)
 
     @staticmethod
     def _slot(t):
@@ -199,7 +199,7 @@ def broadcast_parameters(model_or_state_dict, kv):
         return  # a joiner: it takes the job's weights after its first step, not now
     # --elastic: every key travels (each key's step is the job's), from the lowest live
     # rank that holds the job's weights; again until one such rank was counted.
-    table.rounds.broadcast(table.tensors, op)
+    table.rounds.broadcast(op)
     table.settle(op)
 
 

@@ -3,10 +3,10 @@ counts while workers leave and join (docs/python.md, "Elastic workers"). tally.t
 a script does not call it.
 
     rounds = Rounds(kv, table)                 # after the key table's init
-    rounds.gradients(pushed_keys, synced)      # after a backward's pushes: pushes the rest, waits
-    n = rounds.last.divisor                    # the workers whose gradients the sum holds
-    while rounds.broadcast_due:                # a worker that joined holds other weights
-        rounds.broadcast(table.tensors)        # the lead's values into every worker's
+    zeros = not rounds.pushes_gradients()      # a joiner's first step pushes zeros
+    info = rounds.gradients(pushed_keys)       # after a step's pushes: pushes the rest, waits
+    n = info.divisor                           # the workers whose gradients the sums hold
+    rounds.settle("step")                      # after a join: the lead's weights to everyone
 
 The servers run no optimizer, so they hold gradient sums, never weights: a worker that joins
 the running job cannot pull the job's weights, and its first push must add nothing. Which
@@ -125,7 +125,7 @@ class Rounds:
                 self.kv.pushpull(k, z, priority=-k, wait=False)
 
     # -- a broadcast ----------------------------------------------------------------------
-    def broadcast(self, tensors, op):
+    def broadcast(self, op):
         """One broadcast step: the lead's values of every key into every worker that takes
         part (all but a joiner at its first step), when the lead was counted; else nothing
         changes and broadcast_due stays. Returns whether the lead was counted."""
@@ -133,7 +133,7 @@ class Rounds:
         lead = self.rank == self.lead and self.synced and not self.fresh
         takes = not self.fresh
         staged = []
-        for k, t in enumerate(table.tensors):
+        for t in table.tensors:
             buf = torch.zeros(t.numel(), dtype=t.dtype if t.dtype in table.kv_dtypes else torch.float32)
             if lead:
                 buf.copy_(t.detach().reshape(-1))
@@ -143,7 +143,9 @@ class Rounds:
         self._push_control()
         self.kv.wait_all()
         broadcast, leads, present, synced, took = self._sums()
-        valid = leads == 1 and self.lead in (synced & took)
+        # From the sums alone, so that every worker agrees even if they named different leads
+        # (only a synced worker leads, and every other pushes zeros).
+        valid = leads == 1
         if synced - took:
             raise _kvmod.TallyError("tally.torch %s: at step %d worker %d broadcast while workers %s pushed "
                                     "gradients (every worker calls broadcast_parameters at the same step)"
@@ -168,7 +170,7 @@ class Rounds:
                                     "workers counted, %s, all joined with weights of their own)"
                                     % (self.step - 1, sorted(present)))
 
-    def settle(self, tensors, op):
+    def settle(self, op):
         """Broadcasts until every worker counted holds the job's weights."""
         while self.broadcast_due:
-            self.broadcast(tensors, op)
+            self.broadcast(op)

@@ -15,7 +15,6 @@ Usage: /usr/bin/python3 elastic_torch_test.py BUILD/python [unittest args]
 """
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import textwrap
