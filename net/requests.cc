@@ -89,6 +89,17 @@ Requests::Requests(RequestLinks links, RequestOptions options, RerouteFn reroute
           [this](SendQueue::Item* first, std::vector<SendQueue::Item>* more) { Gather(first, more); },
           GatherLimits(), "sender") {}
 
+Requests::~Requests() {
+  std::vector<uint64_t> landed;
+  {
+    std::lock_guard<std::mutex> l(mu());
+    for (const auto& [id, p] : pending_) {
+      if (p.landing) landed.push_back(id);
+    }
+  }
+  for (uint64_t id : landed) Landings::Get().Remove(LandingOf(id));
+}
+
 void Requests::Start() { queue_.Start(); }
 
 void Requests::Stop() { queue_.Stop(); }

@@ -128,6 +128,9 @@ class Requests {
   // on its acknowledgements. options.credit is ignored.
   Requests(Cluster* cluster, RequestOptions options, RerouteFn reroute);
   Requests(RequestLinks links, RequestOptions options, RerouteFn reroute);
+  // Withdraws the landings of requests still unanswered: their arrays may go with the
+  // caller, and a later job in this process may reuse the port, node id and request ids.
+  ~Requests();
 
   // Starts the sending thread.
   void Start();

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kvstore/kvstore.h"
+#include "net/requests.h"
 #include "net/transport.h"
 #include "tests/local_job.h"
 
@@ -75,6 +76,48 @@ TEST(Landings, RemovedWithoutWaitingGoesWhenItsFrameEnds) {
   EXPECT_TRUE(l.Any(40004));
   l.Landed(key);
   EXPECT_FALSE(l.Any(40004));
+}
+
+// A large pull registers its landing when sent; requests dropped unanswered with their
+// Requests take their landings with them (a later job may reuse the port and the ids).
+TEST(Landings, RequestsRegisterLargePullsAndWithdrawThemWhenGone) {
+  const int port = 40005;
+  RequestLinks links;
+  links.unacked = [](int) { return int64_t{0}; };
+  links.send = [](int, Message&&) { return Status::Ok(); };
+  links.failure = [] { return Status::Ok(); };
+  links.name = [](int node) { return "server " + std::to_string(node); };
+  links.landing_port = port;
+  links.landing_node = 9;
+  auto pull = [](Requests* r, int64_t length) {
+    auto op = std::make_shared<PullOp>();
+    op->flat = Tensor::Zeros({length}, DType::kF32);
+    op->remaining = 1;
+    Message m;
+    m.meta.set_command(wire::PULL);
+    m.meta.set_pull_dtype(wire::F32);
+    wire::KeySlice* ks = m.meta.add_slices();
+    ks->set_key(3);
+    ks->set_length(static_cast<uint64_t>(length));
+    PendingRequest p;
+    p.command = wire::PULL;
+    p.key = 3;
+    p.pull = op;
+    p.length = length;
+    r->Send(/*node=*/1, std::move(m), /*priority=*/0, std::move(p));
+    return op;
+  };
+  {
+    Requests requests(links, RequestOptions(), nullptr);
+    auto small = pull(&requests, 1000);  // 4 KB: may be gathered, never landed
+    EXPECT_FALSE(Landings::Get().Any(port));
+    auto large = pull(&requests, 100000);
+    EXPECT_TRUE(Landings::Get().Any(port));
+    EXPECT_EQ(Landings::Get().Claim(LandingKey{port, 9, 2}, 100000 * 4, wire::F32), large->flat.raw_data());
+    Landings::Get().Landed(LandingKey{port, 9, 2});
+    EXPECT_EQ(requests.outstanding(), 2u);
+  }
+  EXPECT_FALSE(Landings::Get().Any(port));
 }
 
 Tensor Ramp(int64_t n, DType dtype, float step) {
