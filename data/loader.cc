@@ -123,19 +123,24 @@ void Loader::Run() {
 }
 
 
+BatchPosition LoaderBatchAt(const LoaderConfig& c, int64_t seq, int64_t batches_per_epoch, ShardBatch* planned) {
+  BatchPosition at;
+  if (c.plan != nullptr) {
+    *planned = c.plan->At(c.plan_first_step + seq, &at.epoch, &at.index);
+  } else {
+    at = PositionOf(seq, c.first_epoch, c.first_batch, batches_per_epoch);
+  }
+  return at;
+}
+
 Status Loader::Produce(int64_t seq, Batch* batch) {
   const int bs = config_.batch_size;
   const AugmentParams& ap = augmenter_.params();
   const DType dtype = config_.output == OutputType::kF32   ? DType::kF32
                       : config_.output == OutputType::kF16 ? DType::kF16
                                                            : DType::kU8;
-  BatchPosition at;
   ShardBatch planned;
-  if (config_.plan != nullptr) {
-    planned = config_.plan->At(config_.plan_first_step + seq, &at.epoch, &at.index);
-  } else {
-    at = PositionOf(seq, config_.first_epoch, config_.first_batch, batches_per_epoch_);
-  }
+  const BatchPosition at = LoaderBatchAt(config_, seq, batches_per_epoch_, &planned);
   batch->epoch = at.epoch;
   batch->index = at.index;
   batch->images = Tensor::Empty({bs, ap.data_h, ap.data_w, 3}, dtype);

@@ -96,6 +96,11 @@ struct LoaderStats {
 Status OpenLoaderPack(const LoaderConfig& c, const std::string& who, std::unique_ptr<RecordReader>* reader,
                       PartSizes* sizes);
 
+// Where batch number seq of a loader made from c lies: with c.plan, the forecast's batch of
+// step plan_first_step + seq (its positions into *planned); else the part's, counted from
+// first_epoch and first_batch (*planned left empty). Shared with GpuLoader.
+BatchPosition LoaderBatchAt(const LoaderConfig& c, int64_t seq, int64_t batches_per_epoch, ShardBatch* planned);
+
 class Loader {
  public:
   static Status Create(const LoaderConfig& config, std::unique_ptr<Loader>* out);

@@ -267,13 +267,8 @@ Status NvjpegLoader::Prepare(int64_t seq, HostBatch* batch, NvjpegProbe* probe) 
   const int bs = config_.loader.batch_size;
   const LoaderConfig& lc = config_.loader;
   // --elastic: the batch is the plan's (its positions in the epoch's permutation), as Loader's.
-  BatchPosition at;
   ShardBatch planned;
-  if (lc.plan != nullptr) {
-    planned = lc.plan->At(lc.plan_first_step + seq, &at.epoch, &at.index);
-  } else {
-    at = PositionOf(seq, lc.first_epoch, lc.first_batch, batches_per_epoch_);
-  }
+  const BatchPosition at = LoaderBatchAt(lc, seq, batches_per_epoch_, &planned);
   batch->meta.epoch = at.epoch;
   batch->meta.index = at.index;
   batch->meta.pad = lc.plan != nullptr ? planned.pad : 0;
