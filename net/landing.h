@@ -15,8 +15,9 @@
 //   Landings::Get().Remove(key);                        // waits while a frame is being read there
 //
 // A landing is claimed at most once: a repeated answer (a resend, a duplicate) is read into
-// a buffer of its own as before and dropped by delivery. Only plain connections land (a
-// sealed frame is opened where it was read). Process-wide, because a node's receiver and
+// a buffer of its own as before and dropped by delivery. A plain connection reads the
+// frame there; a sealed answer's Meta record is opened first, then its data records are
+// opened there (net/zmq_transport.cc, LandingPlace). Process-wide, because a node's receiver and
 // its requests live in different layers; the listening port (unique in the process among
 // live listeners) and the node's id keep nodes of several jobs in one process apart.
 // Thread-safe.
