@@ -4,7 +4,15 @@
 
 #include <glog/logging.h>
 
+#include "net/wire.pb.h"
+
 namespace tally {
+
+bool AnswerMayLand(int port, const wire::Meta& m, LandingKey* key) {
+  if (m.command() != wire::RESPONSE || m.slices_size() != 1 || !m.error().empty()) return false;
+  *key = LandingKey{port, m.receiver_id(), m.request_id()};
+  return true;
+}
 
 Landings& Landings::Get() {
   static Landings* landings = new Landings;  // never destroyed: receivers may outlive main's locals

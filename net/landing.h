@@ -42,6 +42,14 @@ struct LandingKey {
   }
 };
 
+namespace wire {
+class Meta;
+}
+
+// Whether an answer with Meta m (its receiver's listening port `port`) may land: a
+// RESPONSE of one slice, without an error; *key: where it would.
+bool AnswerMayLand(int port, const wire::Meta& m, LandingKey* key);
+
 class Landings {
  public:
   static Landings& Get();

@@ -336,11 +336,9 @@ class ZmqTransport : public Transport {
     if (frames != 2 || !Landings::Get().Any(port)) return nullptr;
     return [=](const uint8_t* meta, size_t meta_bytes, size_t part, size_t plain) -> uint8_t* {
       wire::Meta m;
-      if (part != 1 || !m.ParseFromArray(meta, static_cast<int>(meta_bytes)) || m.command() != wire::RESPONSE ||
-          m.slices_size() != 1 || !m.error().empty()) {
+      if (part != 1 || !m.ParseFromArray(meta, static_cast<int>(meta_bytes)) || !AnswerMayLand(port, m, claimed)) {
         return nullptr;
       }
-      *claimed = LandingKey{port, m.receiver_id(), m.request_id()};
       void* dst = Landings::Get().Claim(*claimed, plain, m.dtype());
       *took = dst != nullptr;
       return static_cast<uint8_t*>(dst);

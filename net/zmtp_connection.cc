@@ -194,8 +194,7 @@ void Connection::NoteLanding() {
   if (frames_.size() != 1 || frames_[0].size > kMaxLandingMetaBytes || !Landings::Get().Any(port)) return;
   wire::Meta meta;  // read again by DecodeMessage: a small price next to copying the values
   if (!meta.ParseFromArray(frames_[0].data, static_cast<int>(frames_[0].size))) return;
-  if (meta.command() != wire::RESPONSE || meta.slices_size() != 1 || !meta.error().empty()) return;
-  landing_ = LandingKey{port, meta.receiver_id(), meta.request_id()};
+  if (!AnswerMayLand(port, meta, &landing_)) return;
   landing_dtype_ = meta.dtype();
   landing_ready_ = true;
 }

@@ -286,12 +286,11 @@ class Scheduler {
 
   // --elastic: a worker joins the running job (scheduler/join.h, docs/wire.md "A worker joins").
   Status OnJoin(const Message& m) {
-    std::set<int>* done = &done_;
     int rank = -1;
     if (RepeatsRegister(nodes_, m)) return Status::Ok();
     Status why = JoinRank(cfg_, members_, m, &rank);
-    if (why.ok() && !done->empty()) {  // its first step could come after the job's last
-      why = Status::Unavailable("worker " + std::to_string(ids_.WorkerRank(*done->begin())) + " finished: the job ends");
+    if (why.ok() && !done_.empty()) {  // its first step could come after the job's last
+      why = Status::Unavailable("worker " + std::to_string(ids_.WorkerRank(*done_.begin())) + " finished: the job ends");
     }
     if (!why.ok()) {
       LOG_EVERY_N(WARNING, 10) << "scheduler: not admitting a REGISTER: " << why.message();
@@ -311,7 +310,7 @@ class Scheduler {
       told.meta.set_receiver_id(id);
       transport_->Send(id, told).ok();
     }
-    for (std::set<int>* gone : {&dead_, &left_, done}) gone->erase(id);
+    for (std::set<int>* gone : {&dead_, &left_, &done_}) gone->erase(id);
     last_heard_[id] = Clock::now();
     members_.QueueJoin(rank, "worker " + std::to_string(rank) + " joined (" + nodes_[id].host() + ":" +
                                  std::to_string(nodes_[id].port()) + ", pid " + std::to_string(nodes_[id].pid()) + ")");
